@@ -1,0 +1,521 @@
+"""One dataclass per stage, TOML recipes that load into them, and the resolved-config writer.
+
+A recipe is a TOML file with one table per stage (``[train]``, ``[ogp]``, ``[rta]``, ...).
+Values resolve in this order, later winning: dataclass defaults < recipe table < CLI flags.
+The resolved configuration is written next to every output (``config.toml``) so that a run can
+be reproduced and a checkpoint knows the architecture that built it.
+
+Example:
+    >>> cfg = build_config(TrainConfig, load_recipe("demo").get("pretrain", {}), {"epochs": 2})
+    >>> save_config(cfg, "runs/x/config.toml", section="train")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, TypeVar
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+from pfd.errors import PfdError
+from pfd.io import atomic_write_text
+
+__all__ = [
+    "TrainConfig",
+    "EvalConfig",
+    "OGPConfig",
+    "RTAConfig",
+    "ReleaseConfig",
+    "DistillConfig",
+    "AttackConfig",
+    "RECIPES_DIR",
+    "recipe_path",
+    "load_recipe",
+    "build_config",
+    "config_to_dict",
+    "dump_toml",
+    "save_config",
+]
+
+C = TypeVar("C")
+
+#: recipes/ next to the package (a source checkout or an editable install).
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+
+
+# --------------------------------------------------------------------------------------------
+# Stage configurations
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainConfig:
+    """Face-recognition training / fine-tuning (``pfd train``).
+
+    Attributes:
+        data: Dataset specs trained jointly with disjoint label spaces
+            (``synthetic:public``, an identity folder, a RecordIO folder).
+        size: Square input size in pixels (divisible by 16).
+        backbone: Registered backbone name (``ir18``, ``ir50``, ``adaface_ir50``, ...).
+        width: Channel-width multiplier (1.0 = the published architecture).
+        embedding_dim: Embedding dimension D.
+        head: Margin head (``arcface``, ``cosface``, ``adaface``, ``magface``).
+        scale: Logit scale s.
+        margin: Margin m.
+        init: Checkpoint to fine-tune from (pfd, insightface or AdaFace format).
+        epochs: Passes over the data.
+        max_steps: Stop after this many optimiser steps (overrides epochs when set).
+        batch_size: Global batch size.
+        lr: Peak SGD learning rate.
+        momentum: SGD momentum.
+        weight_decay: SGD weight decay.
+        warmup_epochs: Linear warm-up length in epochs (fractions allowed).
+        schedule: ``cosine`` or ``poly`` decay after warm-up.
+        grad_clip: Max global gradient norm (0 disables).
+        mixed_precision: ``auto`` (bf16 on CUDA, none on CPU), ``no``, ``bf16`` or ``fp16``.
+        checkpoint_every: Save a resumable checkpoint every N steps.
+        out: Output folder (checkpoints, config.toml, metrics).
+        seed: Seed for initialisation, shuffling and augmentation.
+        workers: DataLoader worker processes.
+        min_images: Drop identities with fewer images than this.
+        flip: Random horizontal flip augmentation.
+    """
+
+    data: list[str] = field(default_factory=lambda: ["synthetic:public"])
+    size: int = 112
+    backbone: str = "ir50"
+    width: float = 1.0
+    embedding_dim: int = 512
+    head: str = "arcface"
+    scale: float = 64.0
+    margin: float = 0.5
+    init: str | None = None
+    epochs: int = 20
+    max_steps: int | None = None
+    batch_size: int = 128
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    warmup_epochs: float = 1.0
+    schedule: str = "cosine"
+    grad_clip: float = 5.0
+    mixed_precision: str = "auto"
+    checkpoint_every: int = 1000
+    out: str = "runs/train"
+    seed: int = 0
+    workers: int = 0
+    min_images: int = 2
+    flip: bool = True
+
+
+@dataclass
+class EvalConfig:
+    """Verification evaluation (``pfd eval``).
+
+    Attributes:
+        model: Checkpoint to evaluate.
+        pairs: A ``pairs.txt`` (with ``data`` as its image root), an insightface ``.bin``, or
+            empty to generate pairs from ``data``.
+        data: Dataset spec for image lookup or pair generation.
+        num_pairs: Genuine pairs to generate (the same number of impostors is added).
+        folds: Cross-validation folds for accuracy.
+        flip: Fuse embeddings of the image and its mirror (insightface evaluation).
+        batch_size: Embedding batch size.
+        seed: Pair-generation seed.
+        out: Where to write ``eval.json`` (empty: next to the model).
+    """
+
+    model: str = ""
+    pairs: str = ""
+    data: str = "synthetic:test"
+    num_pairs: int = 3000
+    folds: int = 10
+    flip: bool = True
+    batch_size: int = 256
+    seed: int = 0
+    out: str = ""
+
+
+@dataclass
+class OGPConfig:
+    """Orthogonal Geometry Preservation, eq. 1-5 of the PFD paper.
+
+    Attributes:
+        head: Margin head for the 2N-class classifier (AdaFace in the paper).
+        scale: Head scale s.
+        margin: Head margin m.
+        rep_margin: Cosine margin m of L_rep (eq. 3).
+        lambda_rep: Weight of L_rep in eq. 5.
+        lambda_iso: Weight of L_iso in eq. 5.
+        epochs: Fine-tuning epochs over the private set.
+        max_steps: Stop after this many steps when set.
+        batch_size: Images per step (each contributes e and Me, so the head sees 2x).
+        lr: Peak SGD learning rate of backbone and head.
+        rotation_lr: Learning rate of the skew-symmetric generator A (0: same as lr).
+        momentum: SGD momentum.
+        weight_decay: SGD weight decay (not applied to A).
+        warmup_epochs: Linear warm-up length.
+        grad_clip: Max gradient norm (0 disables).
+        init_scale: Std of the random skew-symmetric start of A (M never starts at I).
+        seed: Seed.
+    """
+
+    head: str = "adaface"
+    scale: float = 64.0
+    margin: float = 0.4
+    rep_margin: float = 0.2
+    lambda_rep: float = 1.0
+    lambda_iso: float = 1.0
+    epochs: int = 10
+    max_steps: int | None = None
+    batch_size: int = 64
+    lr: float = 0.1
+    rotation_lr: float = 0.0
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    warmup_epochs: float = 1.0
+    grad_clip: float = 5.0
+    init_scale: float = 0.1
+    seed: int = 0
+
+
+@dataclass
+class RTAConfig:
+    """Relational Topology Alignment distillation, eq. 6-10 of the PFD paper.
+
+    Attributes:
+        ipc: Proxy images per class K (the publication budget; K-means prototypes per identity).
+        iterations: Adam steps per proxy batch.
+        batch_size: Proxies optimised together (rows of eq. 9 decompose over proxies).
+        lr: Adam learning rate (0.25 as in SRe2L).
+        betas: Adam betas.
+        lambda_rta: Weight of L_RTA in eq. 10.
+        lambda_bn: Weight of L_bn in eq. 10.
+        first_bn_multiplier: Extra weight on the first BN layer's statistics (SRe2L uses 10).
+        crop_scale: Random-resized-crop scale range applied every iteration.
+        flip: Random horizontal flip every iteration.
+        shift: Max random translation in pixels (jitter) every iteration.
+        kmeans_seed: Seed for per-identity K-means.
+        seed: Seed for the noise initialisation and augmentation.
+    """
+
+    ipc: int = 10
+    iterations: int = 1000
+    batch_size: int = 100
+    lr: float = 0.25
+    betas: tuple[float, float] = (0.5, 0.9)
+    lambda_rta: float = 1.0
+    lambda_bn: float = 0.01
+    first_bn_multiplier: float = 10.0
+    crop_scale: tuple[float, float] = (0.5, 1.0)
+    flip: bool = True
+    shift: int = 4
+    kmeans_seed: int = 0
+    seed: int = 0
+
+
+@dataclass
+class ReleaseConfig:
+    """The published proxy set.
+
+    Attributes:
+        label_seed: Seed of the arbitrary label permutation (independent of every other seed).
+    """
+
+    label_seed: int = 0
+
+
+@dataclass
+class DistillConfig:
+    """``pfd distill``: OGP -> prototypes -> RTA -> release.
+
+    Attributes:
+        private: Private dataset spec (identity folder, RecordIO, ``synthetic:private``).
+        public: Public checkpoint to start from; empty: pretrain (or reuse a cached) model
+            with ``pretrain``.
+        method: ``pfd``, ``rta-only``, ``sre2l`` or ``raw`` (Table 3 rows and the raw reference).
+        out: Release folder (published).
+        state_dir: Private state folder (never published; mode 0700; not inside ``out``).
+        resume: Skip finished stages and RTA batches found in ``state_dir``.
+        size: Image size (must match the public model).
+        min_images: Identities with fewer images are an error (need at least K).
+        pretrain: Training config of the public model when ``public`` is empty.
+        ogp: OGP stage.
+        rta: RTA stage.
+        release: Release stage.
+    """
+
+    private: str = "synthetic:private"
+    public: str = ""
+    method: str = "pfd"
+    out: str = "release"
+    state_dir: str = "state"
+    resume: bool = False
+    size: int = 112
+    min_images: int = 0
+    pretrain: TrainConfig = field(default_factory=TrainConfig)
+    ogp: OGPConfig = field(default_factory=OGPConfig)
+    rta: RTAConfig = field(default_factory=RTAConfig)
+    release: ReleaseConfig = field(default_factory=ReleaseConfig)
+
+
+@dataclass
+class AttackConfig:
+    """``pfd attack``: the release scorecard.
+
+    Attributes:
+        release: Release folder to score.
+        private: The private dataset the release came from.
+        state_dir: The publisher's state dir (proxy->source map, adapted model).
+        public_model: Attacker's public model (pfd/insightface checkpoint or TorchScript).
+        report: Output folder for report.json, report.md and plots.
+        public: Public data for the downstream membership test (empty: skip).
+        holdout: Same-domain held-out identities (non-members) for the membership test.
+        batch_size: Embedding batch size.
+        chunk: Gallery chunk size for streamed top-1 search.
+        reconstruct: Run the reconstruction attack.
+        seed: Seed.
+    """
+
+    release: str = ""
+    private: str = ""
+    state_dir: str = ""
+    public_model: str = ""
+    report: str = "report"
+    public: str = ""
+    holdout: str = ""
+    batch_size: int = 256
+    chunk: int = 4096
+    reconstruct: bool = True
+    seed: int = 0
+
+
+# --------------------------------------------------------------------------------------------
+# Recipes
+# --------------------------------------------------------------------------------------------
+
+
+def recipe_path(name: str | os.PathLike) -> Path:
+    """Resolve a recipe given as a path or as a name in ``recipes/``.
+
+    Raises:
+        PfdError: If neither exists; the message lists the recipes available.
+    """
+    p = Path(name)
+    if p.is_file():
+        return p
+    cand = RECIPES_DIR / (p.name if p.suffix == ".toml" else f"{p.name}.toml")
+    if cand.is_file():
+        return cand
+    known = sorted(q.stem for q in RECIPES_DIR.glob("*.toml")) if RECIPES_DIR.is_dir() else []
+    raise PfdError(
+        f"{name}: no such recipe file; give a path to a .toml file or one of: {', '.join(known) or '(none found)'}"
+    )
+
+
+def load_recipe(name: str | os.PathLike) -> dict[str, Any]:
+    """Read a TOML recipe into a dict of stage tables.
+
+    Raises:
+        PfdError: If the file is missing or is not valid TOML.
+    """
+    path = recipe_path(name)
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise PfdError(f"{path}: invalid TOML ({e}); fix the recipe file") from None
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Convert a TOML/CLI value to the annotated field type, with a clear error."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, where)
+            except (PfdError, TypeError, ValueError):
+                continue
+        raise PfdError(f"{where}: cannot use {value!r} as {tp}")
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, Mapping):
+            raise PfdError(f"{where}: expected a table, got {value!r}")
+        return build_config(tp, value, where=where)
+    if origin in (list, tuple):
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            raise PfdError(f"{where}: expected a list, got {value!r}")
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(value) != len(args):
+                raise PfdError(f"{where}: expected {len(args)} values, got {value!r}")
+            return tuple(_coerce(v, a, where) for v, a in zip(value, args))
+        inner = args[0] if args else Any
+        seq = [_coerce(v, inner, where) for v in value]
+        return tuple(seq) if origin is tuple else seq
+    if origin is dict or tp is dict:
+        if not isinstance(value, Mapping):
+            raise PfdError(f"{where}: expected a table, got {value!r}")
+        return dict(value)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise PfdError(f"{where}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise PfdError(f"{where}: expected an integer, got {value!r}")
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise PfdError(f"{where}: expected an integer, got {value!r}") from None
+    if tp is float:
+        if isinstance(value, bool):
+            raise PfdError(f"{where}: expected a number, got {value!r}")
+        try:
+            out = float(value)
+        except (TypeError, ValueError):
+            raise PfdError(f"{where}: expected a number, got {value!r}") from None
+        if math.isnan(out):
+            raise PfdError(f"{where}: NaN is not a valid setting")
+        return out
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise PfdError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def build_config(cls: type[C], *layers: Mapping[str, Any] | None, where: str | None = None) -> C:
+    """Build a stage dataclass from defaults overlaid with recipe/CLI layers.
+
+    Later layers win; ``None`` values in a layer mean "not given" (so unset CLI flags do not
+    override the recipe). Nested dataclass fields take nested tables and merge key by key.
+
+    Args:
+        cls: The config dataclass.
+        *layers: Mappings from field name to value, lowest priority first.
+        where: Name used in error messages (defaults to the class name).
+
+    Returns:
+        An instance of ``cls``.
+
+    Raises:
+        PfdError: On an unknown key (listing the valid ones) or a value of the wrong type.
+    """
+    where = where or cls.__name__
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        if not layer:
+            continue
+        for key, value in layer.items():
+            name = key.replace("-", "_")
+            if name not in fields:
+                raise PfdError(
+                    f"{where}: unknown setting {key!r}; valid settings are {', '.join(sorted(fields))}"
+                )
+            if value is None:
+                continue
+            if dataclasses.is_dataclass(hints[name]) and isinstance(value, Mapping):
+                prev = merged.get(name, {})
+                if dataclasses.is_dataclass(prev):
+                    prev = config_to_dict(prev)
+                merged[name] = {**prev, **value}
+            else:
+                merged[name] = value
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in merged.items()}
+    return cls(**kwargs)
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """A dataclass (nested ones too) as plain dict of TOML-compatible values."""
+
+    def conv(v: Any) -> Any:
+        if dataclasses.is_dataclass(v):
+            return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, (list, tuple)):
+            return [conv(x) for x in v]
+        if isinstance(v, Path):
+            return str(v)
+        if isinstance(v, Mapping):
+            return {str(k): conv(x) for k, x in v.items()}
+        return v
+
+    return conv(cfg)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        esc = v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'"{esc}"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def dump_toml(data: Mapping[str, Any], *, _prefix: str = "") -> str:
+    """Serialise a nested dict of scalars, lists and tables as TOML (``None`` values omitted)."""
+    lines: list[str] = []
+    tables: list[tuple[str, Mapping[str, Any]]] = []
+    for k, v in data.items():
+        if v is None:
+            continue
+        if isinstance(v, Mapping) and v:
+            tables.append((k, v))
+        else:
+            lines.append(f"{k} = {_toml_value(v)}")
+    out = "\n".join(lines)
+    for k, v in tables:
+        name = f"{_prefix}{k}"
+        body = dump_toml(v, _prefix=f"{name}.")
+        out += ("\n\n" if out else "") + f"[{name}]" + ("\n" + body if body else "")
+    return out.strip("\n") + "\n"
+
+
+def save_config(cfg: Any, path: str | os.PathLike, *, section: str | None = None) -> None:
+    """Write the resolved configuration as TOML (atomically).
+
+    Args:
+        cfg: A config dataclass (or a dict of them).
+        path: Destination file, usually ``<out>/config.toml``.
+        section: Table name to nest the config under (e.g. ``"train"``), so the file is itself
+            a valid recipe.
+    """
+    data = config_to_dict(cfg)
+    if section:
+        data = {section: data}
+    atomic_write_text(path, dump_toml(data))

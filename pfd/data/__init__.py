@@ -1,5 +1,5 @@
 """Face data: identity folders, RecordIO, verification pairs, the synthetic set, releases."""
 
-from pfd.data.faceset import FaceSet, FaceSubset, TensorFaces
+from pfd.data.faceset import ConcatFaces, FaceSet, FaceSubset, TensorFaces
 
-__all__ = ["FaceSet", "FaceSubset", "TensorFaces"]
+__all__ = ["ConcatFaces", "FaceSet", "FaceSubset", "TensorFaces"]

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-__all__ = ["FaceSet", "FaceSubset", "TensorFaces"]
+__all__ = ["FaceSet", "FaceSubset", "TensorFaces", "ConcatFaces"]
 
 
 class FaceSet(Dataset):
@@ -162,3 +162,53 @@ class TensorFaces(FaceSet):
         if self._names is not None:
             return self._names[index]
         return f"{self.identities[self.labels[index]]}/{index}.png"
+
+
+class ConcatFaces(FaceSet):
+    """Several FaceSets trained jointly with disjoint label spaces.
+
+    Labels of source ``j`` are shifted by the number of identities of sources ``0..j-1``;
+    identity and sample names are prefixed with ``"<j>:"`` when there is more than one source so
+    that equal identity names in two sources stay different classes.
+
+    Args:
+        sources: FaceSets of equal image size.
+
+    Raises:
+        ValueError: If the sources differ in image size or none is given.
+    """
+
+    def __init__(self, sources: Sequence[FaceSet]) -> None:
+        if not sources:
+            raise ValueError("ConcatFaces needs at least one source")
+        sizes = {s.size for s in sources}
+        if len(sizes) != 1:
+            raise ValueError(f"sources differ in image size: {sorted(sizes)}")
+        self.sources = list(sources)
+        self.size = sources[0].size
+        multi = len(sources) > 1
+        offsets = np.cumsum([0] + [s.num_classes for s in sources])
+        self.labels = np.concatenate([s.labels + off for s, off in zip(sources, offsets)]).astype(np.int64)
+        self.identities = [
+            (f"{j}:{name}" if multi else name) for j, s in enumerate(sources) for name in s.identities
+        ]
+        self._starts = np.cumsum([0] + [len(s) for s in sources])
+        self._multi = multi
+        attrs = [s.attributes for s in sources]
+        if all(a is not None for a in attrs):
+            self.attributes = {
+                (f"{j}:{k}" if multi else k): v for j, a in enumerate(attrs) for k, v in a.items()  # type: ignore[union-attr]
+            }
+
+    def _locate(self, index: int) -> tuple[int, int]:
+        j = int(np.searchsorted(self._starts, index, side="right") - 1)
+        return j, index - int(self._starts[j])
+
+    def load(self, index: int) -> torch.Tensor:
+        j, i = self._locate(index)
+        return self.sources[j].load(i)
+
+    def name(self, index: int) -> str:
+        j, i = self._locate(index)
+        n = self.sources[j].name(i)
+        return f"{j}:{n}" if self._multi else n

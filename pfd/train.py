@@ -1,0 +1,325 @@
+"""Margin-loss face-recognition training and fine-tuning with accelerate (``pfd train``).
+
+One code path runs as a single CPU process, on one GPU, or data-parallel under
+``accelerate launch -m pfd train ...``:
+
+* SGD (momentum 0.9, weight decay 5e-4) over backbone and margin head, linear warm-up then
+  cosine or polynomial decay, stepped per optimiser step;
+* bf16 autocast on CUDA (``mixed_precision="auto"``), none on CPU; gradient-norm clipping;
+* joint training on several sources with disjoint label spaces (:class:`~pfd.data.ConcatFaces`);
+* deterministic data order: epoch ``e`` visits ``permutation(seed, e)`` in global batches that are
+  sharded across processes, so a run resumed from step ``t`` sees exactly the batches an
+  uninterrupted run would have seen;
+* a resumable checkpoint every ``checkpoint_every`` steps (atomic), ``--resume`` continues from the
+  newest one; the final model is ``<out>/model.pt`` with the config that built it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from pfd.config import TrainConfig, config_to_dict, save_config
+from pfd.data.faceset import ConcatFaces, FaceSet
+from pfd.errors import PfdError
+from pfd.io import atomic_open
+
+__all__ = ["Trainer", "train", "lr_lambda", "open_training_data", "global_batches"]
+
+log = logging.getLogger(__name__)
+
+
+def lr_lambda(step: int, *, total: int, warmup: int, schedule: str = "cosine", power: float = 2.0) -> float:
+    """Learning-rate multiplier at ``step``: linear warm-up, then cosine or polynomial decay to 0.
+
+    Args:
+        step: Optimiser steps taken so far (0-based).
+        total: Total optimiser steps of the run.
+        warmup: Warm-up steps (may be 0).
+        schedule: ``"cosine"`` or ``"poly"``.
+        power: Exponent of the polynomial decay.
+
+    Returns:
+        The factor applied to the peak learning rate.
+    """
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    span = max(1, total - warmup)
+    t = min(1.0, (step - warmup) / span)
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * t))
+    if schedule == "poly":
+        return (1.0 - t) ** power
+    raise PfdError(f"unknown schedule {schedule!r}; use 'cosine' or 'poly'")
+
+
+def global_batches(n: int, *, batch_size: int, seed: int, epoch: int) -> np.ndarray:
+    """The global batches of one epoch: a seeded permutation cut into full batches.
+
+    Args:
+        n: Dataset length.
+        batch_size: Global batch size.
+        seed: Run seed.
+        epoch: Epoch number (part of the permutation seed).
+
+    Returns:
+        Index array of shape ``(n // batch_size, batch_size)`` (the incomplete last batch is
+        dropped so every step sees the same batch size).
+    """
+    perm = np.random.default_rng([seed, epoch]).permutation(n)
+    nb = n // batch_size
+    return perm[: nb * batch_size].reshape(nb, batch_size)
+
+
+def open_training_data(specs: Sequence[str], *, size: int, min_images: int) -> FaceSet:
+    """Open and join the training sources (disjoint label spaces)."""
+    from pfd.data.sources import open_faces
+
+    if not specs:
+        raise PfdError("no training data given; pass --data SPEC (e.g. --data synthetic:public)")
+    sources = [open_faces(s, size=size, min_images=min_images) for s in specs]
+    for spec, src in zip(specs, sources):
+        if src.size != size:
+            raise PfdError(f"{spec}: images are {src.size}px but the model expects {size}px; set size consistently")
+    return sources[0] if len(sources) == 1 else ConcatFaces(sources)
+
+
+class Trainer:
+    """Owns one training run: model, head, optimiser, schedule, data order and checkpoints.
+
+    Args:
+        cfg: The training configuration.
+        faces: Training data; opened from ``cfg.data`` when omitted.
+        accelerator: An ``accelerate.Accelerator``; created from ``cfg`` when omitted.
+        progress: Show a tqdm progress bar on the main process.
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        *,
+        faces: FaceSet | None = None,
+        accelerator: Any | None = None,
+        progress: bool = True,
+    ) -> None:
+        from accelerate import Accelerator
+
+        from pfd.nn.heads import create_head
+        from pfd.nn.iresnet import create_backbone
+
+        self.cfg = cfg
+        self.out = Path(cfg.out)
+        if accelerator is None:
+            mp = cfg.mixed_precision
+            if mp == "auto":
+                mp = "bf16" if torch.cuda.is_available() else "no"
+            accelerator = Accelerator(mixed_precision=mp)
+        self.acc = accelerator
+        self.progress = progress
+        self.faces = faces if faces is not None else open_training_data(cfg.data, size=cfg.size, min_images=cfg.min_images)
+        if cfg.batch_size % self.acc.num_processes:
+            raise PfdError(
+                f"batch size {cfg.batch_size} is not divisible by {self.acc.num_processes} processes; "
+                "choose a multiple of the process count"
+            )
+        if len(self.faces) < cfg.batch_size:
+            raise PfdError(
+                f"training data has {len(self.faces)} images, fewer than one batch of {cfg.batch_size}; lower --batch-size"
+            )
+        torch.manual_seed(cfg.seed)
+        if cfg.init:
+            from pfd.nn.checkpoints import load_backbone
+
+            backbone = load_backbone(cfg.init)
+            arch = getattr(backbone, "arch", {})
+            if arch.get("size", cfg.size) != cfg.size:
+                raise PfdError(
+                    f"{cfg.init}: model was built for {arch.get('size')}px but --size is {cfg.size}; use the same size"
+                )
+        else:
+            backbone = create_backbone(cfg.backbone, width=cfg.width, size=cfg.size, embedding_dim=cfg.embedding_dim)
+        dim = int(getattr(backbone, "arch", {}).get("embedding_dim", cfg.embedding_dim))
+        head = create_head(
+            cfg.head, embedding_dim=dim, num_classes=self.faces.num_classes, scale=cfg.scale, margin=cfg.margin
+        )
+        params = list(backbone.parameters()) + list(head.parameters())
+        optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+        self.steps_per_epoch = len(self.faces) // cfg.batch_size
+        self.total_steps = cfg.max_steps or cfg.epochs * self.steps_per_epoch
+        warmup = int(round(cfg.warmup_epochs * self.steps_per_epoch))
+        self.warmup_steps = min(warmup, max(0, self.total_steps - 1))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda s: lr_lambda(s, total=self.total_steps, warmup=self.warmup_steps, schedule=cfg.schedule),
+        )
+        self.backbone, self.head, self.optimizer = self.acc.prepare(backbone, head, optimizer)
+        self.scheduler = scheduler
+        self.step = 0
+
+    # -- checkpoints ----------------------------------------------------------------------
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.out / "checkpoints"
+
+    def _latest_checkpoint(self) -> Path | None:
+        found = sorted(self.checkpoint_dir.glob("step_*.pt"))
+        return found[-1] if found else None
+
+    def save(self, path: Path, *, resumable: bool) -> None:
+        """Write a checkpoint (main process only); resumable ones carry optimiser state."""
+        from pfd.nn.checkpoints import save_checkpoint
+
+        self.acc.wait_for_everyone()
+        if self.acc.is_main_process:
+            save_checkpoint(
+                path,
+                backbone=self.acc.unwrap_model(self.backbone),
+                head=self.acc.unwrap_model(self.head),
+                config={"train": config_to_dict(self.cfg)},
+                step=self.step,
+                optimizer=self.optimizer.state_dict() if resumable else None,
+                scheduler=self.scheduler.state_dict() if resumable else None,
+            )
+        self.acc.wait_for_everyone()
+
+    def resume(self) -> bool:
+        """Load the newest resumable checkpoint; return whether one was found."""
+        from pfd.nn.checkpoints import load_checkpoint
+
+        path = self._latest_checkpoint()
+        if path is None:
+            return False
+        ck = load_checkpoint(path)
+        self.acc.unwrap_model(self.backbone).load_state_dict(ck["backbone"])
+        self.acc.unwrap_model(self.head).load_state_dict(ck["head"]["state_dict"])
+        if ck.get("optimizer"):
+            self.optimizer.load_state_dict(ck["optimizer"])
+        if ck.get("scheduler"):
+            self.scheduler.load_state_dict(ck["scheduler"])
+        self.step = int(ck["step"])
+        log.info("resumed from %s at step %d", path, self.step)
+        return True
+
+    # -- loop -----------------------------------------------------------------------------
+    def _loader(self, epoch: int, skip: int) -> DataLoader:
+        """This process's shard of the epoch's global batches, from batch ``skip`` on."""
+        cfg = self.cfg
+        batches = global_batches(len(self.faces), batch_size=cfg.batch_size, seed=cfg.seed, epoch=epoch)
+        per = cfg.batch_size // self.acc.num_processes
+        r = self.acc.process_index
+        shard = [b[r * per : (r + 1) * per].tolist() for b in batches[skip:]]
+        return DataLoader(
+            self.faces,
+            batch_sampler=shard,
+            num_workers=cfg.workers,
+            pin_memory=torch.cuda.is_available(),
+            persistent_workers=False,
+        )
+
+    def _augment(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.cfg.flip:
+            return x
+        # Seeded by (seed, step, rank) so that a resumed run flips exactly the same images.
+        seed = np.random.SeedSequence([self.cfg.seed, self.step, self.acc.process_index]).generate_state(1)[0]
+        g = torch.Generator().manual_seed(int(seed))
+        flip = torch.rand(x.shape[0], generator=g) < 0.5
+        return torch.where(flip.view(-1, 1, 1, 1).to(x.device), x.flip(-1), x)
+
+    def fit(self) -> Path:
+        """Run (or continue) training to ``total_steps``; return the final model path."""
+        from tqdm.auto import tqdm
+
+        cfg = self.cfg
+        if self.acc.is_main_process:
+            self.out.mkdir(parents=True, exist_ok=True)
+            save_config(cfg, self.out / "config.toml", section="train")
+        self.backbone.train()
+        self.head.train()
+        bar = tqdm(
+            total=self.total_steps,
+            initial=self.step,
+            desc="train",
+            disable=not (self.progress and self.acc.is_local_main_process),
+            dynamic_ncols=True,
+        )
+        metrics_path = self.out / "metrics.jsonl"
+        t0 = time.perf_counter()
+        last_loss = float("nan")
+        while self.step < self.total_steps:
+            epoch, skip = divmod(self.step, self.steps_per_epoch)
+            for x, y in self._loader(epoch, skip):
+                x = self._augment(x.to(self.acc.device, non_blocking=True))
+                y = y.to(self.acc.device, non_blocking=True)
+                with self.acc.autocast():
+                    feats = self.backbone(x)
+                logits = self.head(feats.float(), y)
+                loss = F.cross_entropy(logits, y)
+                reg = getattr(self.acc.unwrap_model(self.head), "regularizer", None)
+                if reg is not None:
+                    loss = loss + reg(feats.float())
+                if not torch.isfinite(loss):
+                    raise PfdError(
+                        f"training loss became {loss.item()} at step {self.step}; lower --lr or check the data "
+                        f"(checkpoints so far are kept in {self.checkpoint_dir})"
+                    )
+                self.optimizer.zero_grad(set_to_none=True)
+                self.acc.backward(loss)
+                if cfg.grad_clip > 0:
+                    self.acc.clip_grad_norm_(
+                        list(self.backbone.parameters()) + list(self.head.parameters()), cfg.grad_clip
+                    )
+                self.optimizer.step()
+                self.scheduler.step()
+                self.step += 1
+                last_loss = float(loss.detach())
+                bar.update(1)
+                bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{self.scheduler.get_last_lr()[0]:.4f}")
+                if self.acc.is_main_process and (self.step % 10 == 0 or self.step == self.total_steps):
+                    with open(metrics_path, "a", encoding="utf-8") as f:
+                        f.write(json.dumps({"step": self.step, "loss": last_loss, "lr": self.scheduler.get_last_lr()[0]}) + "\n")
+                if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < self.total_steps:
+                    self.save(self.checkpoint_dir / f"step_{self.step:08d}.pt", resumable=True)
+                if self.step >= self.total_steps:
+                    break
+        bar.close()
+        final = self.out / "model.pt"
+        self.save(final, resumable=False)
+        self.elapsed = time.perf_counter() - t0
+        self.final_loss = last_loss
+        return final
+
+
+def train(cfg: TrainConfig, *, faces: FaceSet | None = None, progress: bool = True, resume: bool = False) -> Path:
+    """Train (or fine-tune) a face-recognition model.
+
+    Args:
+        cfg: Training configuration (``cfg.out`` receives checkpoints, ``model.pt`` and
+            ``config.toml``).
+        faces: Training data; opened from ``cfg.data`` when omitted.
+        progress: Show progress bars.
+        resume: Continue from the newest checkpoint in ``<out>/checkpoints``.
+
+    Returns:
+        Path of the final model checkpoint.
+
+    Raises:
+        PfdError: If ``cfg.out`` already holds a run and ``resume`` is false, or on bad data or a
+            non-finite loss.
+    """
+    out = Path(cfg.out)
+    if not resume and ((out / "model.pt").exists() or any((out / "checkpoints").glob("step_*.pt"))):
+        raise PfdError(f"{out} already holds a training run; pass --resume to continue it or choose another --out")
+    trainer = Trainer(cfg, faces=faces, progress=progress)
+    if resume:
+        trainer.resume()
+    return trainer.fit()

@@ -1,0 +1,132 @@
+"""Embedding throughput of :class:`pfd.embed.Embedder` against the bare backbone forward.
+
+Both sides see the same CPU image batches: the bare loop moves each batch to the device and runs
+the model (same precision and memory format as the Embedder: bf16 autocast + channels_last on
+CUDA, fp32 on CPU) and synchronises at the end; the Embedder additionally checks the pixel range,
+L2-normalises, concatenates and returns the embeddings on the CPU. The printed ratio is
+``Embedder images/s ÷ bare images/s`` (target >= 0.9). Runs alternate and the best time of each
+side is kept, which damps noise on a shared machine; treat the figures as indicative anyway.
+
+Usage:
+    python benchmarks/embed_throughput.py [--backbone ir18 --width 0.25 --size 64 --n 512]
+
+Uses ``pfd.nn.iresnet.create_backbone`` when it is importable, otherwise a small local conv net
+(printed either way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
+
+from pfd.embed import Embedder, default_device  # noqa: E402
+
+
+class SmallConvNet(nn.Module):
+    """Fallback backbone: four stages (stride-2 and stride-1 conv-BN-PReLU) and a linear layer."""
+
+    def __init__(self, *, width: float = 0.25, size: int = 64, embedding_dim: int = 512) -> None:
+        super().__init__()
+        chans = [3] + [max(8, int(c * width)) for c in (64, 128, 256, 512)]
+        layers: list[nn.Module] = []
+        for cin, cout in zip(chans[:-1], chans[1:]):
+            for c_in, stride in ((cin, 2), (cout, 1)):
+                layers += [nn.Conv2d(c_in, cout, 3, stride=stride, padding=1, bias=False)]
+                layers += [nn.BatchNorm2d(cout), nn.PReLU(cout)]
+        self.body = nn.Sequential(*layers)
+        self.fc = nn.Linear(chans[-1] * (size // 16) ** 2, embedding_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, 3, S, S) in [0, 1] -> (B, D)
+        return self.fc(self.body((x - 0.5) / 0.5).flatten(1))
+
+
+def build_model(name: str, *, width: float, size: int, dim: int) -> tuple[nn.Module, str]:
+    """The requested iresnet if pfd.nn.iresnet exists, else :class:`SmallConvNet`."""
+    try:
+        from pfd.nn.iresnet import create_backbone
+    except ImportError:
+        return SmallConvNet(width=width, size=size, embedding_dim=dim), f"fallback SmallConvNet (width {width})"
+    return create_backbone(name, width=width, size=size, embedding_dim=dim), f"pfd.nn.iresnet {name} (width {width})"
+
+
+def bare_pass(model: nn.Module, images: torch.Tensor, *, batch_size: int, device: torch.device) -> float:
+    """Seconds for the bare forward over all batches."""
+    cuda = device.type == "cuda"
+    _sync(device)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for i in range(0, images.shape[0], batch_size):
+            x = images[i : i + batch_size].to(device, non_blocking=True)
+            if cuda:
+                x = x.contiguous(memory_format=torch.channels_last)
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    model(x)
+            else:
+                model(x)
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def embed_pass(embedder: Embedder, images: torch.Tensor) -> float:
+    """Seconds for the Embedder over all images (its result lands on the CPU, so it is synced)."""
+    t0 = time.perf_counter()
+    embedder(images)
+    return time.perf_counter() - t0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def main(argv: list[str] | None = None) -> float:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--backbone", default="ir18")
+    ap.add_argument("--width", type=float, default=0.25)
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--dim", type=int, default=512)
+    ap.add_argument("--n", type=int, default=512, help="images per pass")
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=5, help="timed passes per side (best kept)")
+    ap.add_argument("--flip", action="store_true", help="time flip fusion (bare side runs both views too)")
+    ap.add_argument("--device", default=None, help="default: CUDA if available, else CPU")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (machine is shared)")
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    device = torch.device(args.device) if args.device else default_device()
+    model, what = build_model(args.backbone, width=args.width, size=args.size, dim=args.dim)
+    model.eval().to(device)
+    if device.type == "cuda":
+        model.to(memory_format=torch.channels_last)
+    images = torch.rand(args.n, 3, args.size, args.size)
+    embedder = Embedder(model, batch_size=args.batch_size, flip=args.flip, device=device)
+    bare_images = torch.cat([images, images.flip(3)]) if args.flip else images
+
+    print(f"backbone: {what}, {args.size}px, D={args.dim}; device {device}; {torch.get_num_threads()} thread(s)")
+    print(f"{args.n} images, batch {args.batch_size}, flip={args.flip}, best of {args.repeats}")
+    bare_pass(model, bare_images, batch_size=args.batch_size, device=device)  # warm-up
+    embed_pass(embedder, images)
+    t_bare, t_emb = [], []
+    for _ in range(args.repeats):  # alternate so that load changes hit both sides alike
+        t_bare.append(bare_pass(model, bare_images, batch_size=args.batch_size, device=device))
+        t_emb.append(embed_pass(embedder, images))
+    bare_ips = args.n / min(t_bare)  # source images per second (with --flip both views ran)
+    emb_ips = args.n / min(t_emb)
+    ratio = emb_ips / bare_ips
+    print(f"bare forward : {bare_ips:10.1f} img/s  (best {min(t_bare):.3f} s, median {sorted(t_bare)[len(t_bare) // 2]:.3f} s)")
+    print(f"Embedder     : {emb_ips:10.1f} img/s  (best {min(t_emb):.3f} s, median {sorted(t_emb)[len(t_emb) // 2]:.3f} s)")
+    print(f"ratio Embedder/bare = {ratio:.3f}  (target >= 0.9: {'ok' if ratio >= 0.9 else 'BELOW'})")
+    return ratio
+
+
+if __name__ == "__main__":
+    main()

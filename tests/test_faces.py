@@ -154,6 +154,16 @@ def test_16bit_greyscale_is_scaled_not_clipped(tmp_path):
     np.testing.assert_allclose(x[:, :, 4:].numpy(), 128 / 255, atol=1 / 255)
 
 
+def test_exif_orientation_is_applied(tmp_path):
+    arr = np.zeros((8, 8, 3), np.uint8)
+    arr[0, :] = 255  # white top row
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 CW to display"
+    save(tmp_path / "p" / "0.png", Image.fromarray(arr), exif=exif)
+    out = pixels(FaceFolder(tmp_path, size=8)[0][0])
+    np.testing.assert_array_equal(out, np.rot90(arr, k=-1))  # the top row is now the right column
+
+
 @pytest.mark.parametrize("ext", ["jpg", "JPEG", "png", "PNG", "pgm", "ppm", "gif", "bmp", "webp", "tif"])
 def test_every_accepted_extension_loads(tmp_path, ext):
     arr = np.full((8, 8, 3), (30, 160, 220), np.uint8)

@@ -65,7 +65,8 @@ class VerificationPairs:
         if not len(self.left) == len(self.right) == len(self.issame):
             raise ValueError("left, right and issame differ in length")
         n = len(self.faces)
-        if len(self.left) and (min(self.left.min(), self.right.min()) < 0 or max(self.left.max(), self.right.max()) >= n):
+        both = np.concatenate([self.left, self.right])
+        if both.size and (both.min() < 0 or both.max() >= n):
             raise ValueError("pair index out of range of faces")
 
     def __len__(self) -> int:
@@ -130,7 +131,8 @@ def read_pairs_txt(path: str | os.PathLike, *, root: str | os.PathLike, size: in
     if not path.is_file():
         raise PfdError(f"{path}: no such pairs file; pass an LFW-style pairs.txt")
     if not root.is_dir():
-        raise PfdError(f"{root}: image root for {path.name} is not a folder; pass the folder holding <name>/<name>_0001.jpg")
+        raise PfdError(f"{root}: image root for {path.name} is not a folder; pass the folder holding "
+                       "<name>/<name>_0001.jpg")
     exts = [".jpg"] + sorted(IMAGE_EXTENSIONS - {".jpg"})
 
     def lfw_file(name: str, num: str, lineno: int) -> tuple[str, str]:
@@ -245,7 +247,8 @@ def read_bin(path: str | os.PathLike, *, size: int = 112) -> VerificationPairs:
     issame = issame.astype(bool)
     n = len(issame)
     if len(bins) < 2 * n:
-        raise PfdError(f"{path}: {len(bins)} images for {n} pairs (need {2 * n}); the file is incomplete, re-download it")
+        raise PfdError(f"{path}: {len(bins)} images for {n} pairs (need {2 * n}); the file is incomplete, "
+                       "re-download it")
     if len(bins) > 2 * n:
         logger.warning("%s: %d images for %d pairs; the last %d are unused", path, len(bins), n, len(bins) - 2 * n)
     sources: list[bytes] = []
@@ -254,7 +257,8 @@ def read_bin(path: str | os.PathLike, *, size: int = 112) -> VerificationPairs:
         if isinstance(b, np.ndarray) and b.dtype == np.uint8:
             b = b.tobytes()
         if not isinstance(b, (bytes, bytearray)):
-            raise PfdError(f"{path}: image {i} is a {type(b).__name__}, not encoded image bytes; is this an insightface .bin?")
+            raise PfdError(f"{path}: image {i} is a {type(b).__name__}, not encoded image bytes; "
+                           "is this an insightface .bin?")
         sources.append(bytes(b))
     labels = _pseudo_identities(2 * n, np.arange(0, 2 * n, 2)[issame], np.arange(1, 2 * n, 2)[issame])
     faces = EncodedFaces(sources, labels, identities=[f"group{k:05d}" for k in range(labels.max(initial=-1) + 1)],

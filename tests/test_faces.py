@@ -367,7 +367,12 @@ def test_split_identities_by_counts_may_leave_a_remainder():
     assert not set(parts[0].identities) & set(parts[1].identities)
 
 
-@pytest.mark.parametrize("kw", [{"counts": [6, 5]}, {"fractions": [0.8, 0.3]}, {"fractions": [0.95, 0.05]}])
+def test_split_fraction_ties_do_not_empty_a_part():
+    parts = split_identities(_tensor_faces(10, 1), fractions=[0.95, 0.05], seed=0)  # 9.5 : 0.5
+    assert [p.num_classes for p in parts] == [9, 1]
+
+
+@pytest.mark.parametrize("kw", [{"counts": [6, 5]}, {"fractions": [0.8, 0.3]}, {"fractions": [0.98, 0.01]}])
 def test_split_identities_that_do_not_fit_are_errors(kw):
     with pytest.raises(PfdError):
         split_identities(_tensor_faces(10, 2), seed=0, **kw)

@@ -335,8 +335,10 @@ def _split_counts(n: int, *, counts: Sequence[int] | None, fractions: Sequence[f
         raise PfdError(f"split fractions {list(fractions)} must be positive and sum to at most 1")
     raw = fr * n
     sizes = np.floor(raw + 1e-9).astype(int)
-    # Largest-remainder rounding so that the sizes add up to round(sum(fractions) * n).
-    for i in np.argsort(-(raw - sizes), kind="stable")[: max(0, min(n, int(round(fr.sum() * n))) - sizes.sum())]:
+    # Largest-remainder rounding so that the sizes add up to round(sum(fractions) * n); ties go
+    # to the smaller part, so that 0.5 : 0.5 rounding never empties a part needlessly.
+    order = np.lexsort((sizes, -(raw - sizes)))
+    for i in order[: max(0, min(n, int(round(fr.sum() * n))) - sizes.sum())]:
         sizes[i] += 1
     if (sizes == 0).any():
         raise PfdError(f"split fractions {list(fractions)} of {n} identities leave a part empty; "

@@ -1,0 +1,220 @@
+"""Verification pairs: pairs.txt, insightface .bin (restricted unpickling), generated pairs."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zlib
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from pfd.data.faceset import TensorFaces
+from pfd.data.pairs import (
+    VerificationPairs,
+    _triu_pair,
+    generate_pairs,
+    read_bin,
+    read_pairs_txt,
+    write_bin,
+)
+from pfd.data.images import encode_png
+from pfd.errors import PfdError
+
+
+def img(seed: int, s: int = 8) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (s, s, 3), dtype=np.uint8)
+
+
+def pixels(t: torch.Tensor) -> np.ndarray:
+    return np.rint(t.permute(1, 2, 0).numpy() * 255).astype(np.uint8)
+
+
+def lfw_root(tmp_path, spec: dict[str, int], ext: str = "png"):
+    root = tmp_path / "lfw"
+    for name, n in spec.items():
+        (root / name).mkdir(parents=True)
+        for i in range(1, n + 1):
+            Image.fromarray(img(zlib.crc32(name.encode()) % 1000 + i)).save(root / name / f"{name}_{i:04d}.{ext}")
+    return root
+
+
+# -- pairs.txt -------------------------------------------------------------------------------------
+def test_lfw_pairs_txt(tmp_path):
+    root = lfw_root(tmp_path, {"Ann_Lee": 3, "Bo": 1, "Cy": 2})
+    (tmp_path / "pairs.txt").write_text("2\t2\nAnn_Lee\t1\t3\nCy 1 2\nAnn_Lee\t2\tBo\t1\n  # comment\nBo 1 Cy 2\n\n")
+    p = read_pairs_txt(tmp_path / "pairs.txt", root=root, size=8)
+    assert len(p) == 4
+    np.testing.assert_array_equal(p.issame, [True, True, False, False])
+    got = [(p.faces.name(a), p.faces.name(b)) for a, b in zip(p.left, p.right)]
+    assert got == [("Ann_Lee/Ann_Lee_0001.png", "Ann_Lee/Ann_Lee_0003.png"), ("Cy/Cy_0001.png", "Cy/Cy_0002.png"),
+                   ("Ann_Lee/Ann_Lee_0002.png", "Bo/Bo_0001.png"), ("Bo/Bo_0001.png", "Cy/Cy_0002.png")]
+    assert len(p.faces) == 6  # Bo_0001 and Cy_0002 appear twice but are read once
+    for a, b, same in zip(p.left, p.right, p.issame):
+        assert (p.faces.labels[a] == p.faces.labels[b]) == same
+    assert p.faces.identities == ["Ann_Lee", "Cy", "Bo"]
+    np.testing.assert_array_equal(pixels(p.faces[p.left[1]][0]), img(zlib.crc32(b"Cy") % 1000 + 1))
+
+
+def test_path_pairs_with_labels(tmp_path):
+    root = lfw_root(tmp_path, {"a": 2, "b": 1}, ext="jpg")
+    absolute = root / "b" / "b_0001.jpg"
+    (tmp_path / "pairs.txt").write_text(f"a/a_0001.jpg a/a_0002.jpg 1\na/a_0001.jpg {absolute} 0\n")
+    p = read_pairs_txt(tmp_path / "pairs.txt", root=root, size=8)
+    np.testing.assert_array_equal(p.issame, [True, False])
+    assert p.left[1] == p.left[0] and len(p.faces) == 3
+    assert p.faces.identities[p.faces.labels[p.left[0]]] == "a"
+
+
+def test_pairs_txt_missing_image_names_it(tmp_path):
+    root = lfw_root(tmp_path, {"Ann": 2})
+    (tmp_path / "pairs.txt").write_text("Ann 1 2\nAnn 1 7\n")
+    with pytest.raises(PfdError, match=r"Ann/Ann_0007\.jpg: image of pairs\.txt line 2 not found"):
+        read_pairs_txt(tmp_path / "pairs.txt", root=root)
+
+
+def test_pairs_txt_bad_line_names_it(tmp_path):
+    root = lfw_root(tmp_path, {"Ann": 2})
+    (tmp_path / "pairs.txt").write_text("10 300\nAnn 1 2\nAnn one two three four\n")
+    with pytest.raises(PfdError, match=r"pairs\.txt:3: cannot parse 'Ann one two three four'"):
+        read_pairs_txt(tmp_path / "pairs.txt", root=root)
+
+
+def test_pairs_txt_missing_file_or_root(tmp_path):
+    with pytest.raises(PfdError, match="no such pairs file"):
+        read_pairs_txt(tmp_path / "none.txt", root=tmp_path)
+    (tmp_path / "pairs.txt").write_text("Ann 1 2\n")
+    with pytest.raises(PfdError, match="image root for pairs.txt is not a folder"):
+        read_pairs_txt(tmp_path / "pairs.txt", root=tmp_path / "nope")
+
+
+# -- .bin ------------------------------------------------------------------------------------------
+def test_bin_round_trip(tmp_path):
+    arrs = [img(i) for i in range(6)]
+    write_bin(tmp_path / "x.bin", arrs, [True, False, True])
+    p = read_bin(tmp_path / "x.bin", size=8)
+    assert len(p) == 3 and len(p.faces) == 6
+    np.testing.assert_array_equal(p.left, [0, 2, 4])
+    np.testing.assert_array_equal(p.right, [1, 3, 5])
+    np.testing.assert_array_equal(p.issame, [True, False, True])
+    for i in range(6):
+        np.testing.assert_array_equal(pixels(p.faces[i][0]), arrs[i])
+    lab = p.faces.labels
+    assert lab[0] == lab[1] and lab[4] == lab[5] and lab[2] != lab[3] and len(set(lab.tolist())) == 4
+
+
+def test_bin_python2_style_and_numpy_contents(tmp_path):
+    arrs = [img(i) for i in range(4)]
+    # protocol 2 stores bytes through _codecs.encode; numpy arrays as cv2.imencode would return them
+    bins = [encode_png(arrs[0]), np.frombuffer(encode_png(arrs[1]), np.uint8), encode_png(arrs[2]),
+            bytearray(encode_png(arrs[3]))]
+    with open(tmp_path / "np.bin", "wb") as f:
+        pickle.dump((bins, np.array([False, True])), f, protocol=2)
+    p = read_bin(tmp_path / "np.bin", size=8)
+    np.testing.assert_array_equal(p.issame, [False, True])
+    for i in range(4):
+        np.testing.assert_array_equal(pixels(p.faces[i][0]), arrs[i])
+    with open(tmp_path / "scalars.bin", "wb") as f:  # a list of numpy bool scalars
+        pickle.dump((bins, [np.bool_(True), np.bool_(False)]), f, protocol=4)
+    np.testing.assert_array_equal(read_bin(tmp_path / "scalars.bin").issame, [True, False])
+
+
+class _Evil:
+    def __init__(self, target):
+        self.target = target
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.target}",))
+
+
+def test_bin_refuses_arbitrary_globals(tmp_path):
+    target = tmp_path / "pwned"
+    with open(tmp_path / "evil.bin", "wb") as f:
+        pickle.dump(([_Evil(target), b"x"], [True]), f, protocol=2)
+    with pytest.raises(PfdError, match=r"evil\.bin: refused global (posix|os|nt)\.system"):
+        read_bin(tmp_path / "evil.bin")
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("content,match", [
+    (pickle.dumps({"a": 1}), "expected a pickled"),
+    (pickle.dumps(([b"x"], [True])), r"1 images for 1 pairs \(need 2\)"),
+    (pickle.dumps(([b"x", 3], [True])), "image 1 is a int"),
+    (pickle.dumps(([b"x", b"y"], [2.5])), "not booleans"),
+    (pickle.dumps(([b"x", b"y"], [True]))[:-5], "not a readable .bin pickle"),
+    (b"plain text", "not a readable .bin pickle"),
+])
+def test_bin_bad_contents(tmp_path, content, match):
+    (tmp_path / "bad.bin").write_bytes(content)
+    with pytest.raises(PfdError, match=match):
+        read_bin(tmp_path / "bad.bin")
+
+
+def test_bin_missing_file_and_bad_image(tmp_path):
+    with pytest.raises(PfdError, match="no such .bin file"):
+        read_bin(tmp_path / "lfw.bin")
+    write_bin(tmp_path / "x.bin", [img(0), b"not an image"], [True])
+    p = read_bin(tmp_path / "x.bin", size=8)
+    with pytest.raises(PfdError, match=r"x\.bin#1: cannot decode image"):
+        p.faces[1]
+
+
+# -- generated -------------------------------------------------------------------------------------
+def faces_of(sizes: list[int]) -> TensorFaces:
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    return TensorFaces(torch.zeros(len(labels), 3, 2, 2), labels)
+
+
+def test_generate_pairs_balanced_distinct_and_seeded():
+    faces = faces_of([4, 4, 4, 4, 4])  # 6 genuine pairs per identity
+    p = generate_pairs(faces, num_pairs=10, seed=3)
+    assert len(p) == 20 and p.issame.sum() == 10
+    np.testing.assert_array_equal(p.issame, np.tile([True, False], 10))  # alternating: balanced folds
+    lab = faces.labels
+    np.testing.assert_array_equal(lab[p.left] == lab[p.right], p.issame)
+    keys = {(min(a, b), max(a, b)) for a, b in zip(p.left, p.right)}
+    assert len(keys) == 20 and all(a != b for a, b in keys)
+    np.testing.assert_array_equal(np.bincount(lab[p.left[p.issame]], minlength=5), [2] * 5)  # spread evenly
+    q = generate_pairs(faces, num_pairs=10, seed=3)
+    assert np.array_equal(q.left, p.left) and np.array_equal(q.right, p.right)
+    r = generate_pairs(faces, num_pairs=10, seed=4)
+    assert not (np.array_equal(r.left, p.left) and np.array_equal(r.right, p.right))
+
+
+def test_generate_pairs_can_take_every_pair():
+    faces = faces_of([3, 2])  # genuine: 3 + 1; impostor: 6
+    p = generate_pairs(faces, num_pairs=4, seed=0)
+    keys = {(int(a), int(b)) for a, b in zip(p.left, p.right)}
+    assert len(keys) == 8
+    genuine = set(zip(p.left[p.issame].tolist(), p.right[p.issame].tolist()))
+    assert genuine == {(0, 1), (0, 2), (1, 2), (3, 4)}
+
+
+@pytest.mark.parametrize("sizes,n,match", [
+    ([1, 1, 1], 1, r"only 0 distinct genuine pairs exist \(0 identities with 2\+ images\)"),
+    ([5], 2, "only 0 distinct impostor pairs"),
+    ([2, 2], 3, "only 2 distinct genuine pairs"),
+])
+def test_generate_pairs_impossible_requests(sizes, n, match):
+    with pytest.raises(PfdError, match=match):
+        generate_pairs(faces_of(sizes), num_pairs=n, seed=0)
+
+
+@pytest.mark.parametrize("m", [2, 3, 17, 3001])
+def test_triu_pair_matches_numpy(m):
+    i, j = np.triu_indices(m, 1)
+    t = np.arange(len(i)) if m < 100 else np.random.default_rng(0).choice(len(i), 5000, replace=False)
+    a, b = _triu_pair(t, m)
+    np.testing.assert_array_equal(a, i[t])
+    np.testing.assert_array_equal(b, j[t])
+
+
+def test_verification_pairs_validates():
+    faces = faces_of([2, 2])
+    assert len(VerificationPairs(faces, [0, 1], [2, 3], [0, 1])) == 2
+    with pytest.raises(ValueError):
+        VerificationPairs(faces, [0], [1, 2], [True])
+    with pytest.raises(ValueError):
+        VerificationPairs(faces, [0], [4], [True])

@@ -171,8 +171,12 @@ class IResNet(_FaceBackbone):
         self.fc = nn.Linear(cin * (size // 16) ** 2, self.embedding_dim)  # (C4·(S/16)²) -> D
         self.features = nn.BatchNorm1d(self.embedding_dim, eps=_BN_EPS)
         # insightface freezes the scale of the final BN at 1 so that only its shift is learnt.
-        nn.init.constant_(self.features.weight, 1.0)
         self.features.weight.requires_grad = False
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """insightface's initialisation: conv N(0, 0.1²), BN weight 1 and bias 0."""
+        nn.init.ones_(self.features.weight)
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.normal_(m.weight, 0.0, 0.1)
@@ -254,7 +258,11 @@ class AdaFaceIR(_FaceBackbone):
             nn.Linear(cin * (size // 16) ** 2, self.embedding_dim),
             nn.BatchNorm1d(self.embedding_dim, eps=_BN_EPS, affine=False),
         )
-        for m in self.modules():  # AdaFace's initialisation
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """AdaFace's initialisation: conv/linear Kaiming-normal (fan-out), BN weight 1, bias 0."""
+        for m in self.modules():
             if isinstance(m, (nn.Conv2d, nn.Linear)):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
                 if m.bias is not None:

@@ -81,7 +81,7 @@ def test_adaface_logits_follow_the_norm():
 
 
 def test_adaface_margin_direction():
-    """ẑ = −1 is ArcFace, 0 CosFace, +1 cos(θ − m) − 2m (AdaFace eq. 11); ẑ grows with the norm."""
+    """ẑ = −1 is ArcFace, 0 CosFace, +1 cos(θ − m) − 2m; ẑ grows with the norm."""
     cos = torch.cos(torch.tensor([30.0, 60.0, 110.0]) * DEG)
     assert torch.allclose(adaface_g(cos, 0.4, norm_z=-1.0), arcface_g(cos, 0.4), atol=1e-6)
     assert torch.allclose(adaface_g(cos, 0.4, norm_z=0.0), cosface_g(cos, 0.4), atol=1e-6)

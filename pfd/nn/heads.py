@@ -10,10 +10,10 @@ live here as pure functions over tensors, and every head's ``forward`` goes thro
   (``easy_margin=False``). Plain cos(θ + m) rises again past π, rewarding the worst samples;
   current arcface_torch (``CombinedMarginLoss``) leaves that unhandled, we do not.
 * CosFace (Wang et al. 2018):   g = cos θ − m
-* AdaFace (Kim et al. 2022, eq. 9-11):   g = cos(θ − m·ẑ) − (m + m·ẑ), ẑ ∈ [−1, 1] the batch-
+* AdaFace (Kim et al. 2022):   g = cos(θ − m·ẑ) − (m + m·ẑ), ẑ ∈ [−1, 1] the batch-
   normalised feature norm (ẑ = −1 gives ArcFace, 0 CosFace, +1 a negative angular margin with a
   2m shift); ẑ = 0 when norms are unknown.
-* MagFace (Meng et al. 2021, eq. 4-5):   g = cos(θ + m(a)), m(a) linear in the clipped norm
+* MagFace (Meng et al. 2021):   g = cos(θ + m(a)), m(a) linear in the clipped norm
   a ∈ [l_a, u_a]; as in MagFace's released code (``easy_margin=True``) samples with cos θ ≤ 0
   keep cos θ. The magnitude regulariser λ_g·g(a), g(a) = 1/a + a/u_a², is
   :meth:`MagFaceHead.regularizer`.
@@ -92,7 +92,7 @@ def cosface_g(cos: torch.Tensor, m: float | torch.Tensor) -> torch.Tensor:
 def adaface_g(
     cos: torch.Tensor, m: float | torch.Tensor, *, norm_z: torch.Tensor | float | None = None
 ) -> torch.Tensor:
-    """AdaFace quality-adaptive margin: ``cos(θ − m·ẑ) − (m + m·ẑ)`` (AdaFace eq. 9-10).
+    """AdaFace quality-adaptive margin: ``cos(θ − m·ẑ) − (m + m·ẑ)``.
 
     Args:
         cos: Target cosines.
@@ -401,7 +401,7 @@ class MagFaceHead(MarginHead):
         return self.g(cos_y, self.margin_for(norms))
 
     def regularizer(self, features: torch.Tensor) -> torch.Tensor:
-        """``λ_g · mean_i g(a_i)``, g(a) = 1/a + a/u_a² (MagFace eq. 5), fp32 scalar."""
+        """``λ_g · mean_i g(a_i)``, g(a) = 1/a + a/u_a², fp32 scalar."""
         with _fp32(features.device):
             a = self.clipped_norm(features.float().norm(dim=1))
             return self.opts["lambda_g"] * (1.0 / a + a / self.opts["u_a"] ** 2).mean()

@@ -18,7 +18,7 @@ Both take float RGB in ``[0, 1]`` of shape ``(B, 3, S, S)``, apply insightface's
 ``width`` scales every channel count (64, 128, 256, 512 at width 1) for tiny CPU models; any
 ``S`` divisible by 16 works (four stride-2 stages), the fc input being ``C4 · (S/16)²``.
 BatchNorm layers are plain ``nn.BatchNorm2d/1d`` (eps 1e-5, momentum 0.1) so that BN-statistic
-hooks (RTA, eq. 9) see them.
+hooks (the RTA BatchNorm loss) see them.
 """
 
 from __future__ import annotations

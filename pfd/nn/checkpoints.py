@@ -201,7 +201,9 @@ def _is_pfd(obj: Any) -> bool:
 def _check_pfd(obj: dict, path: str | os.PathLike) -> dict:
     version = obj.get("version")
     if not isinstance(version, int) or version > VERSION:
-        raise PfdError(f"{path}: pfd checkpoint version {version!r} is newer than this pfd reads ({VERSION}); upgrade pfd")
+        raise PfdError(
+            f"{path}: pfd checkpoint version {version!r} is newer than this pfd reads ({VERSION}); upgrade pfd"
+        )
     for key in ("arch", "backbone"):
         if not isinstance(obj.get(key), dict):
             raise PfdError(f"{path}: pfd checkpoint without {key!r}; the file is damaged, re-save it")
@@ -258,7 +260,8 @@ def _backbone_state(obj: Any, path: str | os.PathLike) -> tuple[dict[str, torch.
     bad = [k for k, v in sd.items() if not isinstance(v, torch.Tensor)]
     if bad or not sd:
         raise PfdError(
-            f"{path}: not a backbone state dict (non-tensor entries: {', '.join(map(str, bad[:5])) or 'none, it is empty'}); "
+            f"{path}: not a backbone state dict "
+            f"(non-tensor entries: {', '.join(map(str, bad[:5])) or 'none, it is empty'}); "
             "expected a pfd checkpoint, an insightface model.pt or an AdaFace .ckpt"
         )
     return sd, None

@@ -181,7 +181,9 @@ class MarginHead(nn.Module):
     ) -> None:
         super().__init__()
         if int(embedding_dim) < 1 or int(num_classes) < 1:
-            raise PfdError(f"{self.kind} head needs embedding_dim >= 1 and num_classes >= 1, got {embedding_dim}, {num_classes}")
+            raise PfdError(
+                f"{self.kind} head needs embedding_dim >= 1 and num_classes >= 1, got {embedding_dim}, {num_classes}"
+            )
         unknown = sorted(set(kwargs) - set(self.options))
         if unknown:
             known = ", ".join(sorted(self.options)) or "none"

@@ -1,0 +1,420 @@
+"""Checkpoints: pfd's own format, and the public insightface / AdaFace backbone weights.
+
+pfd's format is one ``torch.save`` of a dict holding only tensors and plain Python values, so that
+it loads with ``torch.load(weights_only=True)``::
+
+    {"format": "pfd-checkpoint", "version": 1,
+     "arch": model.arch,                    # create_backbone(**arch) rebuilds the backbone
+     "backbone": state_dict,
+     "head": {**head.spec(), "state_dict": ...} | None,
+     "config": {...}, "step": int | None,
+     "optimizer": state | None, "scheduler": state | None, "extra": {...} | None}
+
+:func:`load_backbone` also reads insightface ``arcface_torch`` weights (``model.pt`` /
+``backbone.pth``: a plain state dict) and AdaFace ``.ckpt`` files (``{"state_dict": {"model.…",
+"head.kernel", …}}``), inferring depth, width, input size and embedding dimension from the
+tensors, and strips DDP (``module.``) and ``torch.compile`` (``_orig_mod.``) prefixes. Every load
+is ``weights_only=True``: a file that would need arbitrary Python objects is refused, and keys
+are checked strictly (a mismatch lists the missing and unexpected keys).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import os
+import pickle
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from pfd.errors import PfdError
+from pfd.io import atomic_torch_save
+from pfd.nn.heads import MarginHead, create_head
+from pfd.nn.iresnet import STAGE_BLOCKS, create_backbone, stage_channels
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "save_checkpoint",
+    "load_checkpoint",
+    "load_backbone",
+    "load_head",
+    "infer_arch",
+]
+
+FORMAT = "pfd-checkpoint"
+VERSION = 1
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+_LIST_MAX = 10
+
+
+# --- saving ---------------------------------------------------------------------------------
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The module inside DDP / accelerate / torch.compile wrappers."""
+    while True:
+        inner = getattr(model, "module", None)
+        if inner is None:
+            inner = getattr(model, "_orig_mod", None)
+        if not isinstance(inner, nn.Module):
+            return model
+        model = inner
+
+
+def _cpu_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu() for k, v in module.state_dict().items()}
+
+
+def _plain(obj: Any, where: str) -> Any:
+    """``obj`` as tensors and plain Python values only (what ``weights_only`` loads)."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, torch.Tensor):
+        return obj.detach()
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if isinstance(obj, enum.Enum):
+        return _plain(obj.value, where)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _plain(dataclasses.asdict(obj), where)
+    if isinstance(obj, dict):
+        return {k: _plain(v, f"{where}[{k!r}]") for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        items = [_plain(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+        return items if isinstance(obj, list) else tuple(items)
+    if hasattr(obj, "item") and getattr(obj, "shape", None) == ():  # numpy scalars
+        return obj.item()
+    if type(obj).__module__ == "numpy":
+        return torch.as_tensor(obj)
+    raise TypeError(
+        f"{where}: cannot store a {type(obj).__name__} in a checkpoint (weights_only loading); "
+        "convert it to tensors, numbers, strings, lists or dicts"
+    )
+
+
+def save_checkpoint(
+    path: str | os.PathLike,
+    *,
+    backbone: nn.Module,
+    head: MarginHead | None = None,
+    config: Any = None,
+    step: int | None = None,
+    optimizer: Any = None,
+    scheduler: Any = None,
+    extra: Any = None,
+) -> Path:
+    """Write a pfd checkpoint atomically.
+
+    Args:
+        path: Destination file (parent folders are created).
+        backbone: A model from :func:`pfd.nn.iresnet.create_backbone` (wrappers are unwrapped).
+        head: Optional margin head; its spec and state are stored.
+        config: Plain dict (or dataclass) of the settings that produced the weights.
+        step: Optimiser step count.
+        optimizer: Optimiser or its ``state_dict()``, for resuming.
+        scheduler: LR scheduler or its ``state_dict()``, for resuming.
+        extra: Any further plain data.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: The backbone has no ``arch`` dict.
+        TypeError: ``config`` / ``extra`` hold values that ``weights_only`` cannot load.
+    """
+    model = _unwrap(backbone)
+    arch = getattr(model, "arch", None)
+    if not isinstance(arch, dict):
+        raise ValueError("backbone has no .arch dict; build it with pfd.nn.iresnet.create_backbone")
+    ck: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "arch": _plain(arch, "arch"),
+        "backbone": _cpu_state(model),
+        "head": None,
+        "config": _plain({} if config is None else config, "config"),
+        "step": None if step is None else int(step),
+        "optimizer": None,
+        "scheduler": None,
+        "extra": _plain(extra, "extra"),
+    }
+    if head is not None:
+        head = _unwrap(head)
+        ck["head"] = {**_plain(head.spec(), "head"), "state_dict": _cpu_state(head)}
+    for key, obj in (("optimizer", optimizer), ("scheduler", scheduler)):
+        if obj is not None:
+            ck[key] = _plain(obj.state_dict() if hasattr(obj, "state_dict") else obj, key)
+    atomic_torch_save(ck, path)
+    return Path(path)
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+def _short(text: str, n: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _torch_load(path: str | os.PathLike) -> Any:
+    """``torch.load(weights_only=True)`` on CPU with one-line errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise PfdError(f"{path}: no such checkpoint file; check the path")
+    try:
+        with warnings.catch_warnings():
+            # Bare pickles (not torch's zip format) trigger a protocol warning before being refused.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        try:
+            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        except Exception:  # not a zip checkpoint at all: report it as unreadable below
+            unsafe = []
+        if unsafe:
+            raise PfdError(
+                f"{path}: refused to load: it holds Python objects ({', '.join(unsafe[:5])}) and pfd only "
+                "loads tensors and plain values (weights_only); if you trust the file, re-save just its "
+                "weights with torch.save(state_dict) and load that"
+            ) from None
+        raise PfdError(
+            f"{path}: cannot read it as a weights-only torch checkpoint ({_short(e, 80)}); "
+            "it is truncated, not a torch file, or holds Python objects; re-download or re-save it"
+        ) from None
+    except Exception as e:  # truncated zip (RuntimeError), empty (EOFError), text (KeyError), ...
+        raise PfdError(
+            f"{path}: cannot read checkpoint ({type(e).__name__}: {_short(e, 100)}); the file is truncated "
+            "or not a torch checkpoint; re-download or re-save it"
+        ) from None
+
+
+def _is_pfd(obj: Any) -> bool:
+    return isinstance(obj, dict) and obj.get("format") == FORMAT
+
+
+def _check_pfd(obj: dict, path: str | os.PathLike) -> dict:
+    version = obj.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise PfdError(
+            f"{path}: pfd checkpoint version {version!r} is newer than this pfd reads ({VERSION}); upgrade pfd"
+        )
+    for key in ("arch", "backbone"):
+        if not isinstance(obj.get(key), dict):
+            raise PfdError(f"{path}: pfd checkpoint without {key!r}; the file is damaged, re-save it")
+    return obj
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a pfd checkpoint (``weights_only=True``, tensors on CPU).
+
+    Returns:
+        The checkpoint dict (see the module docs for its keys).
+
+    Raises:
+        PfdError: Missing, corrupt or unsafe file, or not a pfd checkpoint.
+    """
+    obj = _torch_load(path)
+    if not _is_pfd(obj):
+        keys = ", ".join(map(str, list(obj)[:5])) if isinstance(obj, dict) else type(obj).__name__
+        raise PfdError(
+            f"{path}: not a pfd checkpoint (found {keys}); insightface/AdaFace weights load with "
+            "load_backbone (pfd eval --model), or save with pfd.nn.checkpoints.save_checkpoint"
+        )
+    return _check_pfd(obj, path)
+
+
+def _strip_prefixes(sd: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in sd.items():
+        changed = True
+        while changed:
+            changed = False
+            for p in _WRAPPER_PREFIXES:
+                if key.startswith(p):
+                    key, changed = key[len(p) :], True
+        out[key] = value
+    return out
+
+
+def _backbone_state(obj: Any, path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict | None]:
+    """(state dict in our key names, saved arch or None) from any supported file content."""
+    if _is_pfd(obj):
+        obj = _check_pfd(obj, path)
+        return _strip_prefixes(obj["backbone"]), dict(obj["arch"])
+    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
+        # PyTorch-Lightning (AdaFace): the backbone lives under "model.", the margin head under "head."
+        sd = _strip_prefixes(obj["state_dict"])
+        if any(k.startswith("model.") for k in sd):
+            sd = {k[len("model.") :]: v for k, v in sd.items() if k.startswith("model.")}
+        sd = _strip_prefixes({k: v for k, v in sd.items() if not k.startswith("head.")})
+    elif isinstance(obj, dict):
+        sd = _strip_prefixes(obj)
+    else:
+        raise PfdError(f"{path}: holds a {type(obj).__name__}, not model weights; expected a state dict or checkpoint")
+    bad = [k for k, v in sd.items() if not isinstance(v, torch.Tensor)]
+    if bad or not sd:
+        raise PfdError(
+            f"{path}: not a backbone state dict "
+            f"(non-tensor entries: {', '.join(map(str, bad[:5])) or 'none, it is empty'}); "
+            "expected a pfd checkpoint, an insightface model.pt or an AdaFace .ckpt"
+        )
+    return sd, None
+
+
+def _count_indices(sd: dict[str, Any], prefix: str) -> int:
+    """Number of distinct ``i`` in keys ``prefix{i}.…``."""
+    found = {k[len(prefix) :].split(".", 1)[0] for k in sd if k.startswith(prefix)}
+    return len({int(i) for i in found if i.isdigit()})
+
+
+def _infer_width(chans: tuple[int, int, int, int]) -> float:
+    for w in sorted({c / b for c, b in zip(chans, (64, 128, 256, 512))}):
+        if stage_channels(w) == chans:
+            return w
+    raise PfdError(f"channel counts {chans} match no width multiplier; pass arch= with the model's settings")
+
+
+def _depth(blocks: tuple[int, ...], family: str) -> int:
+    for depth, b in STAGE_BLOCKS.items():
+        if b == blocks:
+            return depth
+    known = ", ".join(f"{d}: {b}" for d, b in STAGE_BLOCKS.items())
+    raise PfdError(f"{family} weights with {blocks} blocks per stage match no known depth ({known}); pass arch=")
+
+
+def infer_arch(sd: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Rebuild ``create_backbone`` arguments from an insightface- or AdaFace-layout state dict.
+
+    Depth comes from the block counts, width from the stage channel counts, ``size`` from the fc
+    input (``C4 · (S/16)²``) and ``embedding_dim`` from the fc output. Dropout is not stored in
+    weights and is set to 0.
+
+    Raises:
+        PfdError: Unrecognised layout or counts.
+    """
+    if "conv1.weight" in sd and "layer1.0.conv1.weight" in sd and "fc.weight" in sd:
+        blocks = tuple(_count_indices(sd, f"layer{s}.") for s in range(1, 5))
+        name = f"ir{_depth(blocks, 'insightface')}"
+        chans = tuple(int(sd[f"layer{s}.0.conv2.weight"].shape[0]) for s in range(1, 5))
+        fc = sd["fc.weight"]
+    elif "input_layer.0.weight" in sd and "output_layer.3.weight" in sd:
+        n = _count_indices(sd, "body.")
+        outs = [int(sd[f"body.{i}.res_layer.4.weight"].shape[0]) for i in range(n)]
+        groups: list[list[int]] = []
+        for c in outs:  # a stage is a run of blocks with the same output channels
+            if groups and groups[-1][0] == c:
+                groups[-1].append(c)
+            else:
+                groups.append([c])
+        name = f"adaface_ir{_depth(tuple(len(g) for g in groups), 'AdaFace')}"
+        chans = tuple(g[0] for g in groups)
+        fc = sd["output_layer.3.weight"]
+    else:
+        raise PfdError(
+            f"unrecognised backbone layout (first keys: {', '.join(list(sd)[:4])}); "
+            "expected insightface (conv1, layer1..4, fc) or AdaFace (input_layer, body, output_layer) keys"
+        )
+    width = _infer_width(chans)  # type: ignore[arg-type]
+    dim, fc_in = (int(x) for x in fc.shape)
+    side = math.isqrt(fc_in // chans[3]) if fc_in % chans[3] == 0 else 0
+    if side < 1 or side * side * chans[3] != fc_in:
+        raise PfdError(f"fc input {fc_in} is not {chans[3]}·(size/16)²; pass arch= with the model's settings")
+    return {"name": name, "width": width, "size": 16 * side, "embedding_dim": dim, "dropout": 0.0}
+
+
+def _listing(keys: list[str]) -> str:
+    shown = ", ".join(keys[:_LIST_MAX])
+    more = f", (+{len(keys) - _LIST_MAX} more)" if len(keys) > _LIST_MAX else ""
+    return f"[{shown}{more}]"
+
+
+def _load_strict(module: nn.Module, sd: dict[str, torch.Tensor], path: Any, what: str) -> None:
+    """``load_state_dict`` that reports every mismatch in one PfdError line.
+
+    Missing ``num_batches_tracked`` counters are tolerated: older exports omit them and they do
+    not affect inference (BN momentum is fixed).
+    """
+    own = module.state_dict()
+    missing = [k for k in own if k not in sd and not k.endswith("num_batches_tracked")]
+    unexpected = [k for k in sd if k not in own]
+    shapes = [
+        f"{k} {tuple(sd[k].shape)} vs {tuple(own[k].shape)}" for k in own if k in sd and sd[k].shape != own[k].shape
+    ]
+    if missing or unexpected or shapes:
+        msg = (
+            f"{path}: weights do not fit {what}: {len(missing)} missing keys {_listing(missing)}, "
+            f"{len(unexpected)} unexpected keys {_listing(unexpected)}"
+        )
+        if shapes:
+            msg += f", {len(shapes)} shape mismatches {_listing(shapes)}"
+        raise PfdError(msg + "; pass the matching arch (e.g. --arch ir50) or check the file")
+    module.load_state_dict(sd, strict=False)
+
+
+def _describe(arch: dict[str, Any]) -> str:
+    return (
+        f"{arch.get('name')} (width {arch.get('width')}, size {arch.get('size')}, "
+        f"dim {arch.get('embedding_dim')})"
+    )
+
+
+def load_backbone(path: str | os.PathLike, *, arch: str | dict[str, Any] | None = None) -> nn.Module:
+    """Build a backbone and load its weights from a pfd, insightface or AdaFace file.
+
+    Args:
+        path: pfd checkpoint, insightface ``model.pt`` / ``backbone.pth`` (plain state dict, with or
+            without ``module.`` prefixes) or AdaFace ``.ckpt``.
+        arch: Override: a backbone name (other settings still inferred from the weights) or a dict
+            of :func:`~pfd.nn.iresnet.create_backbone` arguments (merged over the inferred ones).
+
+    Returns:
+        The model in eval mode, with ``model.arch``.
+
+    Raises:
+        PfdError: Unreadable/unsafe file, unrecognised layout, or weights that do not fit the
+            architecture (the message lists missing and unexpected keys).
+    """
+    sd, saved = _backbone_state(_torch_load(path), path)
+    if saved is not None:
+        base = saved
+    else:
+        try:
+            base = infer_arch(sd)
+        except PfdError as e:
+            if arch is None:
+                raise PfdError(f"{path}: {e}") from None
+            base = {}
+    if isinstance(arch, str):
+        spec = {**base, "name": arch}
+    elif isinstance(arch, dict):
+        spec = {**base, **arch}
+    else:
+        spec = dict(base)
+    model = create_backbone(**spec)
+    what = _describe(model.arch)
+    if base and base.get("name") != model.arch["name"]:
+        what += f" (the weights look like {_describe(base)})"
+    _load_strict(model, sd, path, what)
+    return model.eval()
+
+
+def load_head(path: str | os.PathLike) -> MarginHead:
+    """The margin head stored in a pfd checkpoint, in eval mode.
+
+    Raises:
+        PfdError: Not a pfd checkpoint, no head stored, or the head state does not fit its spec.
+    """
+    ck = load_checkpoint(path)
+    stored = ck.get("head")
+    if not isinstance(stored, dict) or "state_dict" not in stored:
+        raise PfdError(f"{path}: checkpoint has no margin head (saved without one); use a training checkpoint")
+    spec = {k: v for k, v in stored.items() if k != "state_dict"}
+    head = create_head(**spec)
+    _load_strict(head, stored["state_dict"], path, f"{spec.get('kind')} head ({spec.get('num_classes')} classes)")
+    return head.eval()

@@ -1,0 +1,337 @@
+"""IResNet face-recognition backbones with the state-dict layouts of public checkpoints.
+
+Two layouts of the same "improved residual" network (BN - conv3x3 - BN - PReLU - conv3x3(stride)
+- BN, plus a shortcut) are provided so that published weights load without key remapping:
+
+* ``ir18 / ir34 / ir50 / ir100``: insightface ``arcface_torch`` (``conv1, bn1, prelu``,
+  ``layer1..4`` of blocks ``bn1, conv1, bn2, prelu, conv2, bn3, downsample.0/1``, then
+  ``bn2, dropout, fc, features``). ``features`` is an affine BatchNorm1d whose weight is frozen
+  at 1 (only its bias trains), as insightface does.
+* ``adaface_ir18 / 34 / 50 / 100``: AdaFace's ``net.py`` (``input_layer``, a flat ``body`` of
+  ``BasicBlockIR`` with ``shortcut_layer`` = ``MaxPool2d(1, stride)`` when the channel count
+  does not change, else conv1x1 + BN, and ``res_layer`` = BN, conv, BN, PReLU, conv(stride), BN;
+  then ``output_layer`` = BN2d, Dropout, Flatten, Linear, BatchNorm1d without affine).
+  AdaFace was trained on BGR input, so these models flip the channel order first.
+
+Both take float RGB in ``[0, 1]`` of shape ``(B, 3, S, S)``, apply insightface's
+``(x - 0.5) / 0.5`` inside ``forward`` and return raw, un-normalised features ``(B, D)``.
+``width`` scales every channel count (64, 128, 256, 512 at width 1) for tiny CPU models; any
+``S`` divisible by 16 works (four stride-2 stages), the fc input being ``C4 · (S/16)²``.
+BatchNorm layers are plain ``nn.BatchNorm2d/1d`` (eps 1e-5, momentum 0.1) so that BN-statistic
+hooks (the RTA BatchNorm loss) see them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from pfd.errors import PfdError
+
+__all__ = [
+    "BACKBONES",
+    "STAGE_BLOCKS",
+    "IResNet",
+    "AdaFaceIR",
+    "register_backbone",
+    "create_backbone",
+    "list_backbones",
+    "stage_channels",
+]
+
+#: Blocks per stage of each depth (insightface and AdaFace agree).
+STAGE_BLOCKS: dict[int, tuple[int, int, int, int]] = {
+    18: (2, 2, 2, 2),
+    34: (3, 4, 6, 3),
+    50: (3, 4, 14, 3),
+    100: (3, 13, 30, 3),
+}
+_BASE_CHANNELS = (64, 128, 256, 512)
+_BN_EPS = 1e-5
+
+#: name -> builder(*, width, size, embedding_dim, dropout) -> nn.Module
+BACKBONES: dict[str, Callable[..., nn.Module]] = {}
+
+
+def register_backbone(name: str) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
+    """Decorator adding a backbone builder to :data:`BACKBONES` under ``name``.
+
+    The builder takes keyword arguments ``width``, ``size``, ``embedding_dim`` and ``dropout``.
+
+    Raises:
+        ValueError: If ``name`` is already registered.
+    """
+
+    def deco(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        if name in BACKBONES:
+            raise ValueError(f"backbone {name!r} is already registered")
+        BACKBONES[name] = fn
+        return fn
+
+    return deco
+
+
+def list_backbones() -> list[str]:
+    """Registered backbone names, sorted."""
+    return sorted(BACKBONES)
+
+
+def stage_channels(width: float) -> tuple[int, int, int, int]:
+    """Channel counts of the four stages at a width multiplier (``round``, at least 1)."""
+    if not width > 0:
+        raise PfdError(f"backbone width must be > 0, got {width}; use e.g. 1.0 or 0.25")
+    return tuple(max(1, int(round(c * width))) for c in _BASE_CHANNELS)  # type: ignore[return-value]
+
+
+def _check_size(size: int) -> int:
+    if int(size) != size or size < 16 or size % 16:
+        raise PfdError(
+            f"input size {size} is not a positive multiple of 16 (the backbone halves it four times); "
+            "use e.g. 32, 64 or 112"
+        )
+    return int(size)
+
+
+def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, kernel_size=3, stride=stride, padding=1, bias=False)
+
+
+def _conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, kernel_size=1, stride=stride, bias=False)
+
+
+class _FaceBackbone(nn.Module):
+    """Shared input handling: shape check, optional RGB->BGR flip, ``(x - 0.5) / 0.5``."""
+
+    bgr: bool = False
+
+    def __init__(self, arch: dict[str, Any]) -> None:
+        super().__init__()
+        #: Keyword arguments that rebuild this model: ``create_backbone(**model.arch)``.
+        self.arch = dict(arch)
+        self.size = int(arch["size"])
+        self.embedding_dim = int(arch["embedding_dim"])
+
+    def _prepare(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4 or x.shape[1] != 3 or x.shape[2] != self.size or x.shape[3] != self.size:
+            raise PfdError(
+                f"{self.arch['name']} expects images of shape (B, 3, {self.size}, {self.size}), got "
+                f"{tuple(x.shape)}; resize the faces to {self.size}px or build the model with size={x.shape[-1]}"
+            )
+        if self.bgr:
+            x = x.flip(1)  # RGB -> BGR: AdaFace's weights were trained on BGR crops
+        return (x - 0.5) / 0.5
+
+
+# --- insightface arcface_torch layout -------------------------------------------------------
+
+
+class IBasicBlock(nn.Module):
+    """insightface's improved basic block: BN, conv3x3, BN, PReLU, conv3x3(stride), BN (+ shortcut)."""
+
+    def __init__(self, cin: int, cout: int, stride: int, downsample: nn.Module | None) -> None:
+        super().__init__()
+        self.bn1 = nn.BatchNorm2d(cin, eps=_BN_EPS)
+        self.conv1 = _conv3x3(cin, cout)
+        self.bn2 = nn.BatchNorm2d(cout, eps=_BN_EPS)
+        self.prelu = nn.PReLU(cout)
+        self.conv2 = _conv3x3(cout, cout, stride)
+        self.bn3 = nn.BatchNorm2d(cout, eps=_BN_EPS)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.bn3(self.conv2(self.prelu(self.bn2(self.conv1(self.bn1(x))))))
+        shortcut = x if self.downsample is None else self.downsample(x)
+        return out + shortcut
+
+
+class IResNet(_FaceBackbone):
+    """IResNet in insightface ``arcface_torch`` layout.
+
+    Args:
+        arch: The rebuilding dict (``name``, ``width``, ``size``, ``embedding_dim``, ``dropout``).
+        blocks: Blocks per stage, e.g. ``(2, 2, 2, 2)`` for IResNet-18.
+    """
+
+    def __init__(self, arch: dict[str, Any], blocks: tuple[int, int, int, int]) -> None:
+        super().__init__(arch)
+        chans = stage_channels(float(arch["width"]))
+        size = _check_size(arch["size"])
+        self.conv1 = _conv3x3(3, chans[0])
+        self.bn1 = nn.BatchNorm2d(chans[0], eps=_BN_EPS)
+        self.prelu = nn.PReLU(chans[0])
+        cin = chans[0]
+        for i, (cout, n) in enumerate(zip(chans, blocks), start=1):
+            setattr(self, f"layer{i}", self._make_layer(cin, cout, n))
+            cin = cout
+        self.bn2 = nn.BatchNorm2d(cin, eps=_BN_EPS)
+        self.dropout = nn.Dropout(p=float(arch["dropout"]))
+        self.fc = nn.Linear(cin * (size // 16) ** 2, self.embedding_dim)  # (C4·(S/16)²) -> D
+        self.features = nn.BatchNorm1d(self.embedding_dim, eps=_BN_EPS)
+        # insightface freezes the scale of the final BN at 1 so that only its shift is learnt.
+        self.features.weight.requires_grad = False
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """insightface's initialisation: conv N(0, 0.1²), BN weight 1 and bias 0."""
+        nn.init.ones_(self.features.weight)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.normal_(m.weight, 0.0, 0.1)
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    @staticmethod
+    def _make_layer(cin: int, cout: int, n: int) -> nn.Sequential:
+        # The first block of every stage strides by 2; its shortcut is always a conv1x1 + BN
+        # (insightface adds it whenever stride != 1, even where channels match).
+        down = nn.Sequential(_conv1x1(cin, cout, 2), nn.BatchNorm2d(cout, eps=_BN_EPS))
+        layers = [IBasicBlock(cin, cout, 2, down)]
+        layers += [IBasicBlock(cout, cout, 1, None) for _ in range(n - 1)]
+        return nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, 3, S, S)`` RGB in [0, 1] -> raw features ``(B, D)``."""
+        x = self.prelu(self.bn1(self.conv1(self._prepare(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))  # (B, C4, S/16, S/16)
+        x = torch.flatten(self.bn2(x), 1)
+        return self.features(self.fc(self.dropout(x)))  # (B, D)
+
+
+# --- AdaFace net.py layout ------------------------------------------------------------------
+
+
+class BasicBlockIR(nn.Module):
+    """AdaFace's IR block: ``res_layer`` (BN, conv, BN, PReLU, conv(stride), BN) + ``shortcut_layer``."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        if cin == cout:
+            # A 1x1 max-pool is a pure strided subsample: no weights, unlike insightface.
+            self.shortcut_layer: nn.Module = nn.MaxPool2d(1, stride)
+        else:
+            self.shortcut_layer = nn.Sequential(_conv1x1(cin, cout, stride), nn.BatchNorm2d(cout, eps=_BN_EPS))
+        self.res_layer = nn.Sequential(
+            nn.BatchNorm2d(cin, eps=_BN_EPS),
+            _conv3x3(cin, cout),
+            nn.BatchNorm2d(cout, eps=_BN_EPS),
+            nn.PReLU(cout),
+            _conv3x3(cout, cout, stride),
+            nn.BatchNorm2d(cout, eps=_BN_EPS),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.res_layer(x) + self.shortcut_layer(x)
+
+
+class AdaFaceIR(_FaceBackbone):
+    """IResNet in AdaFace ``net.py`` layout (BGR input).
+
+    Args:
+        arch: The rebuilding dict (``name``, ``width``, ``size``, ``embedding_dim``, ``dropout``).
+        blocks: Blocks per stage.
+    """
+
+    bgr = True
+
+    def __init__(self, arch: dict[str, Any], blocks: tuple[int, int, int, int]) -> None:
+        super().__init__(arch)
+        chans = stage_channels(float(arch["width"]))
+        size = _check_size(arch["size"])
+        self.input_layer = nn.Sequential(
+            _conv3x3(3, chans[0]), nn.BatchNorm2d(chans[0], eps=_BN_EPS), nn.PReLU(chans[0])
+        )
+        units: list[nn.Module] = []
+        cin = chans[0]
+        for cout, n in zip(chans, blocks):
+            units.append(BasicBlockIR(cin, cout, 2))
+            units += [BasicBlockIR(cout, cout, 1) for _ in range(n - 1)]
+            cin = cout
+        self.body = nn.Sequential(*units)
+        self.output_layer = nn.Sequential(
+            nn.BatchNorm2d(cin, eps=_BN_EPS),
+            nn.Dropout(float(arch["dropout"])),
+            nn.Flatten(),
+            nn.Linear(cin * (size // 16) ** 2, self.embedding_dim),
+            nn.BatchNorm1d(self.embedding_dim, eps=_BN_EPS, affine=False),
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """AdaFace's initialisation: conv/linear Kaiming-normal (fan-out), BN weight 1, bias 0."""
+        for m in self.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, 3, S, S)`` RGB in [0, 1] -> raw features ``(B, D)``.
+
+        AdaFace's own forward returns ``(x / ‖x‖, ‖x‖)``; the raw ``x`` carries both.
+        """
+        return self.output_layer(self.body(self.input_layer(self._prepare(x))))  # (B, D)
+
+
+# --- registry -------------------------------------------------------------------------------
+
+
+def _builder(cls: type[_FaceBackbone], name: str, depth: int) -> Callable[..., nn.Module]:
+    def build(*, width: float = 1.0, size: int = 112, embedding_dim: int = 512, dropout: float = 0.0) -> nn.Module:
+        arch = {
+            "name": name,
+            "width": float(width),
+            "size": int(size),
+            "embedding_dim": int(embedding_dim),
+            "dropout": float(dropout),
+        }
+        return cls(arch, STAGE_BLOCKS[depth])
+
+    build.__name__ = name
+    build.__doc__ = f"{cls.__name__}-{depth} ({'AdaFace' if cls is AdaFaceIR else 'insightface'} layout)."
+    return build
+
+
+for _depth in (18, 34, 50, 100):
+    register_backbone(f"ir{_depth}")(_builder(IResNet, f"ir{_depth}", _depth))
+    register_backbone(f"adaface_ir{_depth}")(_builder(AdaFaceIR, f"adaface_ir{_depth}", _depth))
+
+
+def create_backbone(
+    name: str,
+    *,
+    width: float = 1.0,
+    size: int = 112,
+    embedding_dim: int = 512,
+    dropout: float = 0.0,
+) -> nn.Module:
+    """Build a registered backbone.
+
+    Args:
+        name: Registered name (``ir18, ir34, ir50, ir100, adaface_ir18, ..., adaface_ir100``).
+        width: Channel multiplier (1.0 = the published network; 0.25 is a fast CPU model).
+        size: Square input side, a multiple of 16 (112 for public checkpoints).
+        embedding_dim: Output feature dimension D.
+        dropout: Dropout before the fc layer (insightface default 0; AdaFace trained with 0.4).
+
+    Returns:
+        The model, in training mode, with ``model.arch`` such that
+        ``create_backbone(**model.arch)`` rebuilds it.
+
+    Raises:
+        PfdError: Unknown name, non-positive width, or a size not divisible by 16.
+    """
+    try:
+        build = BACKBONES[name]
+    except KeyError:
+        raise PfdError(f"unknown backbone {name!r}; choose one of {', '.join(list_backbones())}") from None
+    _check_size(size)
+    if int(embedding_dim) < 1:
+        raise PfdError(f"embedding_dim must be >= 1, got {embedding_dim}")
+    return build(width=width, size=size, embedding_dim=embedding_dim, dropout=dropout)

@@ -70,8 +70,8 @@ class TrainConfig:
         width: Channel-width multiplier (1.0 = the published architecture).
         embedding_dim: Embedding dimension D.
         head: Margin head (``arcface``, ``cosface``, ``adaface``, ``magface``).
-        scale: Logit scale s.
-        margin: Margin m.
+        scale: Logit scale s (empty: the head's published default, 64).
+        margin: Margin m (empty: the head's default; MagFace's margin depends on the norm).
         init: Checkpoint to fine-tune from (pfd, insightface or AdaFace format).
         epochs: Passes over the data.
         max_steps: Stop after this many optimiser steps (overrides epochs when set).
@@ -97,8 +97,8 @@ class TrainConfig:
     width: float = 1.0
     embedding_dim: int = 512
     head: str = "arcface"
-    scale: float = 64.0
-    margin: float = 0.5
+    scale: float | None = None
+    margin: float | None = None
     init: str | None = None
     epochs: int = 20
     max_steps: int | None = None

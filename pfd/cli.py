@@ -51,5 +51,96 @@ def main(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
+def _flags(**kw: Any) -> dict[str, Any]:
+    """CLI values that were given (None = flag absent, so the recipe/default stands)."""
+    return {k: v for k, v in kw.items() if v is not None and v != ()}
+
+
+def _recipe_table(recipe: str | None, table: str) -> dict[str, Any]:
+    from pfd.config import load_recipe
+
+    return dict(load_recipe(recipe).get(table, {})) if recipe else {}
+
+
+# --- train ---
+@main.command("train")
+@click.option("--recipe", help="TOML recipe (path or name in recipes/); its [train] table is used.")
+@click.option("--data", multiple=True, help="Dataset spec; repeat to train jointly (disjoint labels).")
+@click.option("--backbone", help="ir18, ir34, ir50, ir100, adaface_ir50, ...")
+@click.option("--width", type=float, help="Channel-width multiplier (tiny CPU models: 0.25).")
+@click.option("--size", type=int, help="Input size in pixels (divisible by 16).")
+@click.option("--embedding-dim", type=int, help="Embedding dimension D.")
+@click.option("--head", help="arcface, cosface, adaface or magface.")
+@click.option("--scale", type=float, help="Head scale s.")
+@click.option("--margin", type=float, help="Head margin m.")
+@click.option("--init", help="Checkpoint to fine-tune from (pfd, insightface or AdaFace).")
+@click.option("--epochs", type=int)
+@click.option("--max-steps", type=int, help="Stop after this many steps (overrides --epochs).")
+@click.option("--batch-size", type=int, help="Global batch size (split across processes).")
+@click.option("--lr", type=float, help="Peak SGD learning rate.")
+@click.option("--warmup-epochs", type=float)
+@click.option("--schedule", type=click.Choice(["cosine", "poly"]))
+@click.option("--grad-clip", type=float, help="Max gradient norm (0 disables).")
+@click.option("--mixed-precision", type=click.Choice(["auto", "no", "bf16", "fp16"]))
+@click.option("--checkpoint-every", type=int, help="Resumable checkpoint every N steps.")
+@click.option("--out", help="Output folder.")
+@click.option("--seed", type=int)
+@click.option("--workers", type=int, help="DataLoader worker processes.")
+@click.option("--min-images", type=int, help="Drop identities with fewer images.")
+@click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in OUT/checkpoints.")
+def train_cmd(recipe: str | None, resume: bool, **kw: Any) -> None:
+    """Train or fine-tune a face-recognition model with a margin loss.
+
+    \b
+    Examples:
+      pfd train --recipe demo                       # tiny ir18 on synthetic:public, CPU
+      pfd train --data synthetic:public --backbone ir18 --width 0.25 --size 64 --epochs 5
+      pfd train --data faces/ --data release/ --init public.pt --out runs/ft
+      pfd train --recipe demo --out runs/demo --resume
+      accelerate launch -m pfd train --recipe demo  # data-parallel, same code
+    """
+    import time
+
+    from pfd.config import TrainConfig, build_config
+    from pfd.nn.checkpoints import load_checkpoint
+    from pfd.train import train
+
+    kw["data"] = list(kw["data"]) or None
+    cfg = build_config(TrainConfig, _recipe_table(recipe, "train"), _flags(**kw))
+    t0 = time.perf_counter()
+    path = train(cfg, resume=resume)
+    ck = load_checkpoint(path)
+    click.echo(f"model   {path}\nsteps   {ck.get('step')}\ntime    {time.perf_counter() - t0:.1f} s")
+
+
+# --- eval ---
+@main.command("eval")
+@click.option("--recipe", help="TOML recipe; its [eval] table is used.")
+@click.option("--model", help="Checkpoint to evaluate (pfd, insightface or AdaFace).")
+@click.option("--pairs", help="pairs.txt (images under --data) or an insightface .bin.")
+@click.option("--data", help="Image root for pairs.txt, or a dataset to draw pairs from.")
+@click.option("--num-pairs", type=int, help="Genuine pairs to draw (as many impostors are added).")
+@click.option("--folds", type=int, help="Cross-validation folds for the accuracy.")
+@click.option("--flip/--no-flip", default=None, help="Fuse each image with its mirror (insightface).")
+@click.option("--batch-size", type=int)
+@click.option("--seed", type=int, help="Pair-drawing seed.")
+@click.option("--out", help="JSON output (default: eval.json next to the model).")
+def eval_cmd(recipe: str | None, **kw: Any) -> None:
+    """Verification accuracy (10-fold), TAR@FAR, EER and ROC AUC of a model.
+
+    \b
+    Examples:
+      pfd eval --model runs/train/model.pt --data synthetic:test
+      pfd eval --model ms1mv3_r50.pt --pairs lfw.bin
+      pfd eval --model model.pt --pairs lfw/pairs.txt --data lfw/images
+    """
+    from pfd.config import EvalConfig, build_config
+    from pfd.verify import evaluate, format_metrics_table
+
+    cfg = build_config(EvalConfig, _recipe_table(recipe, "eval"), _flags(**kw))
+    metrics = evaluate(cfg)
+    click.echo(format_metrics_table(metrics))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
+from pfd.config import EvalConfig
 from pfd.errors import PfdError
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "verification_metrics",
     "evaluate_pairs",
     "format_metrics_table",
+    "evaluate",
 ]
 
 #: FAR targets reported by :func:`verification_metrics`.
@@ -364,3 +366,55 @@ def format_metrics_table(metrics: Mapping[str, Any]) -> str:
         rows.append((key, text))
     width = max(len(k) for k, _ in rows) if rows else 0
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def evaluate(cfg: EvalConfig, *, model: Any | None = None) -> dict[str, Any]:
+    """``pfd eval``: verification metrics of a model on a pairs file, a ``.bin`` or generated pairs.
+
+    Args:
+        cfg: Evaluation configuration. ``cfg.model`` is a checkpoint (pfd, insightface or AdaFace
+            format); ``cfg.pairs`` a ``pairs.txt`` (images under ``cfg.data``) or a ``.bin``; when
+            ``cfg.pairs`` is empty, ``cfg.num_pairs`` genuine and as many impostor pairs are drawn
+            from ``cfg.data`` with ``cfg.seed``.
+        model: An already loaded backbone (skips loading ``cfg.model``).
+
+    Returns:
+        The metrics of :func:`verification_metrics` plus ``model``, ``pairs`` and ``data``; also
+        written as JSON to ``cfg.out`` (default ``<model dir>/eval.json``).
+
+    Raises:
+        PfdError: Missing model or pairs, or bad data.
+    """
+    from pathlib import Path
+
+    from pfd.data.pairs import generate_pairs, read_bin, read_pairs_txt
+    from pfd.data.sources import open_faces
+    from pfd.embed import Embedder
+    from pfd.io import atomic_write_json
+    from pfd.nn.checkpoints import load_backbone
+
+    if model is None:
+        if not cfg.model:
+            raise PfdError("no model given; pass --model PATH (a pfd, insightface or AdaFace checkpoint)")
+        model = load_backbone(cfg.model)
+    size = int(getattr(model, "arch", {}).get("size", 112))
+    if cfg.pairs:
+        p = Path(cfg.pairs)
+        if p.suffix.lower() == ".bin":
+            pairs = read_bin(p, size=size)
+        else:
+            if not cfg.data or cfg.data.startswith("synthetic"):
+                raise PfdError(f"{p}: a pairs.txt needs its image folder; pass --data ROOT")
+            pairs = read_pairs_txt(p, root=cfg.data, size=size)
+    else:
+        faces = open_faces(cfg.data, size=size, min_images=2)
+        pairs = generate_pairs(faces, num_pairs=cfg.num_pairs, seed=cfg.seed)
+    embedder = Embedder(model, batch_size=cfg.batch_size, flip=cfg.flip)
+    metrics = evaluate_pairs(embedder, pairs, folds=cfg.folds)
+    metrics.update(model=str(cfg.model), pairs=str(cfg.pairs or f"generated:{cfg.num_pairs}:seed{cfg.seed}"),
+                   data=str(cfg.data), flip=bool(cfg.flip))
+    out = cfg.out or (str(Path(cfg.model).with_name("eval.json")) if cfg.model else "")
+    if out:
+        atomic_write_json(out, metrics)
+        metrics["written_to"] = out
+    return metrics

@@ -54,8 +54,8 @@ __all__ = [
 STATISTICS: tuple[str, ...] = ("pair_cos", "vmf_kappa", "pen_logit", "proto_ce")
 
 #: Floor for ``1 − R̄²`` in κ̂ and for prototype norms: a cluster of identical embeddings gets a
-#: huge but finite κ (≈ d·1e12) instead of inf, so that standardisation and AUC still work.
-_TINY = 1e-12
+#: huge but finite κ (≈ d·1e18) instead of inf, so that standardisation and AUC still work.
+_TINY = 1e-18
 
 Penalty = Callable[..., torch.Tensor]
 
@@ -179,7 +179,7 @@ def vmf_kappa(emb: Any, labels: Any, *, names: Sequence[str] | None = None) -> n
 
     ``κ̂₀ = R̄(d − R̄²)/(1 − R̄²)``, ``R̄ = ‖k^{-1}Σe_i‖``, with ``d = emb.shape[1]`` and
     ``1 − R̄²`` computed as the cluster inertia ``k^{-1}Σ‖e_i − μ‖²`` (same value, no
-    cancellation as ``R̄ → 1``; floored at 1e-12). κ̂₀ is strictly decreasing in the inertia,
+    cancellation as ``R̄ → 1``; floored at 1e-18). κ̂₀ is strictly decreasing in the inertia,
     so both rank identities identically (the paper's remark).
 
     Args:

@@ -60,7 +60,10 @@ def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     denom = 1.0 + z2 / n
     centre = (p + z2 / (2 * n)) / denom
     half = z / denom * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At k = 0 / k = n the bound is exactly 0 / 1; set it so rounding does not leave 0.9999999.
+    low = 0.0 if k == 0 else max(0.0, centre - half)
+    high = 1.0 if k == n else min(1.0, centre + half)
+    return low, high
 
 
 def _two_groups(pos: Any, neg: Any) -> tuple[np.ndarray, np.ndarray]:

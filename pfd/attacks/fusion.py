@@ -9,8 +9,9 @@ the fold-averaged MLP AUC with the best single statistic. This module does exact
 Choices the paper leaves open (documented here so that figures can be reproduced):
 
 * layer order ``Linear → BatchNorm → ReLU → Dropout``; output one logit, BCE loss;
-* mini-batches of 64 rows (a final batch of one row is merged into the previous one, since
-  BatchNorm cannot train on a single row); at most 200 epochs; early stopping on the validation
+* mini-batches of ``max(64, ⌈n_fit/32⌉)`` rows — 64 for the paper's few thousand identities,
+  larger beyond so that an epoch is at most ~32 steps (a final batch of one row is merged into
+  the previous one, since BatchNorm cannot train on a single row); at most 200 epochs; early stopping on the validation
   BCE with patience 20, restoring the best weights;
 * features standardised with the mean/std of the training fold only (never the test fold);
 * the single-statistic baseline is scored on the *same* test folds; its direction (higher or
@@ -124,7 +125,7 @@ def fusion_cv(
     seed: int = 0,
     val_fraction: float = 0.15,
     lr: float = 1e-3,
-    batch_size: int = 64,
+    batch_size: int | None = None,
     max_epochs: int = 200,
     patience: int = 20,
     feature_names: Sequence[str] | None = None,
@@ -142,7 +143,7 @@ def fusion_cv(
         seed: Seed of the fold split, the validation split, the initialisation and dropout.
         val_fraction: Fraction of each training fold held out for early stopping (paper: 0.15).
         lr: Adam learning rate (paper: 1e-3).
-        batch_size: Mini-batch size.
+        batch_size: Mini-batch size; ``None`` = ``max(64, ceil(n_fit / 32))``.
         max_epochs: Upper bound on epochs.
         patience: Epochs without validation improvement before stopping.
         feature_names: Names of the feature columns (default ``f0, f1, ...``).
@@ -180,9 +181,10 @@ def fusion_cv(
             n_val = max(2, int(round(val_fraction * tr.size)))
             fit, val = train_test_split(tr, test_size=n_val, stratify=yi[tr], random_state=seed + f)
             scaler = StandardScaler().fit(x[tr])
+            bs = batch_size if batch_size is not None else max(64, -(-fit.size // 32))
             model, ep = _fit(
                 scaler.transform(x[fit]), yi[fit], scaler.transform(x[val]), yi[val],
-                seed=seed * 1000 + f, lr=lr, batch_size=batch_size, max_epochs=max_epochs, patience=patience,
+                seed=seed * 1000 + f, lr=lr, batch_size=bs, max_epochs=max_epochs, patience=patience,
             )
             with torch.no_grad():
                 p = torch.sigmoid(model(torch.as_tensor(scaler.transform(x[te]), dtype=torch.float32))[:, 0]).numpy()

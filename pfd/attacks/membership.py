@@ -23,6 +23,14 @@ a per-sample cross-entropy. We therefore measure θ from each *sample*:
 cross-entropies over the identity's ``k`` images (the prototype ``ŵ_y`` includes ``e_i``, as
 written in the paper; only PenLogit is leave-one-out).
 
+Embeddings are unit vectors, so the norm-dependent heads lose their norm input: AdaFace's g is
+used with ẑ = 0 (average quality, i.e. the CosFace form) and MagFace's with the fixed ``margin``
+passed in (the paper trains MagFace with m ∈ [0.45, 0.8]; pass the value to audit at).
+
+The AUC helpers :func:`~pfd.attacks.metrics.oriented_auc` and
+:func:`~pfd.attacks.metrics.tpr_at_fpr` live in :mod:`pfd.attacks.metrics`, shared with the other
+attacks.
+
 All statistics are computed in float64 with segment sums (``index_add``/``bincount``), with
 no Python loop over identities; ProtoCE is streamed over rows so that memory is
 ``chunk × C`` for ``C`` identities.
@@ -140,18 +148,21 @@ def _pen_logit(c: _Clusters, g: Penalty, scale: float, margin: float) -> torch.T
     return c.segment_mean(scale * g(cos, margin))
 
 
-def _proto_ce(c: _Clusters, g: Penalty, scale: float, margin: float, chunk: int) -> torch.Tensor:
+def _proto_ce(
+    c: _Clusters, g: Penalty, scale: float, margin: float, chunk: int, device: str | torch.device | None = None
+) -> torch.Tensor:
     if chunk < 1:
         raise PfdError(f"chunk must be >= 1, got {chunk}")
-    w = c.s / c.s.norm(dim=1, keepdim=True).clamp_min(_TINY)  # (C, D) prototypes ŵ_y
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    w = (c.s / c.s.norm(dim=1, keepdim=True).clamp_min(_TINY)).to(dev)  # (C, D) prototypes ŵ_y
     loss = torch.empty(c.e.shape[0], dtype=torch.float64)  # (n,) per-sample CE
     for lo in range(0, c.e.shape[0], chunk):
         rows = slice(lo, lo + chunk)
-        y = c.inv[rows, None]  # (b, 1)
-        cos = c.e[rows] @ w.T  # (b, C) cos θ_c
+        y = c.inv[rows, None].to(dev)  # (b, 1)
+        cos = c.e[rows].to(dev) @ w.T  # (b, C) cos θ_c
         target = scale * g(cos.gather(1, y), margin)  # (b, 1) s·g(cos θ_y, m)
         logits = (scale * cos).scatter_(1, y, target)  # (b, C)
-        loss[rows] = torch.logsumexp(logits, dim=1) - target[:, 0]
+        loss[rows] = (torch.logsumexp(logits, dim=1) - target[:, 0]).cpu()
     return -c.segment_mean(loss)
 
 
@@ -235,6 +246,7 @@ def proto_ce(
     scale: float = 64.0,
     margin: float = 0.5,
     chunk: int = 1024,
+    device: str | torch.device | None = None,
     names: Sequence[str] | None = None,
 ) -> np.ndarray:
     """ProtoCE: negative prototype softmax cross-entropy (geometric MIA §3.2), reported as ``−L_y``.
@@ -256,6 +268,7 @@ def proto_ce(
         scale: ``s``.
         margin: ``m``.
         chunk: Rows per block of the ``(chunk, C)`` cosine matrix.
+        device: Where the ``O(n·C·D)`` products run (default CPU), e.g. ``"cuda"``.
         names: Optional label -> identity name for error messages.
 
     Returns:
@@ -264,7 +277,7 @@ def proto_ce(
     Raises:
         PfdError: As :func:`pair_cos`, or if ``chunk < 1``.
     """
-    return _proto_ce(_Clusters(emb, labels, names), _resolve_g(g), scale, margin, chunk).numpy()
+    return _proto_ce(_Clusters(emb, labels, names), _resolve_g(g), scale, margin, chunk, device).numpy()
 
 
 def identity_statistics(
@@ -275,6 +288,7 @@ def identity_statistics(
     scale: float = 64.0,
     margin: float = 0.5,
     chunk: int = 1024,
+    device: str | torch.device | None = None,
     names: Sequence[str] | None = None,
 ) -> dict[str, np.ndarray]:
     """All four statistics of §3.2 for every identity, sharing one preprocessing pass.
@@ -285,7 +299,8 @@ def identity_statistics(
         head: Head name (``arcface``, ``cosface``, ``adaface``, ``magface``) or a ``g(cos, m)``.
         scale: Head scale ``s`` (paper: 64).
         margin: Head margin ``m`` (ArcFace 0.5, CosFace 0.4).
-        chunk: Row chunk of ProtoCE.
+        chunk: Row chunk of ProtoCE (memory ``chunk × C`` float64).
+        device: Device of ProtoCE's products (default CPU); the rest is ``O(n·D)``.
         names: Optional label -> identity name for error messages.
 
     Returns:
@@ -301,7 +316,7 @@ def identity_statistics(
         "pair_cos": _pair_cos(c),
         "vmf_kappa": _vmf_kappa(c),
         "pen_logit": _pen_logit(c, g, scale, margin),
-        "proto_ce": _proto_ce(c, g, scale, margin, chunk),
+        "proto_ce": _proto_ce(c, g, scale, margin, chunk, device),
     }
     return {k: v.numpy() for k, v in out.items()}
 
@@ -336,6 +351,7 @@ def membership_report(
     folds: int = 5,
     seed: int = 0,
     chunk: int = 1024,
+    device: str | torch.device | None = None,
     member_names: Sequence[str] | None = None,
     nonmember_names: Sequence[str] | None = None,
 ) -> dict[str, Any]:
@@ -361,6 +377,7 @@ def membership_report(
         folds: Cross-validation folds of the fusion classifier.
         seed: Seed of the fusion classifier and its fold split.
         chunk: Row chunk of ProtoCE.
+        device: Device of ProtoCE's products (default CPU).
         member_names: Optional label -> name for members (error messages).
         nonmember_names: Optional label -> name for non-members.
 
@@ -380,7 +397,7 @@ def membership_report(
     # Joint pool: non-member identity indices follow the member ones.
     emb = torch.cat([mem.e, non.e])
     lab = torch.cat([mem.inv, non.inv + n_m]).numpy()
-    stats = identity_statistics(emb, lab, head=head, scale=scale, margin=margin, chunk=chunk)
+    stats = identity_statistics(emb, lab, head=head, scale=scale, margin=margin, chunk=chunk, device=device)
     is_member = np.r_[np.ones(n_m, dtype=bool), np.zeros(n_n, dtype=bool)]
 
     per_stat = {name: _statistic_summary(v[is_member], v[~is_member]) for name, v in stats.items()}

@@ -144,6 +144,8 @@ def test_singleton_identity_is_named():
         pair_cos(emb, np.array([0, 0]))
     with pytest.raises(PfdError, match="NaN"):
         pair_cos(np.full((2, 3), np.nan), np.array([0, 0]))
+    with pytest.raises(PfdError, match="unknown head 'sphereface'"):
+        pen_logit(np.eye(3)[[0, 1, 1, 2]], np.array([0, 0, 1, 1]), g="sphereface")
 
 
 def test_report_separates_tight_members_and_fusion_keeps_up():

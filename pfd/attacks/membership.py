@@ -124,7 +124,12 @@ class _Clusters:
 
 
 def _resolve_g(g: Penalty | str) -> Penalty:
-    return penalty(g) if isinstance(g, str) else g
+    if not isinstance(g, str):
+        return g
+    try:
+        return penalty(g)
+    except ValueError as err:  # unknown head name: user input, so a PfdError
+        raise PfdError(f"{err} (--head)") from None
 
 
 def _pair_cos(c: _Clusters) -> torch.Tensor:

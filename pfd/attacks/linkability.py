@@ -1,0 +1,226 @@
+"""Source-identity linkability of released proxies: Visual Matching and Rank-1 Re-ID.
+
+PFD paper, "Source-Identity Linkability" (following the protocol of Cherepanova et al. 2021,
+LowKey): an attacker holding a gallery of private images tries to link each released proxy (or
+its reconstruction) back to the identity it was distilled from.
+
+* **VisMatch** associates each proxy with its nearest single private image by cosine
+  similarity; it succeeds when that image belongs to the proxy's source identity.
+* **Rank-1 Re-ID** retrieves the top-1 identity among per-identity templates of the private
+  gallery (template ``t_c = Σ_{i∈c} e_i / ‖Σ_{i∈c} e_i‖`` over unit embeddings ``e_i``).
+
+With every one of the ``N`` private identities as a candidate, random assignment succeeds with
+probability ``1/N`` (the paper: 1/150 = 0.67 %). Each result carries the count, rate, that chance
+level and a 95 % Wilson interval. The proxy -> source map is used only for scoring.
+
+Nearest neighbours are exact and streamed over gallery chunks (:func:`streamed_top1`), so
+memory is ``query_chunk × chunk`` whatever the gallery size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from pfd.attacks.metrics import wilson_interval
+from pfd.errors import PfdError
+
+__all__ = ["streamed_top1", "LinkabilityResult", "visual_matching", "rank1_reid"]
+
+
+def _as_tensor(x: Any, name: str) -> torch.Tensor:
+    t = x.detach() if torch.is_tensor(x) else torch.as_tensor(np.asarray(x))
+    if t.ndim != 2:
+        raise PfdError(f"{name} must be a (n, D) matrix, got shape {tuple(t.shape)}")
+    if not t.is_floating_point():
+        t = t.float()
+    if not torch.isfinite(t).all():
+        raise PfdError(f"{name} contain NaN or inf; re-run the embedder (check the model and images)")
+    return t
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+@torch.no_grad()
+def streamed_top1(
+    queries: Any,
+    gallery: Any,
+    *,
+    chunk: int = 4096,
+    query_chunk: int = 8192,
+    normalize: bool = True,
+    device: str | torch.device | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-1 gallery row by cosine similarity for every query, streamed over the gallery.
+
+    For each block of ``query_chunk`` queries, the gallery is visited ``chunk`` rows at a time:
+    ``S = Q Gᵀ`` (``(q, chunk)``), and the running best is replaced only by a *strictly* larger
+    score, so ties go to the lowest gallery index (as ``argmax`` of the full matrix).
+
+    Args:
+        queries: ``(q, D)`` query embeddings (numpy or torch).
+        gallery: ``(g, D)`` gallery embeddings, ``g >= 1``.
+        chunk: Gallery rows per block.
+        query_chunk: Query rows per block.
+        normalize: L2-normalise both sides first (cosine); False for already-unit inputs.
+        device: Where to compute (default: the queries' device). Results come back on CPU.
+
+    Returns:
+        ``(index (q,) int64, score (q,) float)``: nearest gallery row and its cosine.
+
+    Raises:
+        PfdError: For mismatched dimensions, an empty gallery, non-finite values or chunk < 1.
+    """
+    q, g = _as_tensor(queries, "queries"), _as_tensor(gallery, "gallery embeddings")
+    if q.shape[1] != g.shape[1]:
+        raise PfdError(f"queries have D={q.shape[1]} but the gallery D={g.shape[1]}; embed both with the same model")
+    if g.shape[0] == 0:
+        raise PfdError("the gallery is empty; pass at least one private image")
+    if chunk < 1 or query_chunk < 1:
+        raise PfdError(f"chunk sizes must be >= 1, got chunk={chunk}, query_chunk={query_chunk}")
+    dev = torch.device(device) if device is not None else q.device
+    dtype = torch.promote_types(q.dtype, g.dtype)
+    best_idx = torch.zeros(q.shape[0], dtype=torch.int64)
+    best_val = torch.empty(q.shape[0], dtype=dtype)
+    for qlo in range(0, q.shape[0], query_chunk):
+        qb = q[qlo : qlo + query_chunk].to(dev, dtype)  # (b, D)
+        qb = _unit(qb) if normalize else qb
+        val = torch.full((qb.shape[0],), -torch.inf, dtype=dtype, device=dev)
+        idx = torch.zeros(qb.shape[0], dtype=torch.int64, device=dev)
+        for glo in range(0, g.shape[0], chunk):
+            gb = g[glo : glo + chunk].to(dev, dtype)  # (c, D)
+            s = qb @ (_unit(gb) if normalize else gb).T  # (b, c)
+            v, i = s.max(dim=1)  # first maximum within the block
+            better = v > val  # strict: an earlier block keeps a tie
+            val = torch.where(better, v, val)
+            idx = torch.where(better, i + glo, idx)
+        best_val[qlo : qlo + qb.shape[0]] = val.cpu()
+        best_idx[qlo : qlo + qb.shape[0]] = idx.cpu()
+    return best_idx.numpy(), best_val.numpy()
+
+
+@dataclass(frozen=True)
+class LinkabilityResult:
+    """Outcome of a linkability attack.
+
+    Attributes:
+        attack: ``"vismatch"`` or ``"reid"``.
+        count: Successful links.
+        n: Proxies attacked.
+        rate: ``count / n``.
+        chance: ``1 / n_identities`` (random assignment).
+        ci95: 95 % Wilson interval of ``rate``.
+        n_identities: Candidate identities in the private gallery.
+        predicted: ``(n,)`` predicted source label per proxy.
+        match_index: ``(n,)`` nearest private image (VisMatch) or identity (Re-ID, index into
+            ``np.unique(private_labels)``), e.g. for a grid of proxies beside their matches.
+        score: ``(n,)`` cosine of that match.
+        success: ``(n,)`` bool.
+    """
+
+    attack: str
+    count: int
+    n: int
+    rate: float
+    chance: float
+    ci95: tuple[float, float]
+    n_identities: int
+    predicted: np.ndarray = field(repr=False)
+    match_index: np.ndarray = field(repr=False)
+    score: np.ndarray = field(repr=False)
+    success: np.ndarray = field(repr=False)
+
+    def as_dict(self, *, per_proxy: bool = False) -> dict[str, Any]:
+        """JSON-ready dict; the per-proxy arrays only with ``per_proxy=True``."""
+        d = asdict(self)
+        arrays = ("predicted", "match_index", "score", "success")
+        for k in arrays:
+            d[k] = d[k].tolist()
+        if not per_proxy:
+            for k in arrays:
+                del d[k]
+        d["ci95"] = list(self.ci95)
+        return d
+
+
+def _check_sources(proxy_source: np.ndarray, private_labels: np.ndarray, n_proxies: int) -> None:
+    if proxy_source.shape[0] != n_proxies:
+        raise PfdError(f"{n_proxies} proxy embeddings but {proxy_source.shape[0]} source labels; pass one per proxy")
+    missing = np.setdiff1d(proxy_source, private_labels)
+    if missing.size:
+        raise PfdError(
+            f"proxy source identity {missing[:1].tolist()[0]!r} has no image in the private gallery; "
+            "the state dir does not match these private images"
+        )
+
+
+def _result(attack: str, predicted: np.ndarray, source: np.ndarray, index: np.ndarray, score: np.ndarray,
+            n_ids: int) -> LinkabilityResult:
+    success = predicted == source
+    k, n = int(success.sum()), int(success.size)
+    return LinkabilityResult(
+        attack=attack, count=k, n=n, rate=k / n if n else 0.0, chance=1.0 / n_ids, ci95=wilson_interval(k, n),
+        n_identities=n_ids, predicted=predicted, match_index=index, score=score, success=success,
+    )
+
+
+def visual_matching(
+    proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any, *, chunk: int = 4096
+) -> LinkabilityResult:
+    """VisMatch: each proxy's nearest single private image; success if it is of the source identity.
+
+    Args:
+        proxy_emb: ``(q, D)`` embeddings of the proxies (or their reconstructions).
+        proxy_source: ``(q,)`` source identity label of each proxy (scoring only).
+        private_emb: ``(g, D)`` embeddings of the private images.
+        private_labels: ``(g,)`` identity labels of the private images.
+        chunk: Gallery chunk of :func:`streamed_top1`.
+
+    Returns:
+        A :class:`LinkabilityResult` with ``attack="vismatch"``.
+
+    Raises:
+        PfdError: For mismatched shapes, or a proxy source absent from the private labels.
+    """
+    src, lab = np.asarray(proxy_source).ravel(), np.asarray(private_labels).ravel()
+    if lab.shape[0] != len(private_emb):
+        raise PfdError(f"{len(private_emb)} private embeddings but {lab.shape[0]} labels; pass one per image")
+    _check_sources(src, lab, len(proxy_emb))
+    idx, score = streamed_top1(proxy_emb, private_emb, chunk=chunk)
+    return _result("vismatch", lab[idx], src, idx, score, len(np.unique(lab)))
+
+
+def rank1_reid(
+    proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any, *, chunk: int = 4096
+) -> LinkabilityResult:
+    """Rank-1 Re-ID: top-1 identity among templates ``t_c = norm(Σ_{i∈c} e_i)`` of the gallery.
+
+    Args:
+        proxy_emb: ``(q, D)`` proxy embeddings.
+        proxy_source: ``(q,)`` source identity label of each proxy (scoring only).
+        private_emb: ``(g, D)`` private image embeddings (normalised before averaging).
+        private_labels: ``(g,)`` their identity labels.
+        chunk: Template chunk of :func:`streamed_top1`.
+
+    Returns:
+        A :class:`LinkabilityResult` with ``attack="reid"``; ``match_index`` indexes
+        ``np.unique(private_labels)``.
+
+    Raises:
+        PfdError: As :func:`visual_matching`.
+    """
+    src, lab = np.asarray(proxy_source).ravel(), np.asarray(private_labels).ravel()
+    e = _unit(_as_tensor(private_emb, "private embeddings").to(torch.float64))
+    if lab.shape[0] != e.shape[0]:
+        raise PfdError(f"{e.shape[0]} private embeddings but {lab.shape[0]} labels; pass one per image")
+    _check_sources(src, lab, len(proxy_emb))
+    uniq, inv = np.unique(lab, return_inverse=True)
+    templates = torch.zeros(len(uniq), e.shape[1], dtype=e.dtype).index_add_(0, torch.as_tensor(inv), e)  # (C, D)
+    q = _as_tensor(proxy_emb, "proxy embeddings")
+    idx, score = streamed_top1(q, templates.to(q.dtype), chunk=chunk)
+    return _result("reid", uniq[idx], src, idx, score, len(uniq))

@@ -1,0 +1,104 @@
+"""Tests for pfd.attacks.metrics: Wilson interval, AUC, TPR@FPR conventions."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pfd.attacks.metrics import auc, auc_standard_error, oriented_auc, roc_points, tpr_at_fpr, wilson_interval
+from pfd.errors import PfdError
+
+
+@pytest.mark.parametrize(
+    "k,n,low,high",
+    [
+        (5, 10, 0.2366, 0.7634),  # textbook values
+        (0, 10, 0.0, 0.2775),  # z²/(n+z²) = 3.8416/13.8416
+        (10, 10, 0.7225, 1.0),
+        (1, 10, 0.0179, 0.4042),
+    ],
+)
+def test_wilson_known_values(k, n, low, high):
+    lo, hi = wilson_interval(k, n)
+    assert lo == pytest.approx(low, abs=1e-4)
+    assert hi == pytest.approx(high, abs=1e-4)
+
+
+def test_wilson_contains_p_and_narrows():
+    lo1, hi1 = wilson_interval(30, 100)
+    lo2, hi2 = wilson_interval(300, 1000)
+    assert lo1 < 0.3 < hi1 and lo2 < 0.3 < hi2
+    assert hi2 - lo2 < hi1 - lo1
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    with pytest.raises(PfdError):
+        wilson_interval(3, 2)
+
+
+def _auc_bruteforce(pos, neg):
+    return np.mean([1.0 if p > q else 0.5 if p == q else 0.0 for p in pos for q in neg])
+
+
+def test_auc_matches_pairwise_definition_with_ties():
+    rng = np.random.default_rng(1)
+    pos = rng.integers(0, 6, 40).astype(float)  # many ties
+    neg = rng.integers(0, 5, 30).astype(float)
+    assert auc(pos, neg) == pytest.approx(_auc_bruteforce(pos, neg), abs=1e-12)
+
+
+def test_oriented_auc_flips_and_says_so():
+    assert oriented_auc([3, 4], [1, 2]) == (1.0, "higher")
+    a, d = oriented_auc([1, 2, 2.5], [2.2, 3, 4])
+    assert d == "lower" and a == pytest.approx(1 - auc([1, 2, 2.5], [2.2, 3, 4]))
+
+
+def test_auc_errors():
+    with pytest.raises(PfdError):
+        auc([], [1.0])
+    with pytest.raises(PfdError):
+        auc([np.nan], [1.0])
+
+
+def test_auc_standard_error_null_matches_exact_variance():
+    n1, n2 = 37, 55
+    exact = math.sqrt((n1 + n2 + 1) / (12 * n1 * n2))
+    assert auc_standard_error(0.5, n1, n2) == pytest.approx(exact, rel=1e-12)
+    assert auc_standard_error(0.95, n1, n2) < exact
+
+
+def _tpr_bruteforce(pos, neg, fpr):
+    best = 0.0
+    for t in np.unique(np.r_[pos, neg, np.inf]):
+        if np.mean(neg >= t) <= fpr:
+            best = max(best, np.mean(pos >= t))
+    return best
+
+
+@pytest.mark.parametrize("fpr", [0.01, 0.05, 0.2])
+def test_tpr_at_fpr_matches_bruteforce(fpr):
+    rng = np.random.default_rng(2)
+    pos = np.round(rng.normal(1.0, 1.0, 80), 1)  # rounding creates ties
+    neg = np.round(rng.normal(0.0, 1.0, 150), 1)
+    r = tpr_at_fpr(pos, neg, fpr)
+    assert r["tpr"] == pytest.approx(_tpr_bruteforce(pos, neg, fpr))
+    assert r["achieved_fpr"] <= fpr
+    assert r["resolvable"] == (150 * fpr >= 1)
+
+
+def test_tpr_at_fpr_hand_example_and_direction():
+    pos = np.array([0.9, 0.8, 0.7, 0.1])
+    neg = np.linspace(0.0, 0.75, 100)
+    r = tpr_at_fpr(pos, neg, 0.01)
+    # τ = 0.8 already gives TPR 0.5 with no false positive; the lowest-FPR such point is reported.
+    assert r["tpr"] == 0.5 and r["achieved_fpr"] == 0.0 and r["resolvable"]
+    # Same data negated, scored in the "lower" direction: identical operating point.
+    assert tpr_at_fpr(-pos, -neg, 0.01, direction="lower")["tpr"] == 0.5
+    assert not tpr_at_fpr(pos, neg, 0.001)["resolvable"]
+
+
+def test_roc_points_span_corners():
+    roc = roc_points([1, 2, 3], [0, 2.5])
+    assert roc["fpr"][0] == 0 and roc["tpr"][0] == 0
+    assert roc["fpr"][-1] == 1 and roc["tpr"][-1] == 1
+    assert np.all(np.diff(roc["fpr"]) >= 0) and np.all(np.diff(roc["tpr"]) >= 0)

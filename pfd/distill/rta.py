@@ -87,6 +87,7 @@ def kmeans_prototypes(
         PfdError: If an identity has fewer than K images.
     """
     from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
 
     x = emb_rot.detach().cpu().double().numpy() if isinstance(emb_rot, torch.Tensor) else np.asarray(emb_rot, np.float64)
     y = labels.cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
@@ -105,7 +106,9 @@ def kmeans_prototypes(
     protos = np.empty((n_id * k, x.shape[1]), dtype=np.float64)
     for i in range(n_id):
         idx = np.flatnonzero(y == i)  # ascending sample indices
-        with warnings.catch_warnings():
+        # One identity is a few dozen points: OpenMP/BLAS threads only add start-up cost
+        # (~6x slower here) and one thread makes the result independent of the core count.
+        with warnings.catch_warnings(), threadpool_limits(1):
             # Duplicate embeddings give fewer distinct clusters than K; the centres still exist.
             warnings.simplefilter("ignore")
             km = KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit(x[idx])

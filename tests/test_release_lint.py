@@ -63,6 +63,12 @@ def test_clean_release_passes(release):
     assert lint_release(rel, private=private, state_dir=sd) == []
 
 
+def test_source_names_that_are_release_vocabulary_do_not_fire(release):
+    rel, _, _, _ = release
+    odd = TensorFaces(torch.rand(2, 3, S, S), [0, 1], identities=["png", "method"], names=["png/a.jpg", "method/b.jpg"])
+    assert lint_release(rel, private=odd) == []
+
+
 def test_state_file_in_release(release):
     rel, *_ = release
     torch.save({"M": torch.eye(2)}, rel / "rotation.pt")

@@ -44,6 +44,8 @@ _FILE = re.compile(r"^\d+\.png$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _FILEISH = re.compile(r"(\.(jpe?g|png|bmp|webp|tiff?|gif|heic)$)|[/\\]", re.IGNORECASE)
 _MANIFEST_KEYS = {"format", "format_version", "method", "image_size", "num_classes", "num_images", "images_per_class", "files", "extra"}
+#: Words every release contains; a source name inside one of them (``png``, ``raw``) says nothing.
+_VOCAB = " ".join(sorted(_MANIFEST_KEYS | {FORMAT, "png", "pfd", "rta-only", "sre2l", "raw", "manifest.json"}))
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def _source_tokens(private: FaceSet) -> tuple[set[str], set[str]]:
         for t in (base, stem):
             if _distinctive(t) and not re.fullmatch(r"[\d\W_]*(png|jpe?g|bmp|webp)?", t.lower()):
                 tokens.add(t.lower())
-    return tokens, plain
+    return {t for t in tokens if t not in _VOCAB}, plain
 
 
 def _check_tree(root: Path, manifest: dict[str, Any] | None, findings: list[Finding]) -> list[str]:

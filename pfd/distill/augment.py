@@ -63,21 +63,21 @@ def augment_proxies(
     lo, hi = float(crop_scale[0]), float(crop_scale[1])
     out = x
     if lo < 1.0 or flip:
-        area = _uniform(b, lo, hi, generator)  # (B,)
-        log_r = _uniform(b, math.log(ratio[0]), math.log(ratio[1]), generator)
-        r = torch.exp(log_r)
-        cw = torch.sqrt(area * r).clamp(max=1.0)  # crop width as a fraction of W
-        ch = torch.sqrt(area / r).clamp(max=1.0)
-        cx = cw / 2 + torch.rand(b, generator=generator, dtype=torch.float64) * (1 - cw)  # centre in [0, 1]
-        cy = ch / 2 + torch.rand(b, generator=generator, dtype=torch.float64) * (1 - ch)
+        f64 = torch.float64
+        if lo < 1.0:
+            area = _uniform(b, lo, hi, generator)  # (B,)
+            r = torch.exp(_uniform(b, math.log(ratio[0]), math.log(ratio[1]), generator))
+            cw = torch.sqrt(area * r).clamp(max=1.0)  # crop width as a fraction of W
+            ch = torch.sqrt(area / r).clamp(max=1.0)
+            cx = cw / 2 + torch.rand(b, generator=generator, dtype=f64) * (1 - cw)  # centre in [0, 1]
+            cy = ch / 2 + torch.rand(b, generator=generator, dtype=f64) * (1 - ch)
+        else:  # flip only: the whole image, exactly
+            cw = ch = torch.ones(b, dtype=f64)
+            cx = cy = torch.full((b,), 0.5, dtype=f64)
+        fx = torch.ones(b, dtype=f64)
         if flip:
-            fx = torch.where(torch.rand(b, generator=generator) < 0.5, -1.0, 1.0).double()
-        else:
-            fx = torch.ones(b, dtype=torch.float64)
-        if lo >= 1.0:  # flip only: keep the whole image, exactly
-            cw, ch = torch.ones(b, dtype=torch.float64), torch.ones(b, dtype=torch.float64)
-            cx, cy = torch.full((b,), 0.5, dtype=torch.float64), torch.full((b,), 0.5, dtype=torch.float64)
-        theta = torch.zeros(b, 2, 3, dtype=torch.float64)
+            fx = torch.where(torch.rand(b, generator=generator) < 0.5, -1.0, 1.0).to(f64)
+        theta = torch.zeros(b, 2, 3, dtype=f64)
         # affine_grid maps output coords in [-1, 1] to input coords: x_in = θ00 x_out + θ02.
         theta[:, 0, 0] = cw * fx
         theta[:, 0, 2] = 2 * cx - 1

@@ -19,7 +19,7 @@ function that needs it (:class:`OGPStep` does).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import geotorch
 import torch
@@ -247,7 +247,8 @@ class OGPOutput:
 
     Attributes:
         loss: L_OGP (eq. 5), differentiable.
-        components: Detached ``cls``, ``rep``, ``iso`` and ``cos_abs`` (mean |cos(e_ort, e)|).
+        components: Detached ``cls``, ``rep``, ``iso``, ``cos_abs`` (mean |cos(e_ort, e)|) and
+            ``below_margin`` (fraction of the batch with |cos(e_ort, e)| < m, eq. 3).
         M: The rotation used in this step ``(D, D)`` (with graph; do not recompute it).
     """
 
@@ -262,11 +263,13 @@ class OGPOutput:
         return out
 
 
-class OGPStep:
+class OGPStep(nn.Module):
     """Computes L_OGP (eq. 5) for one batch with M computed once.
 
-    The trainer owns the optimiser and the loop; this object only knows how to turn
-    ``(images, labels)`` into the loss.
+    The trainer owns the optimiser and the loop; this module only turns ``(images, labels)``
+    into the loss. It holds backbone, head and rotation as submodules, so one
+    ``accelerator.prepare(step)`` (DDP) synchronises the gradients of all three, and
+    ``step.parameters()`` is everything OGP trains.
 
     Args:
         backbone: φ, ``(B, 3, S, S)`` in [0, 1] -> raw features ``(B, D)``.
@@ -286,7 +289,7 @@ class OGPStep:
     def __init__(
         self,
         backbone: nn.Module,
-        head: Callable[..., torch.Tensor],
+        head: nn.Module,
         rotation: Rotation,
         *,
         num_identities: int,
@@ -294,6 +297,7 @@ class OGPStep:
         lambda_rep: float = 1.0,
         lambda_iso: float = 1.0,
     ) -> None:
+        super().__init__()
         self.backbone = backbone
         self.head = head
         self.rotation = rotation
@@ -304,7 +308,7 @@ class OGPStep:
 
     @classmethod
     def from_config(
-        cls, backbone: nn.Module, head: Callable[..., torch.Tensor], rotation: Rotation, cfg: Any, *, num_identities: int
+        cls, backbone: nn.Module, head: nn.Module, rotation: Rotation, cfg: Any, *, num_identities: int
     ) -> "OGPStep":
         """Build from an :class:`~pfd.config.OGPConfig`."""
         return cls(
@@ -317,7 +321,7 @@ class OGPStep:
             lambda_iso=cfg.lambda_iso,
         )
 
-    def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> OGPOutput:
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> OGPOutput:
         """L_OGP of one batch.
 
         Args:
@@ -342,14 +346,10 @@ class OGPStep:
             lambda_rep=self.lambda_rep,
             lambda_iso=self.lambda_iso,
         )
-        comps["cos_abs"] = F.cosine_similarity(e_ort, e, dim=1).abs().mean().detach()
+        cos_abs = F.cosine_similarity(e_ort, e, dim=1).abs().detach()  # (B,)
+        comps["cos_abs"] = cos_abs.mean()
+        comps["below_margin"] = (cos_abs < self.rep_margin).float().mean()
         return OGPOutput(total, comps, M)
-
-    def parameters(self) -> Iterable[nn.Parameter]:
-        """Everything OGP trains: backbone, head and A."""
-        yield from self.backbone.parameters()
-        yield from self.head.parameters()  # type: ignore[union-attr]
-        yield from self.rotation.parameters()
 
 
 def orthogonality_error(M: torch.Tensor) -> float:

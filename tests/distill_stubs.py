@@ -8,6 +8,7 @@ milliseconds on a CPU.
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -61,3 +62,16 @@ class CosineHead(nn.Module):
     def forward(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         cos = self.cosine(features)
         return self.scale * (cos - self.margin * F.one_hot(labels, cos.shape[1]).to(cos.dtype))
+
+
+@pytest.fixture
+def one_thread():
+    """Run a test with one intra-op thread, then restore the previous setting.
+
+    These tensors are tiny: on a shared 2-core box a second OpenMP thread only adds barrier
+    waits (measured ~7x slower for these tests under load), and one thread is bitwise stable.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -8,7 +8,9 @@ from torch import nn
 
 from pfd.errors import PfdError
 from pfd.nn.bn_hooks import BNStatistics, batch_moments
-from tests.distill_stubs import calibrated_net
+from tests.distill_stubs import calibrated_net, one_thread  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _direct_moments(net, x):

@@ -18,7 +18,9 @@ from pfd.distill.ogp import (
     repulsion_loss,
     rotate,
 )
-from tests.distill_stubs import CosineHead, calibrated_net
+from tests.distill_stubs import CosineHead, calibrated_net, one_thread  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_rotation_is_in_so_d_and_not_identity_at_init():

@@ -23,7 +23,9 @@ from pfd.distill.rta import (
     rta_loss_full,
 )
 from pfd.errors import PfdError
-from tests.distill_stubs import CosineHead, calibrated_net
+from tests.distill_stubs import CosineHead, calibrated_net, one_thread  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 N, K, S, D = 4, 2, 16, 16
 

@@ -142,5 +142,47 @@ def eval_cmd(recipe: str | None, **kw: Any) -> None:
     click.echo(format_metrics_table(metrics))
 
 
+# --- release ---
+
+
+@main.group("release")
+def release_group() -> None:
+    """Inspect a published release (a folder written by `pfd distill`)."""
+
+
+@release_group.command("lint")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=str))
+@click.option("--private", "private", default=None, metavar="SPEC",
+              help="The private source set (identity folder, RecordIO, synthetic:...); its names must not appear.")
+@click.option("--state-dir", "state_dir", default=None, type=click.Path(file_okay=False, path_type=str),
+              help="The publisher's state dir: also checks label order, its mode (0700) and that it is outside the release.")
+def release_lint(directory: str, private: str | None, state_dir: str | None) -> None:
+    """Fail (exit 1) if DIRECTORY leaks anything about its source.
+
+    Checks: only manifest.json and <label>/<k>.png files; no state files; PNGs without metadata
+    chunks; sha256 of every file as in the manifest; no source identity or file names in paths or
+    in the manifest; with --state-dir, labels not in source order and a private (0700) state dir
+    outside the release.
+
+    \b
+    Examples:
+      pfd release lint release
+      pfd release lint release --private faces/ --state-dir state
+    """
+    from pfd.data.release_lint import format_findings, lint_release
+
+    faces = None
+    if private:
+        from pfd.data.sources import open_faces
+
+        faces = open_faces(private)
+    findings = lint_release(directory, private=faces, state_dir=state_dir)
+    if findings:
+        click.echo(format_findings(findings))
+        click.echo(f"FAIL: {directory}: {len(findings)} problem(s); do not publish it as is.")
+        sys.exit(1)
+    click.echo(f"OK: {directory} passed the release lint.")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

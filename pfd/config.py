@@ -206,7 +206,11 @@ class RTAConfig:
         flip: Random horizontal flip every iteration.
         shift: Max random translation in pixels (jitter) every iteration.
         kmeans_seed: Seed for per-identity K-means.
-        seed: Seed for the noise initialisation and augmentation.
+        kmeans_n_init: K-means restarts per identity (the best inertia wins).
+        init_std: Std of the Gaussian noise the proxies start from, around mid-grey 0.5 in
+            [0, 1] pixel units (SRe2L's ``randn`` in normalised space is ~0.225 in pixels).
+        seed: Seed for the noise initialisation and augmentation (each batch draws from
+            ``(seed, batch_index)``, so batches are independent and resumable).
     """
 
     ipc: int = 10
@@ -221,6 +225,8 @@ class RTAConfig:
     flip: bool = True
     shift: int = 4
     kmeans_seed: int = 0
+    kmeans_n_init: int = 10
+    init_std: float = 0.2
     seed: int = 0
 
 

@@ -1,0 +1,456 @@
+"""The published release and the private state dir that must never travel with it.
+
+A release is an ImageFolder tree ``OUT/<label>/<k>.png`` plus ``OUT/manifest.json``:
+
+* ``<label>`` is a zero-padded number (``0007``); labels are an arbitrary permutation of the
+  internal proxy classes drawn from ``np.random.default_rng(label_seed)``, redrawn if it looks
+  ordered (see :func:`looks_ordered`), so label order says nothing about source order. Within a
+  class the image order is shuffled by the same generator.
+* PNGs carry pixels only: PIL writes IHDR, IDAT and IEND for an RGB image without ``pnginfo``
+  (no tEXt/iTXt/zTXt/tIME/pHYs/eXIf); ``optimize=False`` and a fixed compression level make the
+  bytes a function of the pixels, so a resumed run writes byte-identical files.
+* ``manifest.json`` holds the format, counts, image size, the method and a sha256 per file --
+  no names, no seeds, no rotation, no model, no timestamps.
+
+The label seed, the proxy->source map and everything else private go to the state dir
+(:func:`prepare_state_dir`, mode 0700, never inside the release nor containing it;
+:func:`write_proxy_map`). :mod:`pfd.data.release_lint` checks a release for leaks.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+from pfd.data.faceset import FaceSet
+from pfd.errors import PfdError
+from pfd.io import atomic_write_bytes, atomic_write_json, sha256_bytes, sha256_file
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "PROXY_MAP",
+    "WrittenRelease",
+    "ReleaseFaces",
+    "write_release",
+    "read_manifest",
+    "read_release",
+    "encode_png",
+    "to_uint8",
+    "label_permutation",
+    "looks_ordered",
+    "check_separate",
+    "prepare_state_dir",
+    "write_proxy_map",
+    "read_proxy_map",
+]
+
+FORMAT = "pfd-release"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+#: The proxy -> source map in the state dir.
+PROXY_MAP = "proxy_map.json"
+_TMP = re.compile(r"^\..+\.tmp$")  # leftovers of pfd.io.atomic_open after a kill
+
+
+# --------------------------------------------------------------------------------------------
+# Pixels and PNG bytes
+# --------------------------------------------------------------------------------------------
+
+
+def to_uint8(proxies: torch.Tensor | np.ndarray) -> np.ndarray:
+    """Quantise ``(n, 3, S, S)`` floats in [0, 1] (or uint8) to uint8 ``(n, S, S, 3)``.
+
+    Floats are rounded to the nearest level (``round(255 x)``), values outside [0, 1] clipped.
+
+    Raises:
+        ValueError: On a wrong shape or non-finite values.
+    """
+    x = proxies.detach().cpu().numpy() if isinstance(proxies, torch.Tensor) else np.asarray(proxies)
+    if x.ndim != 4 or x.shape[1] != 3 or x.shape[2] != x.shape[3]:
+        raise ValueError(f"proxies must be (n, 3, S, S), got {x.shape}")
+    if x.dtype != np.uint8:
+        x = x.astype(np.float64)
+        if not np.isfinite(x).all():
+            raise ValueError("proxies contain NaN or infinite values")
+        x = np.clip(np.round(x * 255.0), 0, 255).astype(np.uint8)
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+
+def encode_png(img: np.ndarray) -> bytes:
+    """PNG bytes of one ``(S, S, 3)`` uint8 image with no metadata chunks, deterministically."""
+    buf = io.BytesIO()
+    Image.fromarray(img, mode="RGB").save(buf, format="PNG", optimize=False, compress_level=6)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------------
+# Labels
+# --------------------------------------------------------------------------------------------
+
+
+def looks_ordered(labels: Sequence[float] | np.ndarray, sources: Sequence[float] | np.ndarray) -> bool:
+    """Whether labels follow the source order: a release must never do this.
+
+    True when the Spearman rank correlation between the labels and the source identities is
+    ±1 (same or reversed order, from 3 classes up) or ``|ρ| ≥ max(0.5, 4/√(n−1))`` (more than
+    4 standard deviations from a random permutation, and at least a strong correlation).
+    """
+    a = np.asarray(labels, dtype=np.float64)
+    b = np.asarray(sources, dtype=np.float64)
+    n = len(a)
+    if n < 3:
+        return False
+    ra = np.argsort(np.argsort(a, kind="stable"), kind="stable").astype(np.float64)
+    rb = np.argsort(np.argsort(b, kind="stable"), kind="stable").astype(np.float64)
+    ra -= ra.mean()
+    rb -= rb.mean()
+    rho = float((ra * rb).sum() / np.sqrt((ra**2).sum() * (rb**2).sum()))
+    return abs(rho) >= 1 - 1e-9 or abs(rho) >= max(0.5, 4.0 / np.sqrt(n - 1))
+
+
+def label_permutation(num_classes: int, rng: np.random.Generator) -> np.ndarray:
+    """Label index of each internal class: a permutation that does not :func:`looks_ordered`."""
+    perm = rng.permutation(num_classes)
+    for _ in range(1000):
+        if not looks_ordered(perm, np.arange(num_classes)):
+            break
+        perm = rng.permutation(num_classes)
+    return perm
+
+
+# --------------------------------------------------------------------------------------------
+# Writing and reading a release
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class WrittenRelease:
+    """What :func:`write_release` wrote; everything but ``manifest`` belongs in the state dir.
+
+    Attributes:
+        root: The release folder.
+        manifest: The manifest written to ``root/manifest.json``.
+        files: Per proxy index, its path relative to ``root`` (``"0007/003.png"``).
+        labels: Per proxy index, its released label (``"0007"``).
+        class_label: Internal class -> released label.
+    """
+
+    root: Path
+    manifest: dict[str, Any]
+    files: list[str]
+    labels: list[str]
+    class_label: dict[int, str]
+
+
+def read_manifest(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The manifest of a pfd release folder, or ``None`` if it has none / is not pfd's."""
+    p = Path(path) / MANIFEST
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+
+
+def _prepare_release_dir(out: Path, resume: bool) -> dict[str, Any] | None:
+    """Check ``out`` can receive a release; return the previous manifest when resuming."""
+    if out.exists() and not out.is_dir():
+        raise PfdError(f"{out}: exists and is not a folder; choose another --out")
+    if not out.exists() or not any(out.iterdir()):
+        return None
+    old = read_manifest(out)
+    if old is None:
+        raise PfdError(f"{out}: not empty and not a pfd release; choose an empty or new folder for --out")
+    if not resume:
+        raise PfdError(f"{out}: already holds a pfd release; pass --resume to continue that run or choose another --out")
+    listed = set(old.get("files", {})) | {MANIFEST}
+    for dirpath, dirnames, filenames in os.walk(out):
+        for name in filenames:
+            rel = Path(dirpath, name).relative_to(out).as_posix()
+            if rel not in listed and not _TMP.match(name):
+                raise PfdError(
+                    f"{out / rel}: not part of the previous pfd release in {out}; remove it or choose another --out"
+                )
+    return old
+
+
+def write_release(
+    out: str | os.PathLike,
+    proxies: torch.Tensor | np.ndarray,
+    proxy_class: Sequence[int] | np.ndarray | torch.Tensor,
+    *,
+    method: str,
+    label_seed: int,
+    extra_manifest: Mapping[str, Any] | None = None,
+    state_dir: str | os.PathLike | None = None,
+    resume: bool = False,
+) -> WrittenRelease:
+    """Write proxies as ``OUT/<label>/<k>.png`` with arbitrary labels, and the manifest.
+
+    Every PNG and the manifest are written atomically; the manifest is written last, so a
+    folder with a manifest is a complete release. Re-running with the same inputs (``resume``)
+    rewrites nothing that is already identical and yields byte-identical files.
+
+    Args:
+        out: Release folder (created; must be empty, or a previous pfd release with ``resume``).
+        proxies: ``(n, 3, S, S)`` float in [0, 1] or uint8.
+        proxy_class: Internal class of each proxy ``(n,)`` (any integers; order = internal order).
+        method: Method name recorded in the manifest (``pfd``, ``rta-only``, ``sre2l``, ``raw``).
+        label_seed: Seed of the label permutation and in-class shuffles (not written to the
+            release; keep it in the state dir).
+        extra_manifest: Extra non-identifying fields, stored under ``"extra"``.
+        state_dir: If given, refuse when it lies inside the release or contains it.
+        resume: Allow replacing a previous pfd release in ``out``.
+
+    Returns:
+        The manifest and the proxy -> (label, file) mapping.
+
+    Raises:
+        PfdError: If ``out`` is not usable or overlaps ``state_dir``.
+    """
+    out = Path(out)
+    if state_dir is not None:
+        check_separate(out, state_dir)
+    imgs = to_uint8(proxies)  # (n, S, S, 3)
+    cls = np.asarray(proxy_class.cpu() if isinstance(proxy_class, torch.Tensor) else proxy_class, dtype=np.int64)
+    if len(cls) != len(imgs):
+        raise ValueError(f"{len(imgs)} proxies but {len(cls)} classes")
+    old = _prepare_release_dir(out, resume)
+    out.mkdir(parents=True, exist_ok=True)
+
+    rng = np.random.default_rng(int(label_seed))
+    classes = np.unique(cls)  # internal order
+    perm = label_permutation(len(classes), rng)
+    width = max(4, len(str(len(classes) - 1)))
+    counts = np.bincount(np.searchsorted(classes, cls), minlength=len(classes))
+    kwidth = max(3, len(str(int(counts.max(initial=1)) - 1)))
+    files: list[str] = [""] * len(cls)
+    labels: list[str] = [""] * len(cls)
+    class_label: dict[int, str] = {}
+    for j, c in enumerate(classes):
+        label = f"{int(perm[j]):0{width}d}"
+        class_label[int(c)] = label
+        members = np.flatnonzero(cls == c)
+        for k, idx in enumerate(members[rng.permutation(len(members))]):
+            files[idx] = f"{label}/{k:0{kwidth}d}.png"
+            labels[idx] = label
+
+    sums: dict[str, str] = {}
+    for idx in range(len(cls)):
+        data = encode_png(imgs[idx])
+        digest = sha256_bytes(data)
+        path = out / files[idx]
+        if not (path.is_file() and sha256_file(path) == digest):
+            atomic_write_bytes(path, data)
+        sums[files[idx]] = digest
+    per_class = {class_label[int(c)]: int(n) for c, n in zip(classes, counts)}
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "method": str(method),
+        "image_size": int(imgs.shape[1]),
+        "num_classes": int(len(classes)),
+        "num_images": int(len(cls)),
+        "images_per_class": dict(sorted(per_class.items())),
+        "files": dict(sorted(sums.items())),
+    }
+    if extra_manifest:
+        manifest["extra"] = dict(extra_manifest)
+    atomic_write_json(out / MANIFEST, manifest)
+    # Files of a previous release that this one does not have (and kill leftovers) go.
+    stale = set(old.get("files", {})) - set(sums) if old else set()
+    for rel in stale:
+        (out / rel).unlink(missing_ok=True)
+    for dirpath, _, filenames in os.walk(out):
+        for name in filenames:
+            if _TMP.match(name):
+                Path(dirpath, name).unlink(missing_ok=True)
+    for d in sorted((p for p in out.iterdir() if p.is_dir()), reverse=True):
+        if not any(d.iterdir()):
+            d.rmdir()
+    return WrittenRelease(out, manifest, files, labels, class_label)
+
+
+class ReleaseFaces(FaceSet):
+    """A release (or any ``root/<label>/<image>`` folder) read as a FaceSet.
+
+    Identities are the folder names in sorted order; samples are sorted by folder, then file.
+    """
+
+    def __init__(self, root: str | os.PathLike, *, size: int | None = None) -> None:
+        self.root = Path(root)
+        dirs = sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        self.identities = dirs
+        paths: list[str] = []
+        labels: list[int] = []
+        for i, d in enumerate(dirs):
+            for f in sorted(q.name for q in (self.root / d).iterdir() if q.is_file() and q.suffix.lower() == ".png"):
+                paths.append(f"{d}/{f}")
+                labels.append(i)
+        if not paths:
+            raise PfdError(f"{self.root}: no <label>/<image>.png files; is this a pfd release folder?")
+        self._paths = paths
+        self.labels = np.asarray(labels, dtype=np.int64)
+        with Image.open(self.root / paths[0]) as im:
+            native = im.size[0]
+        self.size = int(size) if size else int(native)
+
+    def load(self, index: int) -> torch.Tensor:
+        path = self.root / self._paths[index]
+        try:
+            with Image.open(path) as im:
+                im = im.convert("RGB")
+                if im.size != (self.size, self.size):
+                    im = im.resize((self.size, self.size), Image.BILINEAR)
+                arr = np.asarray(im, dtype=np.uint8)
+        except OSError as e:
+            raise PfdError(f"{path}: cannot decode image ({e}); re-download the release") from None
+        return torch.from_numpy(arr.copy()).permute(2, 0, 1).float().div_(255.0)
+
+    def name(self, index: int) -> str:
+        return self._paths[index]
+
+
+def read_release(path: str | os.PathLike, *, verify: bool = False, size: int | None = None) -> ReleaseFaces:
+    """Open a release as a FaceSet whose identities are the label folder names.
+
+    Args:
+        path: Release folder.
+        verify: Check every file's sha256 against the manifest (and that none is missing).
+        size: Resize images to this side (default: as stored).
+
+    Raises:
+        PfdError: If the folder holds no images, or ``verify`` finds a missing/altered file.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise PfdError(f"{root}: no such release folder")
+    if verify:
+        manifest = read_manifest(root)
+        if manifest is None:
+            raise PfdError(f"{root}: no pfd manifest.json to verify against; open it without verify")
+        for rel, digest in manifest.get("files", {}).items():
+            p = root / rel
+            if not p.is_file():
+                raise PfdError(f"{p}: listed in the manifest but missing; re-download the release")
+            if sha256_file(p) != digest:
+                raise PfdError(f"{p}: sha256 differs from the manifest (altered or corrupt); re-download the release")
+    return ReleaseFaces(root, size=size)
+
+
+# --------------------------------------------------------------------------------------------
+# The state dir
+# --------------------------------------------------------------------------------------------
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    return child == parent or parent in child.parents
+
+
+def check_separate(release: str | os.PathLike, state_dir: str | os.PathLike) -> None:
+    """Refuse a state dir inside the release or a release inside the state dir (symlinks resolved).
+
+    Raises:
+        PfdError: Naming both paths and the fix.
+    """
+    r = Path(release).expanduser().resolve()
+    s = Path(state_dir).expanduser().resolve()
+    if _inside(s, r):
+        raise PfdError(
+            f"{state_dir}: the state dir lies inside the release {release} and would be published; "
+            "choose a --state-dir outside the release"
+        )
+    if _inside(r, s):
+        raise PfdError(
+            f"{release}: the release lies inside the state dir {state_dir}; choose separate folders for --out and --state-dir"
+        )
+
+
+def prepare_state_dir(state_dir: str | os.PathLike, *, release: str | os.PathLike | None = None) -> Path:
+    """Create the private state dir with mode 0700 (set explicitly: ``makedirs`` obeys umask).
+
+    Args:
+        state_dir: The folder (parents are created with default permissions).
+        release: The release folder it must stay apart from.
+
+    Raises:
+        PfdError: If it overlaps ``release`` or exists as a file.
+    """
+    p = Path(state_dir).expanduser()
+    if release is not None:
+        check_separate(release, p)
+    if p.exists() and not p.is_dir():
+        raise PfdError(f"{p}: exists and is not a folder; choose another --state-dir")
+    p.mkdir(parents=True, exist_ok=True)
+    os.chmod(p, 0o700)
+    return p
+
+
+def write_proxy_map(
+    state_dir: str | os.PathLike,
+    written: WrittenRelease,
+    *,
+    proxy_source: Sequence[int] | np.ndarray | torch.Tensor,
+    identities: Sequence[str] | None = None,
+    label_seed: int,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write the proxy -> source map (private) to ``state_dir/proxy_map.json``.
+
+    Args:
+        state_dir: A folder made by :func:`prepare_state_dir`.
+        written: The result of :func:`write_release`.
+        proxy_source: Source identity label of each proxy ``(n,)``.
+        identities: Source identity names (label -> name), optional.
+        label_seed: The release's label seed (it undoes the permutation: private).
+        extra: More private fields.
+
+    Returns:
+        The path written.
+    """
+    src = np.asarray(proxy_source.cpu() if isinstance(proxy_source, torch.Tensor) else proxy_source, dtype=np.int64)
+    if len(src) != len(written.files):
+        raise ValueError(f"{len(written.files)} proxies but {len(src)} sources")
+    proxies = []
+    for i, (f, lab, s) in enumerate(zip(written.files, written.labels, src)):
+        row: dict[str, Any] = {"index": i, "file": f, "label": lab, "source": int(s)}
+        if identities is not None:
+            row["source_name"] = str(identities[int(s)])
+        proxies.append(row)
+    doc: dict[str, Any] = {
+        "release": str(Path(written.root).resolve()),
+        "label_seed": int(label_seed),
+        "class_label": {str(k): v for k, v in written.class_label.items()},
+        "proxies": proxies,
+    }
+    if extra:
+        doc["extra"] = dict(extra)
+    path = Path(state_dir) / PROXY_MAP
+    atomic_write_json(path, doc)
+    return path
+
+
+def read_proxy_map(state_dir: str | os.PathLike) -> dict[str, Any]:
+    """Read ``state_dir/proxy_map.json``.
+
+    Raises:
+        PfdError: If it is missing or unreadable.
+    """
+    path = Path(state_dir) / PROXY_MAP
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError:
+        raise PfdError(f"{path}: no proxy map; pass the --state-dir that pfd distill wrote") from None
+    except ValueError as e:
+        raise PfdError(f"{path}: not valid JSON ({e}); the state dir is damaged") from None

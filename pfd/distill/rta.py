@@ -1,0 +1,382 @@
+"""Relational Topology Alignment (RTA) distillation, eq. 6-10 of the PFD paper.
+
+* eq. 6  ``L_bn``: BatchNorm statistics of the proxies -> :class:`pfd.nn.bn_hooks.BNStatistics`
+* eq. 7  ``L_cls^RTA = L_CE(h(φ(s)), y)`` on the internal proxy class y  -> :func:`distill_loss`
+* eq. 8  K-means prototypes ``P`` (NK × D) on ``E_ort = E Mᵀ``; ``A* = P Pᵀ``, ``A_syn = E_syn Pᵀ``
+  -> :func:`kmeans_prototypes`
+* eq. 9  ``L_RTA`` with separate diagonal / off-diagonal normalisation -> :func:`rta_loss`
+* eq. 10 ``L_distill = L_cls^RTA + λ_RTA L_RTA + λ_bn L_bn`` -> :func:`distill_loss`
+
+L_RTA is a sum over proxy rows (row i of ``A_syn`` depends only on proxy i), so any batch of
+proxies can be optimised on its own: :class:`ProxyDistiller` owns the loop for one batch, seeded
+from ``(seed, batch_index)``, which is what makes distillation resumable and shardable.
+
+Which logits eq. 7 uses: the paper writes the same ``L_CE`` as in eq. 2, which it defines as
+the margin-based cross-entropy of the FR head; :class:`ProxyDistiller` therefore uses the
+adapted head's margin logits ``head(features, y)`` (AdaFace by default), the same classifier that
+OGP trained. :func:`distill_loss` takes logits, so a caller can pass plain scaled cosines instead.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from pfd.distill.augment import augment_proxies
+from pfd.errors import PfdError
+from pfd.nn.bn_hooks import BNStatistics
+
+__all__ = [
+    "kmeans_prototypes",
+    "rta_loss",
+    "rta_loss_full",
+    "distill_loss",
+    "cosine_lr",
+    "batch_generator",
+    "proxy_batches",
+    "DistillResult",
+    "ProxyDistiller",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Prototypes (eq. 8)
+# --------------------------------------------------------------------------------------------
+
+
+def kmeans_prototypes(
+    emb_rot: torch.Tensor | np.ndarray,
+    labels: torch.Tensor | np.ndarray,
+    *,
+    k: int,
+    seed: int = 0,
+    n_init: int = 10,
+    num_identities: int | None = None,
+    identities: Sequence[str] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-identity K-means prototypes of the rotated embeddings (eq. 8's P).
+
+    For each identity i, ``sklearn.cluster.KMeans(n_clusters=k, n_init=n_init,
+    random_state=seed)`` runs on that identity's rows of ``E_ort = E Mᵀ`` (float64); the
+    centres are L2-normalised. Rows of P are identity-major (identity 0's K prototypes, then
+    identity 1's, ...). Within an identity the K centres are ordered by cluster size
+    (largest first), ties broken by the smallest sample index in the cluster, so the order
+    depends only on the data and the seed, never on K-means' arbitrary cluster numbering.
+
+    Args:
+        emb_rot: Rotated normalised embeddings ``(n, D)``.
+        labels: Identity labels ``(n,)`` in ``[0, N)``.
+        k: Prototypes per identity K (= proxy images per class).
+        seed: K-means seed.
+        n_init: K-means restarts.
+        num_identities: N (default ``labels.max() + 1``).
+        identities: Identity names, only for error messages.
+
+    Returns:
+        ``(P (N·K, D) float32 normalised, proto_identity (N·K,) int64)``.
+
+    Raises:
+        PfdError: If an identity has fewer than K images.
+    """
+    from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
+
+    x = emb_rot.detach().cpu().double().numpy() if isinstance(emb_rot, torch.Tensor) else np.asarray(emb_rot, np.float64)
+    y = labels.cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+    y = y.astype(np.int64)
+    n_id = int(num_identities) if num_identities is not None else int(y.max()) + 1
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    counts = np.bincount(y, minlength=n_id)
+    for i in range(n_id):
+        if counts[i] < k:
+            who = f"identity {i}" + (f" ({identities[i]!r})" if identities is not None else "")
+            raise PfdError(
+                f"{who}: {counts[i]} images, fewer than K = {k} proxies per class; "
+                f"drop identities with fewer than {k} images (min_images = {k}) or lower rta.ipc"
+            )
+    protos = np.empty((n_id * k, x.shape[1]), dtype=np.float64)
+    for i in range(n_id):
+        idx = np.flatnonzero(y == i)  # ascending sample indices
+        # One identity is a few dozen points: OpenMP/BLAS threads only add start-up cost
+        # (~6x slower here) and one thread makes the result independent of the core count.
+        with warnings.catch_warnings(), threadpool_limits(1):
+            # Duplicate embeddings give fewer distinct clusters than K; the centres still exist.
+            warnings.simplefilter("ignore")
+            km = KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit(x[idx])
+        assign = km.labels_
+        size = np.bincount(assign, minlength=k)
+        first = np.array([idx[assign == c].min() if size[c] else np.iinfo(np.int64).max for c in range(k)])
+        order = np.lexsort((first, -size))  # size descending, then first member ascending
+        protos[i * k : (i + 1) * k] = km.cluster_centers_[order]
+    norms = np.linalg.norm(protos, axis=1, keepdims=True)
+    P = torch.from_numpy(protos / np.maximum(norms, 1e-12)).float()
+    proto_identity = torch.arange(n_id, dtype=torch.int64).repeat_interleave(k)
+    return P, proto_identity
+
+
+# --------------------------------------------------------------------------------------------
+# Losses (eq. 9, 10)
+# --------------------------------------------------------------------------------------------
+
+
+def rta_loss(proxy_emb: torch.Tensor, rows: torch.Tensor, P: torch.Tensor) -> torch.Tensor:
+    """The contribution of some proxy rows to L_RTA (eq. 9).
+
+    Row i of ``A_syn`` is ``e_i Pᵀ`` and row i of ``A*`` is ``P[rows_i] Pᵀ`` (eq. 8). The
+    diagonal entry ``|A_syn[i, rows_i] − A*[rows_i, rows_i]|`` is divided by NK, the
+    off-diagonal ones (``j ≠ rows_i``) by NK(NK − 1). Summed over a partition of all NK rows
+    this is exactly eq. 9. With NK = 1 the off-diagonal term is empty and counts 0.
+
+    Args:
+        proxy_emb: Normalised proxy embeddings ``(B, D)``.
+        rows: Their prototype indices ``(B,)`` into P.
+        P: Normalised prototypes ``(NK, D)``.
+
+    Returns:
+        Scalar tensor.
+    """
+    nk = P.shape[0]
+    P = P.to(device=proxy_emb.device, dtype=proxy_emb.dtype)
+    rows = rows.to(proxy_emb.device)
+    a_syn = proxy_emb @ P.T  # (B, NK)
+    a_star = P[rows] @ P.T  # (B, NK)
+    diff = (a_syn - a_star).abs()  # (B, NK)
+    diag = diff.gather(1, rows[:, None]).sum()
+    loss = diag / nk
+    if nk > 1:
+        loss = loss + (diff.sum() - diag) / (nk * (nk - 1))
+    return loss
+
+
+def rta_loss_full(E: torch.Tensor, P: torch.Tensor) -> torch.Tensor:
+    """Eq. 9 written with full matrices (reference for tests): E, P ``(NK, D)`` in prototype order."""
+    nk = P.shape[0]
+    diff = (E @ P.T - P @ P.T).abs()  # (NK, NK)
+    eye = torch.eye(nk, dtype=diff.dtype, device=diff.device)
+    off = (diff * (1 - eye)).sum() / (nk * (nk - 1)) if nk > 1 else diff.new_zeros(())
+    return (diff * eye).sum() / nk + off
+
+
+def distill_loss(
+    proxy_emb: torch.Tensor,
+    *,
+    logits: torch.Tensor | None = None,
+    targets: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,
+    P: torch.Tensor | None = None,
+    bn: torch.Tensor | None = None,
+    lambda_rta: float = 1.0,
+    lambda_bn: float = 0.01,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Eq. 10: ``L_distill = L_cls^RTA + λ_RTA L_RTA + λ_bn L_bn`` for one batch of proxies.
+
+    Args:
+        proxy_emb: Normalised proxy embeddings ``(B, D)``.
+        logits: Head logits ``(B, C)`` of the proxies (eq. 7); ``None`` drops L_cls.
+        targets: Internal proxy classes ``(B,)`` (eq. 7's y).
+        rows: Prototype rows ``(B,)`` of the proxies (eq. 9).
+        P: Prototypes ``(NK, D)``; ``None`` (or ``lambda_rta == 0``) drops L_RTA.
+        bn: L_bn of this forward pass (eq. 6); ``None`` drops it.
+        lambda_rta: λ_RTA.
+        lambda_bn: λ_bn.
+
+    Returns:
+        ``(total, {"cls", "rta", "bn"})`` with detached components.
+    """
+    zero = proxy_emb.new_zeros(())
+    l_cls = F.cross_entropy(logits.float(), targets) if logits is not None else zero
+    use_rta = P is not None and rows is not None and lambda_rta != 0
+    l_rta = rta_loss(proxy_emb, rows, P) if use_rta else zero  # type: ignore[arg-type]
+    l_bn = bn if bn is not None else zero
+    total = l_cls + (lambda_rta * l_rta if use_rta else 0.0) + (lambda_bn * l_bn if bn is not None else 0.0)
+    return total, {"cls": l_cls.detach(), "rta": l_rta.detach(), "bn": l_bn.detach()}
+
+
+# --------------------------------------------------------------------------------------------
+# Loop for one batch of proxies
+# --------------------------------------------------------------------------------------------
+
+
+def cosine_lr(base_lr: float, iteration: int, iterations: int) -> float:
+    """SRe2L's schedule without warm-up: ``0.5 (1 + cos(π t / T)) · lr``."""
+    return 0.5 * (1.0 + math.cos(math.pi * iteration / max(iterations, 1))) * base_lr
+
+
+def batch_generator(seed: int, batch_index: int) -> torch.Generator:
+    """A CPU generator seeded from ``(seed, batch_index)`` only (independent across batches)."""
+    state = np.random.SeedSequence([int(seed), int(batch_index)]).generate_state(1, dtype=np.uint64)[0]
+    return torch.Generator().manual_seed(int(state))
+
+
+def proxy_batches(num_proxies: int, batch_size: int) -> list[np.ndarray]:
+    """Prototype rows of each proxy batch: ``[0..B), [B..2B), ...`` (the last may be short)."""
+    return [np.arange(s, min(s + batch_size, num_proxies)) for s in range(0, num_proxies, batch_size)]
+
+
+@dataclass
+class DistillResult:
+    """One distilled batch.
+
+    Attributes:
+        proxies: ``(B, 3, S, S)`` float32 in [0, 1] on the CPU.
+        history: Per-iteration ``cls``, ``rta``, ``bn`` and ``total`` losses.
+    """
+
+    proxies: torch.Tensor
+    history: dict[str, list[float]] = field(default_factory=dict)
+
+    def first(self, key: str) -> float:
+        """The loss ``key`` at the first iteration."""
+        return self.history[key][0]
+
+    def last(self, key: str) -> float:
+        """The loss ``key`` at the last iteration."""
+        return self.history[key][-1]
+
+    def summary(self) -> dict[str, float]:
+        """First and last value of every recorded loss (``rta_first``, ``rta_last``, ...)."""
+        out: dict[str, float] = {}
+        for k, v in self.history.items():
+            if v:
+                out[f"{k}_first"], out[f"{k}_last"] = v[0], v[-1]
+        return out
+
+
+class ProxyDistiller:
+    """Optimises one batch of proxies from Gaussian noise with eq. 10.
+
+    Each iteration: augment (per image, :func:`~pfd.distill.augment.augment_proxies`) ->
+    frozen backbone in eval mode -> normalise -> L_cls (head margin logits on the internal
+    proxy class), L_RTA against P, L_bn from hooks on the same forward pass -> Adam step
+    (cosine-decayed lr) -> clamp pixels to [0, 1]. The noise and every augmentation draw come from
+    :func:`batch_generator` ``(seed, batch_index)``, so a batch is recomputed identically
+    without running the others (bit for bit on the CPU).
+
+    The constructor freezes ``backbone`` and ``head`` in place (eval mode,
+    ``requires_grad_(False)``); the head must not update state in eval mode.
+
+    Args:
+        backbone: φ, ``(B, 3, S, S)`` in [0, 1] -> raw features ``(B, D)``.
+        head: Margin head ``head(features, labels) -> logits``; ``None`` drops L_cls.
+        prototypes: P ``(NK, D)`` normalised; ``None`` drops L_RTA (the ``sre2l`` baseline).
+        size: Proxy image side S.
+        cfg: An :class:`~pfd.config.RTAConfig` (iterations, lr, betas, lambdas, augmentation,
+            first_bn_multiplier, init_std, seed).
+        device: Where to optimise (default: the backbone's device).
+        include_bn1d: Also match BatchNorm1d statistics (see :mod:`pfd.nn.bn_hooks`).
+        amp: bf16 autocast for the backbone forward on CUDA.
+        progress: Show a per-batch tqdm bar.
+    """
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        head: Callable[..., torch.Tensor] | None,
+        prototypes: torch.Tensor | None,
+        *,
+        size: int,
+        cfg: Any,
+        device: torch.device | str | None = None,
+        include_bn1d: bool = False,
+        amp: bool = False,
+        progress: bool = False,
+    ) -> None:
+        self.backbone = backbone.eval().requires_grad_(False)
+        if isinstance(head, nn.Module):
+            head.eval().requires_grad_(False)
+        self.head = head
+        if device is None:
+            p = next(backbone.parameters(), None)
+            device = p.device if p is not None else torch.device("cpu")
+        self.device = torch.device(device)
+        self.P = prototypes.to(self.device).float() if prototypes is not None else None
+        self.size = int(size)
+        self.cfg = cfg
+        self.include_bn1d = include_bn1d
+        self.amp = amp and self.device.type == "cuda"
+        self.progress = progress
+
+    def init_noise(self, batch: int, gen: torch.Generator) -> torch.Tensor:
+        """Gaussian noise around mid-grey, clamped to [0, 1]: ``(B, 3, S, S)`` on the CPU."""
+        z = torch.randn(batch, 3, self.size, self.size, generator=gen)
+        return (0.5 + float(self.cfg.init_std) * z).clamp_(0.0, 1.0)
+
+    def distill_batch(
+        self, rows: torch.Tensor | np.ndarray | None, classes: torch.Tensor | np.ndarray | None, *, batch_index: int
+    ) -> DistillResult:
+        """Distill one batch.
+
+        Args:
+            rows: Prototype row of each proxy ``(B,)`` (ignored without prototypes).
+            classes: Internal proxy class of each proxy in the head's label space ``(B,)``.
+            batch_index: The batch's index (seeds the noise and augmentation).
+
+        Returns:
+            The proxies and the loss history.
+
+        Raises:
+            PfdError: If a loss becomes NaN or infinite (names the batch and iteration).
+        """
+        cfg = self.cfg
+        n = len(rows) if rows is not None else len(classes)  # type: ignore[arg-type]
+        rows_t = torch.as_tensor(np.asarray(rows), dtype=torch.int64, device=self.device) if rows is not None else None
+        cls_t = torch.as_tensor(np.asarray(classes), dtype=torch.int64, device=self.device) if classes is not None else None
+        gen = batch_generator(cfg.seed, batch_index)
+        s = self.init_noise(n, gen).to(self.device).requires_grad_(True)
+        opt = torch.optim.Adam([s], lr=cfg.lr, betas=tuple(cfg.betas), eps=1e-8)
+        use_bn = cfg.lambda_bn != 0
+        hooks = BNStatistics(self.backbone, first_multiplier=cfg.first_bn_multiplier, include_bn1d=self.include_bn1d) if use_bn else None
+        history: dict[str, list[float]] = {"cls": [], "rta": [], "bn": [], "total": []}
+        try:
+            for it in tqdm(range(cfg.iterations), desc=f"RTA batch {batch_index}", leave=False, disable=not self.progress):
+                for g in opt.param_groups:
+                    g["lr"] = cosine_lr(cfg.lr, it, cfg.iterations)
+                x = augment_proxies(s, generator=gen, crop_scale=tuple(cfg.crop_scale), flip=cfg.flip, shift=cfg.shift)
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
+                    feats = self.backbone(x)
+                feats = feats.float()  # (B, D)
+                emb = F.normalize(feats, dim=1)
+                logits = self.head(feats, cls_t) if self.head is not None and cls_t is not None else None
+                total, comps = distill_loss(
+                    emb,
+                    logits=logits,
+                    targets=cls_t,
+                    rows=rows_t,
+                    P=self.P,
+                    bn=hooks.loss() if hooks is not None else None,
+                    lambda_rta=cfg.lambda_rta,
+                    lambda_bn=cfg.lambda_bn,
+                )
+                value = float(total.detach())
+                if not math.isfinite(value):
+                    parts = ", ".join(f"L_{k}={float(v):.4g}" for k, v in comps.items())
+                    raise PfdError(
+                        f"RTA batch {batch_index}: loss became {value} at iteration {it} ({parts}); "
+                        "lower rta.lr or rta.lambda_bn, or check the backbone; finished batches are kept"
+                    )
+                for k, v in comps.items():
+                    history[k].append(float(v))
+                history["total"].append(value)
+                opt.zero_grad(set_to_none=True)
+                total.backward()
+                opt.step()
+                with torch.no_grad():
+                    s.clamp_(0.0, 1.0)
+        finally:
+            if hooks is not None:
+                hooks.remove()
+        return DistillResult(s.detach().cpu().float(), history)
+
+    @torch.no_grad()
+    def embed(self, proxies: torch.Tensor) -> torch.Tensor:
+        """Normalised embeddings ``(B, D)`` of un-augmented proxies with the frozen backbone."""
+        return F.normalize(self.backbone(proxies.to(self.device)).float(), dim=1).cpu()

@@ -1,0 +1,90 @@
+"""Training loop: schedule, deterministic data order, resume equals an uninterrupted run."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from pfd.config import TrainConfig
+from pfd.data.faceset import TensorFaces
+from pfd.errors import PfdError
+from pfd.nn.checkpoints import load_checkpoint
+from pfd.train import global_batches, lr_lambda, train
+
+
+def _faces(n_ids: int = 6, per: int = 6, size: int = 32) -> TensorFaces:
+    g = torch.Generator().manual_seed(1)
+    base = torch.rand(n_ids, 3, size, size, generator=g)
+    imgs = (base.repeat_interleave(per, 0) + 0.1 * torch.randn(n_ids * per, 3, size, size, generator=g)).clamp(0, 1)
+    return TensorFaces(imgs, np.repeat(np.arange(n_ids), per))
+
+
+def _cfg(out, **kw) -> TrainConfig:
+    base = dict(backbone="ir18", width=0.125, size=32, embedding_dim=16, epochs=2, batch_size=12,
+                lr=0.05, warmup_epochs=0.5, checkpoint_every=2, out=str(out), seed=3)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_lr_schedule_warmup_then_cosine_and_poly():
+    assert lr_lambda(0, total=10, warmup=2) == pytest.approx(0.5)
+    assert lr_lambda(1, total=10, warmup=2) == pytest.approx(1.0)
+    assert lr_lambda(2, total=10, warmup=2) == pytest.approx(1.0)
+    assert lr_lambda(6, total=10, warmup=2) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lr_lambda(10, total=10, warmup=2) == pytest.approx(0.0, abs=1e-12)
+    assert lr_lambda(6, total=10, warmup=2, schedule="poly", power=2) == pytest.approx(0.25)
+    with pytest.raises(PfdError, match="schedule"):
+        lr_lambda(3, total=10, warmup=0, schedule="step")
+
+
+def test_global_batches_are_seeded_full_and_disjoint():
+    a = global_batches(50, batch_size=8, seed=1, epoch=0)
+    assert a.shape == (6, 8) and len(np.unique(a)) == 48
+    assert np.array_equal(a, global_batches(50, batch_size=8, seed=1, epoch=0))
+    assert not np.array_equal(a, global_batches(50, batch_size=8, seed=1, epoch=1))
+
+
+def test_training_lowers_the_loss_and_saves_a_loadable_model(tmp_path):
+    path = train(_cfg(tmp_path / "run", epochs=4), faces=_faces(), progress=False)
+    ck = load_checkpoint(path)
+    assert ck["step"] == 4 * (36 // 12)
+    assert (tmp_path / "run" / "config.toml").is_file()
+    losses = [float(line.split('"loss": ')[1].split(",")[0]) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert losses and all(math.isfinite(v) for v in losses)
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    faces = _faces()
+    full = load_checkpoint(train(_cfg(tmp_path / "a"), faces=faces, progress=False))
+    # Simulate a crash after step 2: keep only the first checkpoint, drop everything after it.
+    run = tmp_path / "b"
+    train(_cfg(run), faces=faces, progress=False)
+    (run / "model.pt").unlink()
+    for p in sorted((run / "checkpoints").glob("step_*.pt"))[1:]:
+        p.unlink()
+    assert [p.name for p in (run / "checkpoints").glob("*.pt")] == ["step_00000002.pt"]
+    resumed = load_checkpoint(train(_cfg(run), faces=faces, progress=False, resume=True))
+    assert resumed["step"] == full["step"]
+    for k, v in full["backbone"].items():
+        assert torch.equal(v, resumed["backbone"][k]), k
+    assert torch.equal(full["head"]["state_dict"]["weight"], resumed["head"]["state_dict"]["weight"])
+
+
+def test_existing_run_is_not_overwritten(tmp_path):
+    train(_cfg(tmp_path / "r", epochs=1), faces=_faces(), progress=False)
+    with pytest.raises(PfdError, match="--resume"):
+        train(_cfg(tmp_path / "r", epochs=1), faces=_faces(), progress=False)
+
+
+def test_non_finite_loss_stops_with_a_clear_error(tmp_path):
+    with pytest.raises(PfdError, match="loss became"):
+        train(_cfg(tmp_path / "nan", lr=1e30, grad_clip=0.0, epochs=3), faces=_faces(), progress=False)
+
+
+def test_too_small_dataset_is_refused(tmp_path):
+    with pytest.raises(PfdError, match="fewer than one batch"):
+        train(_cfg(tmp_path / "s", batch_size=64), faces=_faces(), progress=False)

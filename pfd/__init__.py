@@ -1,12 +1,84 @@
 """pfd: publish private face-recognition training data safely, and audit what it leaks.
 
-The public API is re-exported here; see README.md for a tour and docs/ for each stage.
+The public API is re-exported here and imported lazily (PEP 562), so that ``import pfd`` and the
+CLI start fast and only load torch, scikit-learn or geotorch when a name that needs them is used.
+
+Example:
+    >>> import pfd
+    >>> faces = pfd.open_faces("synthetic:private,ids=4,imgs=3,size=32")
+    >>> model = pfd.create_backbone("ir18", width=0.125, size=32)
+    >>> emb = pfd.Embedder(model)(faces)  # (12, 512), unit rows
+
+See README.md for a tour and docs/ for each stage.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import Any
 
 from pfd.errors import PfdError
 
-__all__ = ["__version__", "PfdError"]
+__version__ = "0.1.0"
+
+#: public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    # configuration
+    **{n: "pfd.config" for n in (
+        "TrainConfig", "EvalConfig", "OGPConfig", "RTAConfig", "ReleaseConfig", "DistillConfig",
+        "AttackConfig", "build_config", "load_recipe", "save_config",
+    )},
+    # data
+    **{n: "pfd.data.faceset" for n in ("FaceSet", "FaceSubset", "TensorFaces", "ConcatFaces")},
+    **{n: "pfd.data.faces" for n in (
+        "FaceFolder", "split_identities", "split_images", "make_loader", "check_min_images",
+    )},
+    "open_faces": "pfd.data.sources",
+    **{n: "pfd.data.recordio" for n in ("RecordIOFaces", "write_recordio", "build_index")},
+    **{n: "pfd.data.pairs" for n in (
+        "VerificationPairs", "read_pairs_txt", "read_bin", "write_bin", "generate_pairs",
+    )},
+    **{n: "pfd.data.synthetic" for n in ("SyntheticFaces", "open_synthetic", "write_synthetic")},
+    **{n: "pfd.data.release" for n in (
+        "write_release", "read_release", "prepare_state_dir", "write_proxy_map", "read_proxy_map",
+    )},
+    **{n: "pfd.data.release_lint" for n in ("lint_release", "Finding")},
+    # models
+    **{n: "pfd.nn.iresnet" for n in ("create_backbone", "list_backbones")},
+    **{n: "pfd.nn.heads" for n in ("create_head", "MarginHead", "penalty")},
+    **{n: "pfd.nn.checkpoints" for n in ("save_checkpoint", "load_checkpoint", "load_backbone", "load_head")},
+    "BNStatistics": "pfd.nn.bn_hooks",
+    # embedding, training, verification
+    "Embedder": "pfd.embed",
+    # (the functions pfd.train.train and pfd.distill.distill are reached through their modules:
+    # a top-level name would shadow the subpackage of the same name)
+    "Trainer": "pfd.train",
+    **{n: "pfd.verify" for n in (
+        "verification_metrics", "evaluate_pairs", "evaluate", "kfold_accuracy", "tar_at_far", "eer", "roc_auc",
+    )},
+    # distillation building blocks
+    **{n: "pfd.distill.ogp" for n in ("Rotation", "OGPStep", "ogp_loss", "rotate")},
+    **{n: "pfd.distill.rta" for n in ("kmeans_prototypes", "rta_loss", "distill_loss", "ProxyDistiller")},
+    # attacks
+    **{n: "pfd.attacks.metrics" for n in ("wilson_interval", "oriented_auc", "tpr_at_fpr")},
+    **{n: "pfd.attacks.membership" for n in ("identity_statistics", "membership_report")},
+    "fusion_cv": "pfd.attacks.fusion",
+    **{n: "pfd.attacks.dataset_mia" for n in ("dataset_membership", "most_likely")},
+    **{n: "pfd.attacks.linkability" for n in ("streamed_top1", "visual_matching", "rank1_reid")},
+    **{n: "pfd.attacks.attributes" for n in ("attribute_recovery", "LinearProbe", "read_attributes_csv")},
+}
+
+__all__ = ["__version__", "PfdError", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pfd' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # cache: later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

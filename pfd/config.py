@@ -447,7 +447,12 @@ def build_config(cls: type[C], *layers: Mapping[str, Any] | None, where: str | N
             if value is None:
                 continue
             if dataclasses.is_dataclass(hints[name]) and isinstance(value, Mapping):
-                prev = merged.get(name, {})
+                # Start from the field's own default (which may differ from the nested class's
+                # defaults, e.g. a default_factory that sets a backbone), then overlay.
+                prev = merged.get(name)
+                if prev is None:
+                    f = fields[name]
+                    prev = f.default_factory() if f.default_factory is not dataclasses.MISSING else {}  # type: ignore[misc]
                 if dataclasses.is_dataclass(prev):
                     prev = config_to_dict(prev)
                 merged[name] = {**prev, **value}

@@ -52,3 +52,14 @@ def test_saved_config_is_a_recipe_that_round_trips(tmp_path):
 def test_missing_recipe_lists_known_ones(tmp_path):
     with pytest.raises(PfdError, match="no such recipe"):
         recipe_path(tmp_path / "nope.toml")
+
+
+def test_partial_nested_table_keeps_the_fields_own_defaults():
+    import dataclasses as dc
+
+    @dc.dataclass
+    class Outer:
+        inner: TrainConfig = dc.field(default_factory=lambda: TrainConfig(backbone="ir18", epochs=3))
+
+    cfg = build_config(Outer, {"inner": {"epochs": 7}})
+    assert cfg.inner.backbone == "ir18" and cfg.inner.epochs == 7

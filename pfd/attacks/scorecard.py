@@ -1,0 +1,281 @@
+"""The release scorecard: run every applicable attack on a release and collect the figures.
+
+``pfd attack --release R --private P --state-dir S --report OUT`` calls :func:`run_scorecard`,
+which runs, in order (each only when its inputs exist; otherwise the reason goes to ``skipped``):
+
+1. **Linkability** (PFD paper, "Source-Identity Linkability"): VisMatch and Rank-1 Re-ID of the
+   proxies against the private gallery, for each attacker: ``public`` (the public model) and
+   ``insider`` (the publisher's adapted model, worst case).
+2. **Reconstruction**: each proxy's public-model embedding is turned back into an image (BN-prior
+   inversion through the public model, or a user ``reconstructor``) and the reconstructions are
+   linked like the proxies, by every attacker.
+3. **Attribute recovery** (PFD paper Tab. 4): a probe on public-model embeddings, fitted on an
+   auxiliary labelled set, labels proxies and private images.
+4. **Membership of the release**: a downstream model trained on public data + the release, then
+   the geometric MIA with private identities as members and held-out identities as non-members.
+
+The proxy -> source map of the state dir is used only to score. The returned :class:`Scorecard`
+holds the JSON-ready figures and the few images the match grid shows;
+:func:`pfd.attacks.report.write_report` writes ``report.json``, ``report.md`` and the plots.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from pfd.attacks.attribute_audit import default_aux_spec, probe_attribute_recovery
+from pfd.attacks.audit import membership_audit, resolve_head
+from pfd.attacks.downstream import downstream_config, train_downstream
+from pfd.attacks.linkability import rank1_reid, visual_matching
+from pfd.attacks.models import Attacker, load_attacker
+from pfd.attacks.reconstruction import BNInversion, Reconstructor, check_reconstructions
+from pfd.attacks.state import (
+    ADAPTED_MODEL,
+    PUBLIC_MODEL,
+    ReleaseState,
+    open_release_state,
+    proxy_sources,
+    state_private_spec,
+)
+from pfd.config import AttackConfig, config_to_dict
+from pfd.data.faceset import FaceSet
+from pfd.data.release import read_release
+from pfd.data.sources import open_faces
+from pfd.errors import PfdError
+
+__all__ = ["Scorecard", "run_scorecard"]
+
+
+@dataclass
+class Scorecard:
+    """What a scorecard run produced.
+
+    Attributes:
+        data: JSON-ready figures (see :mod:`pfd.attacks.report` for the layout).
+        grid: Images of the match grid: ``{"proxies", "matches", "sources", "reconstructions"?}``
+            tensors ``(r, 3, S, S)`` and ``"success"`` (r,) bool.
+    """
+
+    data: dict[str, Any]
+    grid: dict[str, Any] = field(default_factory=dict)
+
+
+class _Clock:
+    """Wall-clock seconds per stage, for the report."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def run(self, stage: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - t0
+
+
+class _Sets:
+    """The private set and the release, opened once per image size."""
+
+    def __init__(self, private_spec: str, release: Path) -> None:
+        self.private_spec, self.release = private_spec, release
+        self._private: dict[int, FaceSet] = {}
+        self._release: dict[int, FaceSet] = {}
+
+    def private(self, size: int) -> FaceSet:
+        if size not in self._private:
+            self._private[size] = open_faces(self.private_spec, size=size)
+        return self._private[size]
+
+    def proxies(self, size: int) -> FaceSet:
+        if size not in self._release:
+            self._release[size] = read_release(self.release, size=size)
+        return self._release[size]
+
+
+def _attackers(cfg: AttackConfig, state: ReleaseState, progress: bool) -> list[Attacker]:
+    common = dict(batch_size=cfg.batch_size, flip=cfg.flip, progress=progress)
+    public = cfg.public_model or state.public_model
+    if public is None:
+        raise PfdError(f"{state.state_dir / PUBLIC_MODEL}: missing; pass the attacker's model with --public-model")
+    out = [load_attacker(public, role="public", size=cfg.public_model_size or None, **common)]
+    if cfg.insider:
+        if state.adapted_model is None:
+            raise PfdError(f"{state.state_dir / ADAPTED_MODEL}: missing; pass the state dir pfd distill wrote, "
+                           "or --no-insider to skip the insider attacker")
+        insider = load_attacker(state.adapted_model, role="insider", **common)
+        if state.image_size and insider.size != state.image_size:
+            raise PfdError(f"{state.adapted_model}: the adapted model takes {insider.size}px images but the release "
+                           f"is {state.image_size}px; the state dir does not belong to this release")
+        out.append(insider)
+    return out
+
+
+def _link(kind: str, attacker: Attacker, query: torch.Tensor, source: np.ndarray, gallery: torch.Tensor,
+          labels: np.ndarray, chunk: int) -> dict[str, Any]:
+    vis = visual_matching(query, source, gallery, labels, chunk=chunk)
+    reid = rank1_reid(query, source, gallery, labels, chunk=chunk)
+    return {"target": kind, "attacker": attacker.role, "vismatch": vis, "reid": reid}
+
+
+def _subsample(n: int, limit: int, seed: int) -> np.ndarray:
+    if limit <= 0 or n <= limit:
+        return np.arange(n)
+    return np.sort(np.random.default_rng([seed, 7]).choice(n, size=limit, replace=False))
+
+
+def run_scorecard(
+    cfg: AttackConfig, *, reconstructor: Reconstructor | None = None, progress: bool = True
+) -> Scorecard:
+    """Run every applicable attack on a release.
+
+    Args:
+        cfg: The attack configuration (release, state dir, private set, options).
+        reconstructor: Replaces the built-in BN-prior inversion: ``f(embeddings (n, D) unit rows,
+            public-model space) -> images (n, 3, S, S) in [0, 1]`` (e.g. an Arc2Face wrapper).
+        progress: Progress bars.
+
+    Returns:
+        The :class:`Scorecard` (write it with :func:`pfd.attacks.report.write_report`).
+
+    Raises:
+        PfdError: For missing or mismatched inputs (release, state dir, private set, models).
+    """
+    clock = _Clock()
+    if not cfg.release or not cfg.state_dir:
+        raise PfdError("pass --release (the released folder) and --state-dir (the publisher's state dir)")
+    state = clock.run("load", lambda: open_release_state(cfg.release, cfg.state_dir))
+    private_spec = cfg.private or state_private_spec(state)
+    if not private_spec:
+        raise PfdError(f"no private set: pass --private (the state dir {state.state_dir} records none)")
+    if bool(cfg.public) != bool(cfg.holdout):
+        raise PfdError("the membership test needs both --public DATA and --holdout SPEC (or neither)")
+    attackers = clock.run("load", lambda: _attackers(cfg, state, progress))
+    sets = _Sets(private_spec, state.release)
+    public = attackers[0]
+    proxies0 = clock.run("load", lambda: sets.proxies(public.size))
+    private0 = clock.run("load", lambda: sets.private(public.size))
+    source = proxy_sources(state, proxies0.names, private0, private_spec=private_spec)
+    n_ids = private0.num_classes
+    skipped: dict[str, str] = {}
+
+    # 1. Linkability of the proxies, for each attacker.
+    emb: dict[str, dict[str, torch.Tensor]] = {}
+    links: list[dict[str, Any]] = []
+    for a in attackers:
+        def embed_both(a: Attacker = a) -> dict[str, torch.Tensor]:
+            return {"private": a.embed(sets.private(a.size)), "proxies": a.embed(sets.proxies(a.size))}
+
+        emb[a.role] = clock.run("embed", embed_both)
+        links.append(clock.run("linkability", lambda a=a: _link(
+            "proxies", a, emb[a.role]["proxies"], source, emb[a.role]["private"], private0.labels, cfg.chunk)))
+
+    # 2. Reconstruction.
+    recon_info: dict[str, Any] = {}
+    recon_images: torch.Tensor | None = None
+    pick = _subsample(len(source), cfg.recon_limit, cfg.seed)
+    if not cfg.reconstruct:
+        skipped["reconstruction"] = "disabled (--no-reconstruct)"
+    elif reconstructor is None and not public.has_batchnorm:
+        skipped["reconstruction"] = (f"the public model {public.path} has no BatchNorm layers for the BN prior "
+                                     "(TorchScript hides them); plug in a reconstructor")
+    else:
+        if reconstructor is None:
+            inverter = BNInversion(public.model, size=public.size, iterations=cfg.recon_iterations,
+                                   batch_size=cfg.recon_batch_size, lr=cfg.recon_lr, lambda_bn=cfg.recon_lambda_bn,
+                                   seed=cfg.seed, device=public.embedder.device, progress=progress)
+            recon, recon_info = inverter, inverter.settings()
+        else:
+            recon, recon_info = reconstructor, {"method": getattr(reconstructor, "__name__", type(reconstructor).__name__)}
+        targets = emb["public"]["proxies"][pick]
+        recon_images = clock.run("reconstruction", lambda: check_reconstructions(recon(targets), len(pick)))
+        if isinstance(recon, BNInversion):
+            recon_info["final_cosine_mean"] = float(np.mean([h["cosine"] for h in recon.history]))
+        recon_info.update(n=int(len(pick)), of=int(len(source)))
+        for a in attackers:
+            q = clock.run("embed", lambda a=a: a.embed(recon_images))
+            links.append(clock.run("linkability", lambda a=a, q=q: _link(
+                "reconstructions", a, q, source[pick], emb[a.role]["private"], private0.labels, cfg.chunk)))
+
+    # 3. Attribute recovery with a probe on the public model.
+    attributes: dict[str, Any] = {}
+    aux_spec = cfg.attr_data or (default_aux_spec(private0) if cfg.attributes else None)
+    if not cfg.attributes:
+        skipped["attributes"] = "disabled (--no-attributes)"
+    elif not aux_spec:
+        skipped["attributes"] = ("no labelled auxiliary set for the attribute probe; pass --attr-data SPEC "
+                                 "(an identity folder with attributes.csv)")
+    else:
+        aux = clock.run("load", lambda: open_faces(aux_spec, size=public.size))
+        if not aux.attributes:
+            skipped["attributes"] = f"{aux_spec} has no attributes (no attributes.csv)"
+        else:
+            aux_emb = clock.run("embed", lambda: public.embed(aux))
+            attributes = clock.run("attributes", lambda: probe_attribute_recovery(
+                aux_emb, aux, emb["public"]["proxies"], source, emb["public"]["private"], private0.labels,
+                permutations=cfg.permutations, seed=cfg.seed))
+
+    # 4. Membership leakage of the release through a downstream model.
+    membership: dict[str, Any] = {}
+    if not cfg.public:
+        skipped["membership"] = "no --public DATA --holdout SPEC given (needed to train and audit a downstream model)"
+    else:
+        dcfg = downstream_config(cfg.downstream, public=cfg.public, release=state.release,
+                                 image_size=state.image_size or public.size, out=Path(cfg.report) / "downstream")
+        path, reused = clock.run("downstream", lambda: train_downstream(dcfg, progress=progress))
+        model = load_attacker(path, role="downstream", batch_size=cfg.batch_size, flip=cfg.flip, progress=progress)
+        kind, s, m, _ = resolve_head(path, None, None, None)
+        holdout = open_faces(cfg.holdout, size=model.size)
+        membership = clock.run("membership", lambda: membership_audit(
+            model, sets.private(model.size), holdout, head=kind, scale=s, margin=m, folds=cfg.mia_folds, seed=cfg.seed))
+        membership.update(members=private_spec, nonmembers=cfg.holdout, downstream=config_to_dict(dcfg),
+                          downstream_reused=reused)
+
+    data = {
+        "format": "pfd-attack-report",
+        "version": 1,
+        "settings": config_to_dict(cfg),
+        "release": {"path": str(state.release), "method": state.method, "image_size": state.image_size,
+                    "num_classes": int(state.manifest.get("num_classes", 0)), "num_images": len(source)},
+        "private": {"spec": private_spec, "identities": n_ids, "images": len(private0),
+                    "source_identities": int(len(np.unique(source)))},
+        "attackers": [a.describe() for a in attackers],
+        "linkability": [{"target": r["target"], "attacker": r["attacker"],
+                         "vismatch": r["vismatch"].as_dict(), "reid": r["reid"].as_dict()} for r in links],
+        "reconstruction": recon_info,
+        "attributes": {"aux": aux_spec, "per_attribute": attributes} if attributes else {},
+        "membership": membership,
+        "skipped": skipped,
+        "timings": clock.seconds,
+    }
+    return Scorecard(data=data, grid=_grid(links[0], sets, public, source, recon_images, pick, cfg.grid_rows))
+
+
+def _grid(link: dict[str, Any], sets: _Sets, public: Attacker, source: np.ndarray,
+          recon: torch.Tensor | None, pick: np.ndarray, rows: int) -> dict[str, Any]:
+    """Images for the grid: the first proxies, (reconstructions,) public VisMatch matches, a source image."""
+    proxies, private = sets.proxies(public.size), sets.private(public.size)
+    vis = link["vismatch"]
+    # One proxy per source identity first, so the grid shows different people.
+    _, first = np.unique(source, return_index=True)
+    order = np.sort(first)[:rows]
+    if recon is not None:
+        order = np.asarray([i for i in order if i in set(pick.tolist())], dtype=np.int64)
+    if order.size == 0:
+        return {}
+    grid: dict[str, Any] = {
+        "proxies": torch.stack([proxies[int(i)][0] for i in order]),
+        "matches": torch.stack([private[int(vis.match_index[i])][0] for i in order]),
+        "sources": torch.stack([private[int(private.indices_of(int(source[i]))[0])][0] for i in order]),
+        "success": vis.success[order].tolist(),
+    }
+    if recon is not None:
+        where = {int(p): j for j, p in enumerate(pick)}
+        grid["reconstructions"] = recon[[where[int(i)] for i in order]]
+    return grid

@@ -169,7 +169,7 @@ def _membership_section(data: Mapping[str, Any]) -> list[str]:
     out = ["", "## Membership of the release", "",
            f"A downstream model ({ds.get('backbone')} ×{ds.get('width')}, {ds.get('size')} px) trained on "
            f"`{ds.get('data', ['?'])[0]}` + the release{' (reused)' if mem.get('downstream_reused') else ''}; members: "
-           f"the {c['members']} private identities, non-members: {c['nonmembers']} identities of `{mem['nonmembers']}` "
+           f"the {c['members']} private identities, non-members: {c['nonmembers']} identities of `{mem.get('nonmembers', '?')}` "
            f"(same domain, or the AUC also measures domain shift). Chance AUC = 0.5. The AUC is oriented "
            "(> 0.5 = separation in either direction) and is a lower bound on what the embeddings leak.", "",
            "| statistic | AUC | 95% CI | members score | TPR@1%FPR |", "|---|---|---|---|---|"]

@@ -117,17 +117,123 @@ def _attackers(cfg: AttackConfig, state: ReleaseState, progress: bool) -> list[A
     return out
 
 
-def _link(kind: str, attacker: Attacker, query: torch.Tensor, source: np.ndarray, gallery: torch.Tensor,
-          labels: np.ndarray, chunk: int) -> dict[str, Any]:
-    vis = visual_matching(query, source, gallery, labels, chunk=chunk)
-    reid = rank1_reid(query, source, gallery, labels, chunk=chunk)
-    return {"target": kind, "attacker": attacker.role, "vismatch": vis, "reid": reid}
+@dataclass
+class _Run:
+    """State shared by the stages of one scorecard run."""
+
+    cfg: AttackConfig
+    state: ReleaseState
+    sets: _Sets
+    attackers: list[Attacker]
+    source: np.ndarray  # (q,) private label of each proxy
+    labels: np.ndarray  # (g,) private labels
+    progress: bool
+    clock: _Clock = field(default_factory=_Clock)
+    emb: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)  # role -> {"private", "proxies"}
+    links: list[dict[str, Any]] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def public(self) -> Attacker:
+        return self.attackers[0]
+
+    def link(self, target: str, attacker: Attacker, query: torch.Tensor, source: np.ndarray) -> None:
+        """VisMatch and Re-ID of ``query`` against ``attacker``'s embeddings of the private gallery."""
+        gallery, chunk = self.emb[attacker.role]["private"], self.cfg.chunk
+
+        def both() -> dict[str, Any]:
+            return {"target": target, "attacker": attacker.role,
+                    "vismatch": visual_matching(query, source, gallery, self.labels, chunk=chunk),
+                    "reid": rank1_reid(query, source, gallery, self.labels, chunk=chunk)}
+
+        self.links.append(self.clock.run("linkability", both))
+
+
+def _linkability(run: _Run) -> None:
+    """Stage 1: every attacker embeds the private set and the proxies, then links them."""
+    for a in run.attackers:
+        run.emb[a.role] = run.clock.run("embed", lambda a=a: {"private": a.embed(run.sets.private(a.size)),
+                                                              "proxies": a.embed(run.sets.proxies(a.size))})
+        run.link("proxies", a, run.emb[a.role]["proxies"], run.source)
 
 
 def _subsample(n: int, limit: int, seed: int) -> np.ndarray:
     if limit <= 0 or n <= limit:
         return np.arange(n)
     return np.sort(np.random.default_rng([seed, 7]).choice(n, size=limit, replace=False))
+
+
+def _reconstruction(run: _Run, reconstructor: Reconstructor | None) -> tuple[dict[str, Any], Any, np.ndarray]:
+    """Stage 2: reconstruct from public-model embeddings, link the reconstructions with every attacker.
+
+    Returns ``(settings, images (n, 3, S, S) or None, proxy indices reconstructed)``.
+    """
+    cfg, public = run.cfg, run.public
+    pick = _subsample(len(run.source), cfg.recon_limit, cfg.seed)
+    if not cfg.reconstruct:
+        run.skipped["reconstruction"] = "disabled (--no-reconstruct)"
+        return {}, None, pick
+    if reconstructor is None and not public.has_batchnorm:
+        run.skipped["reconstruction"] = (f"the public model {public.path} has no BatchNorm layers for the BN prior "
+                                         "(TorchScript hides them); plug in a reconstructor")
+        return {}, None, pick
+    if reconstructor is None:
+        recon: Reconstructor = BNInversion(
+            public.model, size=public.size, iterations=cfg.recon_iterations, batch_size=cfg.recon_batch_size,
+            lr=cfg.recon_lr, lambda_bn=cfg.recon_lambda_bn, seed=cfg.seed, device=public.embedder.device,
+            progress=run.progress)
+        info = recon.settings()
+    else:
+        recon, info = reconstructor, {"method": getattr(reconstructor, "__name__", type(reconstructor).__name__)}
+    targets = run.emb["public"]["proxies"][pick]
+    images = run.clock.run("reconstruction", lambda: check_reconstructions(recon(targets), len(pick)))
+    if isinstance(recon, BNInversion):
+        info["final_cosine_mean"] = float(np.mean([h["cosine"] for h in recon.history]))
+    info.update(n=int(len(pick)), of=int(len(run.source)))
+    for a in run.attackers:
+        run.link("reconstructions", a, run.clock.run("embed", lambda a=a: a.embed(images)), run.source[pick])
+    return info, images, pick
+
+
+def _attributes(run: _Run) -> tuple[str | None, dict[str, Any]]:
+    """Stage 3: attribute probe on public-model embeddings of an auxiliary labelled set."""
+    cfg, public = run.cfg, run.public
+    if not cfg.attributes:
+        run.skipped["attributes"] = "disabled (--no-attributes)"
+        return None, {}
+    aux_spec = cfg.attr_data or default_aux_spec(run.sets.private(public.size))
+    if not aux_spec:
+        run.skipped["attributes"] = ("no labelled auxiliary set for the attribute probe; pass --attr-data SPEC "
+                                     "(an identity folder with attributes.csv)")
+        return None, {}
+    aux = run.clock.run("load", lambda: open_faces(aux_spec, size=public.size))
+    if not aux.attributes:
+        run.skipped["attributes"] = f"{aux_spec} has no attributes (no attributes.csv)"
+        return aux_spec, {}
+    aux_emb = run.clock.run("embed", lambda: public.embed(aux))
+    e = run.emb["public"]
+    return aux_spec, run.clock.run("attributes", lambda: probe_attribute_recovery(
+        aux_emb, aux, e["proxies"], run.source, e["private"], run.labels, permutations=cfg.permutations,
+        seed=cfg.seed))
+
+
+def _membership(run: _Run, private_spec: str) -> dict[str, Any]:
+    """Stage 4: train a downstream model on public data + the release, then the geometric MIA."""
+    cfg = run.cfg
+    if not cfg.public:
+        run.skipped["membership"] = "no --public DATA --holdout SPEC given (needed to train and audit a downstream model)"
+        return {}
+    dcfg = downstream_config(cfg.downstream, public=cfg.public, release=run.state.release,
+                             image_size=run.state.image_size or run.public.size, out=Path(cfg.report) / "downstream")
+    path, reused = run.clock.run("downstream", lambda: train_downstream(dcfg, progress=run.progress))
+    model = load_attacker(path, role="downstream", batch_size=cfg.batch_size, flip=cfg.flip, progress=run.progress)
+    kind, s, m, _ = resolve_head(path, None, None, None)
+    holdout = open_faces(cfg.holdout, size=model.size)
+    rep = run.clock.run("membership", lambda: membership_audit(
+        model, run.sets.private(model.size), holdout, head=kind, scale=s, margin=m, folds=cfg.mia_folds,
+        seed=cfg.seed))
+    rep.update(members=private_spec, nonmembers=cfg.holdout, downstream=config_to_dict(dcfg), downstream_reused=reused)
+    return rep
 
 
 def run_scorecard(
@@ -158,84 +264,17 @@ def run_scorecard(
         raise PfdError("the membership test needs both --public DATA and --holdout SPEC (or neither)")
     attackers = clock.run("load", lambda: _attackers(cfg, state, progress))
     sets = _Sets(private_spec, state.release)
-    public = attackers[0]
-    proxies0 = clock.run("load", lambda: sets.proxies(public.size))
-    private0 = clock.run("load", lambda: sets.private(public.size))
-    source = proxy_sources(state, proxies0.names, private0, private_spec=private_spec)
-    n_ids = private0.num_classes
-    skipped: dict[str, str] = {}
+    size = attackers[0].size
+    private0 = clock.run("load", lambda: sets.private(size))
+    source = proxy_sources(state, clock.run("load", lambda: sets.proxies(size)).names, private0,
+                           private_spec=private_spec)
+    run = _Run(cfg=cfg, state=state, sets=sets, attackers=attackers, source=source, labels=private0.labels,
+               progress=progress, clock=clock)
 
-    # 1. Linkability of the proxies, for each attacker.
-    emb: dict[str, dict[str, torch.Tensor]] = {}
-    links: list[dict[str, Any]] = []
-    for a in attackers:
-        def embed_both(a: Attacker = a) -> dict[str, torch.Tensor]:
-            return {"private": a.embed(sets.private(a.size)), "proxies": a.embed(sets.proxies(a.size))}
-
-        emb[a.role] = clock.run("embed", embed_both)
-        links.append(clock.run("linkability", lambda a=a: _link(
-            "proxies", a, emb[a.role]["proxies"], source, emb[a.role]["private"], private0.labels, cfg.chunk)))
-
-    # 2. Reconstruction.
-    recon_info: dict[str, Any] = {}
-    recon_images: torch.Tensor | None = None
-    pick = _subsample(len(source), cfg.recon_limit, cfg.seed)
-    if not cfg.reconstruct:
-        skipped["reconstruction"] = "disabled (--no-reconstruct)"
-    elif reconstructor is None and not public.has_batchnorm:
-        skipped["reconstruction"] = (f"the public model {public.path} has no BatchNorm layers for the BN prior "
-                                     "(TorchScript hides them); plug in a reconstructor")
-    else:
-        if reconstructor is None:
-            inverter = BNInversion(public.model, size=public.size, iterations=cfg.recon_iterations,
-                                   batch_size=cfg.recon_batch_size, lr=cfg.recon_lr, lambda_bn=cfg.recon_lambda_bn,
-                                   seed=cfg.seed, device=public.embedder.device, progress=progress)
-            recon, recon_info = inverter, inverter.settings()
-        else:
-            recon, recon_info = reconstructor, {"method": getattr(reconstructor, "__name__", type(reconstructor).__name__)}
-        targets = emb["public"]["proxies"][pick]
-        recon_images = clock.run("reconstruction", lambda: check_reconstructions(recon(targets), len(pick)))
-        if isinstance(recon, BNInversion):
-            recon_info["final_cosine_mean"] = float(np.mean([h["cosine"] for h in recon.history]))
-        recon_info.update(n=int(len(pick)), of=int(len(source)))
-        for a in attackers:
-            q = clock.run("embed", lambda a=a: a.embed(recon_images))
-            links.append(clock.run("linkability", lambda a=a, q=q: _link(
-                "reconstructions", a, q, source[pick], emb[a.role]["private"], private0.labels, cfg.chunk)))
-
-    # 3. Attribute recovery with a probe on the public model.
-    attributes: dict[str, Any] = {}
-    aux_spec = cfg.attr_data or (default_aux_spec(private0) if cfg.attributes else None)
-    if not cfg.attributes:
-        skipped["attributes"] = "disabled (--no-attributes)"
-    elif not aux_spec:
-        skipped["attributes"] = ("no labelled auxiliary set for the attribute probe; pass --attr-data SPEC "
-                                 "(an identity folder with attributes.csv)")
-    else:
-        aux = clock.run("load", lambda: open_faces(aux_spec, size=public.size))
-        if not aux.attributes:
-            skipped["attributes"] = f"{aux_spec} has no attributes (no attributes.csv)"
-        else:
-            aux_emb = clock.run("embed", lambda: public.embed(aux))
-            attributes = clock.run("attributes", lambda: probe_attribute_recovery(
-                aux_emb, aux, emb["public"]["proxies"], source, emb["public"]["private"], private0.labels,
-                permutations=cfg.permutations, seed=cfg.seed))
-
-    # 4. Membership leakage of the release through a downstream model.
-    membership: dict[str, Any] = {}
-    if not cfg.public:
-        skipped["membership"] = "no --public DATA --holdout SPEC given (needed to train and audit a downstream model)"
-    else:
-        dcfg = downstream_config(cfg.downstream, public=cfg.public, release=state.release,
-                                 image_size=state.image_size or public.size, out=Path(cfg.report) / "downstream")
-        path, reused = clock.run("downstream", lambda: train_downstream(dcfg, progress=progress))
-        model = load_attacker(path, role="downstream", batch_size=cfg.batch_size, flip=cfg.flip, progress=progress)
-        kind, s, m, _ = resolve_head(path, None, None, None)
-        holdout = open_faces(cfg.holdout, size=model.size)
-        membership = clock.run("membership", lambda: membership_audit(
-            model, sets.private(model.size), holdout, head=kind, scale=s, margin=m, folds=cfg.mia_folds, seed=cfg.seed))
-        membership.update(members=private_spec, nonmembers=cfg.holdout, downstream=config_to_dict(dcfg),
-                          downstream_reused=reused)
+    _linkability(run)
+    recon_info, recon_images, pick = _reconstruction(run, reconstructor)
+    aux_spec, attributes = _attributes(run)
+    membership = _membership(run, private_spec)
 
     data = {
         "format": "pfd-attack-report",
@@ -243,18 +282,18 @@ def run_scorecard(
         "settings": config_to_dict(cfg),
         "release": {"path": str(state.release), "method": state.method, "image_size": state.image_size,
                     "num_classes": int(state.manifest.get("num_classes", 0)), "num_images": len(source)},
-        "private": {"spec": private_spec, "identities": n_ids, "images": len(private0),
+        "private": {"spec": private_spec, "identities": private0.num_classes, "images": len(private0),
                     "source_identities": int(len(np.unique(source)))},
         "attackers": [a.describe() for a in attackers],
         "linkability": [{"target": r["target"], "attacker": r["attacker"],
-                         "vismatch": r["vismatch"].as_dict(), "reid": r["reid"].as_dict()} for r in links],
+                         "vismatch": r["vismatch"].as_dict(), "reid": r["reid"].as_dict()} for r in run.links],
         "reconstruction": recon_info,
         "attributes": {"aux": aux_spec, "per_attribute": attributes} if attributes else {},
         "membership": membership,
-        "skipped": skipped,
+        "skipped": run.skipped,
         "timings": clock.seconds,
     }
-    return Scorecard(data=data, grid=_grid(links[0], sets, public, source, recon_images, pick, cfg.grid_rows))
+    return Scorecard(data=data, grid=_grid(run.links[0], sets, run.public, source, recon_images, pick, cfg.grid_rows))
 
 
 def _grid(link: dict[str, Any], sets: _Sets, public: Attacker, source: np.ndarray,

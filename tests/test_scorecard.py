@@ -16,7 +16,8 @@ from pfd.config import AttackConfig
 from tests.attack_world import HOLDOUT, PRIVATE, SIZE, build_world, make_release
 from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")]
 
 
 @pytest.fixture(scope="module")

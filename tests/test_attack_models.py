@@ -15,7 +15,8 @@ from pfd.nn.iresnet import create_backbone
 from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
-              pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")]
+              pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning"),
+              pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")]
 
 
 @pytest.fixture

@@ -17,7 +17,8 @@ from tests.attack_world import HOLDOUT, PRIVATE, SIZE, build_world, make_release
 from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
-              pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")]
+              pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning"),
+              pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")]
 
 
 @pytest.fixture(scope="module")

@@ -152,3 +152,27 @@ def test_bad_inputs_are_one_line_errors(world, tmp_path):
     release, state = _layout(tmp_path / "c", world, big, _raw(world)[1])
     assert "takes 32px images but the release is 48px" in _fail(
         "--release", str(release), "--state-dir", str(state), "--report", str(tmp_path / "r"))
+
+
+def grey(embeddings: torch.Tensor) -> torch.Tensor:
+    """An external reconstructor for the hook test: the same grey face for every embedding."""
+    return torch.full((len(embeddings), 3, SIZE, SIZE), 0.5)
+
+
+def test_external_reconstructor_hook_replaces_the_inversion(world, tmp_path):
+    release, state = _layout(tmp_path, world, *_raw(world))
+    res = CliRunner().invoke(main, ["attack", "--release", str(release), "--state-dir", str(state), "--no-insider",
+                                    "--no-attributes", "--reconstructor", "tests.test_scorecard:grey",
+                                    "--recon-limit", "10", "--report", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert data["reconstruction"] == {"method": "grey", "n": 10, "of": 40}
+    rec = [r for r in data["linkability"] if r["target"] == "reconstructions"]
+    assert len(rec) == 1 and rec[0]["vismatch"]["n"] == 10
+    # Identical grey images all match the same private image: at most one source is hit.
+    assert rec[0]["vismatch"]["count"] <= 2
+    bad = CliRunner().invoke(main, ["attack", "--release", str(release), "--state-dir", str(state),
+                                    "--reconstructor", "tests.test_scorecard:nothing_here"])
+    assert bad.exit_code == 2 and "cannot import it" in bad.output
+    empty = CliRunner().invoke(main, ["attack"])
+    assert empty.exit_code == 2 and "pass --release RELEASE --state-dir STATE" in empty.output

@@ -301,11 +301,11 @@ def _grid(link: dict[str, Any], sets: _Sets, public: Attacker, source: np.ndarra
     """Images for the grid: the first proxies, (reconstructions,) public VisMatch matches, a source image."""
     proxies, private = sets.proxies(public.size), sets.private(public.size)
     vis = link["vismatch"]
-    # One proxy per source identity first, so the grid shows different people.
-    _, first = np.unique(source, return_index=True)
-    order = np.sort(first)[:rows]
-    if recon is not None:
-        order = np.asarray([i for i in order if i in set(pick.tolist())], dtype=np.int64)
+    # Only reconstructed proxies when there are reconstructions; one per source identity, so the
+    # grid shows different people.
+    pool = pick if recon is not None else np.arange(len(source))
+    _, first = np.unique(source[pool], return_index=True)
+    order = pool[np.sort(first)[:rows]]
     if order.size == 0:
         return {}
     grid: dict[str, Any] = {

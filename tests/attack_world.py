@@ -86,7 +86,7 @@ def build_world(root: str) -> World:
         keep = np.flatnonzero(np.arange(len(more)) % (10 + HELD_OUT_IMAGES) >= 10)
         held = render(more.subset(keep, relabel=False))
         insider = _train(private, base / "insider", steps=200, seed=0)
-        lowres = _train(render(open_faces(LOWRES)), base / "lowres", steps=200, seed=1)
+        lowres = _train(render(open_faces(LOWRES)), base / "lowres", steps=150, seed=1)
     finally:
         torch.set_num_threads(threads)
     return World(root=base, insider=insider, lowres=lowres, private=private, held_out=held)

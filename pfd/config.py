@@ -38,6 +38,7 @@ __all__ = [
     "ReleaseConfig",
     "DistillConfig",
     "AttackConfig",
+    "ATTACK_DOWNSTREAM_DEFAULTS",
     "RECIPES_DIR",
     "recipe_path",
     "load_recipe",
@@ -275,21 +276,48 @@ class DistillConfig:
     release: ReleaseConfig = field(default_factory=ReleaseConfig)
 
 
+#: The downstream model of the release membership test: tiny (CPU minutes, not hours); any key can
+#: be overridden in ``[attack.downstream]``. ``size = 0`` means the release's image size.
+ATTACK_DOWNSTREAM_DEFAULTS: dict[str, Any] = {
+    "backbone": "ir18", "width": 0.25, "embedding_dim": 128, "size": 0, "epochs": 5, "batch_size": 64,
+    "lr": 0.1, "warmup_epochs": 0.5, "checkpoint_every": 0, "min_images": 1,
+}
+
+
 @dataclass
 class AttackConfig:
     """``pfd attack``: the release scorecard.
 
     Attributes:
         release: Release folder to score.
-        private: The private dataset the release came from.
-        state_dir: The publisher's state dir (proxy->source map, adapted model).
-        public_model: Attacker's public model (pfd/insightface checkpoint or TorchScript).
+        private: The private dataset the release came from (empty: the ``private`` spec in the
+            state dir's ``config.toml``).
+        state_dir: The publisher's state dir (proxy->source map, public and adapted models).
+        public_model: Attacker's public model (pfd/insightface/AdaFace checkpoint or TorchScript);
+            empty: ``state_dir/public_model.pt``.
+        public_model_size: Input side of a TorchScript public model (0: declared by the file).
+        insider: Also attack with the publisher's adapted model (``state_dir/adapted.pt``).
         report: Output folder for report.json, report.md and plots.
-        public: Public data for the downstream membership test (empty: skip).
+        public: Public training data of the downstream membership test (empty: skip it).
         holdout: Same-domain held-out identities (non-members) for the membership test.
+        attr_data: Auxiliary labelled set the attacker fits the attribute probe on (empty: the
+            synthetic ``public`` split for a synthetic private set, else skip).
+        attributes: Run attribute recovery.
         batch_size: Embedding batch size.
         chunk: Gallery chunk size for streamed top-1 search.
+        flip: Embed with flip fusion (image + mirror), insightface style.
         reconstruct: Run the reconstruction attack.
+        recon_iterations: Adam steps of the BN-prior inversion per batch.
+        recon_batch_size: Images inverted together.
+        recon_lr: Peak learning rate of the inversion.
+        recon_lambda_bn: Weight of the BatchNorm prior.
+        recon_limit: Reconstruct at most this many proxies (a seeded sample; 0 = all).
+        permutations: Permutation draws of the attribute chance levels.
+        mia_folds: Cross-validation folds of the fused membership classifier.
+        grid_rows: Proxies shown in the match grid.
+        downstream: :class:`TrainConfig` settings of the downstream model (``[attack.downstream]``),
+            laid over :data:`ATTACK_DOWNSTREAM_DEFAULTS`; ``data`` and ``out`` are set by the
+            scorecard.
         seed: Seed.
     """
 
@@ -297,12 +325,26 @@ class AttackConfig:
     private: str = ""
     state_dir: str = ""
     public_model: str = ""
+    public_model_size: int = 0
+    insider: bool = True
     report: str = "report"
     public: str = ""
     holdout: str = ""
+    attr_data: str = ""
+    attributes: bool = True
     batch_size: int = 256
     chunk: int = 4096
+    flip: bool = False
     reconstruct: bool = True
+    recon_iterations: int = 300
+    recon_batch_size: int = 64
+    recon_lr: float = 0.1
+    recon_lambda_bn: float = 0.01
+    recon_limit: int = 0
+    permutations: int = 1000
+    mia_folds: int = 5
+    grid_rows: int = 8
+    downstream: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
 
 

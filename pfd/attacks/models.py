@@ -1,0 +1,249 @@
+"""Attacker models: any face-recognition model an auditor holds, as an image -> embedding map.
+
+Two kinds of files load:
+
+* **Checkpoints** (:func:`pfd.nn.checkpoints.load_backbone`): pfd checkpoints, insightface
+  ``model.pt`` / ``backbone.pth`` and AdaFace ``.ckpt`` files (``weights_only=True``). The input
+  size and embedding dimension come from the architecture.
+* **TorchScript** files (``torch.jit.save``), for models pfd cannot build itself. Loading runs
+  TorchScript code from the file (TorchScript, not arbitrary Python), so only use files you trust.
+
+Input convention, the same for every attacker: a batch ``(B, 3, S, S)`` of float32 **RGB** values
+in **[0, 1]**; the model applies its own normalisation (pfd backbones do ``(x - 0.5) / 0.5``, and
+the RGB->BGR flip for AdaFace weights, inside ``forward``) and returns ``(B, D)`` features, which
+the :class:`~pfd.embed.Embedder` L2-normalises. A TorchScript model must follow this convention;
+its side ``S`` comes from, in order: the ``size`` argument (``--public-model-size``), an extra file
+``pfd.json`` holding ``{"size": S}`` saved with the model, or an integer attribute ``size`` /
+``input_size`` of the scripted module::
+
+    torch.jit.save(torch.jit.script(net), "net.ts", _extra_files={"pfd.json": '{"size": 112}'})
+
+Images of another side are resized (bilinear, antialiased) to ``S`` before the forward pass, as an
+attacker would do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pfd.data.faceset import FaceSet
+from pfd.embed import Embedder
+from pfd.errors import PfdError
+
+__all__ = ["Attacker", "load_attacker", "is_torchscript", "resize_images", "checkpoint_head"]
+
+#: Extra file of a TorchScript archive that may carry ``{"size": S}``.
+META_FILE = "pfd.json"
+
+
+def is_torchscript(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a TorchScript archive (a zip holding ``code/`` and ``constants.pkl``).
+
+    Plain ``torch.save`` files are zips too, but without TorchScript code.
+    """
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+    return any("/code/" in n for n in names) and any(n.endswith("constants.pkl") for n in names)
+
+
+def resize_images(x: torch.Tensor, size: int) -> torch.Tensor:
+    """Resize ``(n, 3, s, s)`` images to ``(n, 3, size, size)`` (bilinear, antialiased); no-op if equal."""
+    if x.shape[-1] == size and x.shape[-2] == size:
+        return x
+    return F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False).clamp_(0.0, 1.0)
+
+
+@dataclass
+class Attacker:
+    """A model held by an attacker, ready to embed faces.
+
+    Attributes:
+        role: Who holds it in the threat model (``"public"``, ``"insider"``, ``"model"``, ...).
+        path: The file it came from.
+        kind: ``"checkpoint"`` or ``"torchscript"``.
+        model: The module (eval mode).
+        size: Input side S.
+        embedding_dim: D.
+        embedder: Batched embedding with the model (L2-normalised, float32, CPU output).
+    """
+
+    role: str
+    path: str
+    kind: str
+    model: nn.Module
+    size: int
+    embedding_dim: int
+    embedder: Embedder
+
+    def embed(self, x: FaceSet | torch.Tensor) -> torch.Tensor:
+        """``(n, D)`` unit embeddings of a FaceSet (opened at :attr:`size`) or an image tensor.
+
+        Tensors of another side are resized to :attr:`size` first.
+
+        Raises:
+            PfdError: If a FaceSet's image size is not :attr:`size`, or the model fails on the batch.
+        """
+        if isinstance(x, torch.Tensor):
+            x = resize_images(x, self.size)
+        elif x.size != self.size:
+            raise PfdError(f"{self.path}: model takes {self.size}px faces but the set is {x.size}px; "
+                           f"open it with size={self.size}")
+        try:
+            return self.embedder(x)
+        except RuntimeError as e:  # a TorchScript model that rejects the input
+            raise PfdError(f"{self.path}: model failed on {self.size}px images ({_first_line(e)}); "
+                           "check --public-model-size and the input convention in docs/attacks.md") from None
+
+    @property
+    def has_batchnorm(self) -> bool:
+        """Whether the model has BatchNorm layers whose statistics a BN prior can match."""
+        return any(isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None
+                   for m in self.model.modules())
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description (role, path, kind, size, embedding_dim, arch when known)."""
+        d: dict[str, Any] = {"role": self.role, "path": self.path, "kind": self.kind, "size": self.size,
+                             "embedding_dim": self.embedding_dim}
+        arch = getattr(self.model, "arch", None)
+        if isinstance(arch, dict):
+            d["arch"] = dict(arch)
+        return d
+
+
+def _first_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _jit_load(path: Path, extra: dict[str, Any] | None = None) -> Any:
+    with warnings.catch_warnings():  # torch >= 2.9 deprecates TorchScript; loading still works
+        warnings.simplefilter("ignore", FutureWarning)
+        return torch.jit.load(str(path), map_location="cpu", _extra_files=extra if extra is not None else {})
+
+
+def _torchscript_size(model: Any, path: Path, meta: str) -> int | None:
+    """The input side declared by a TorchScript archive (extra file, then module attribute)."""
+    if meta:
+        try:
+            return int(json.loads(meta)["size"])
+        except (ValueError, KeyError, TypeError):
+            raise PfdError(f"{path}: its {META_FILE} is not JSON with an integer 'size'; re-save it or "
+                           "pass --public-model-size") from None
+    for attr in ("size", "input_size"):
+        v = getattr(model, attr, None)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def _load_torchscript(path: Path, size: int | None) -> tuple[nn.Module, int]:
+    extra = {META_FILE: ""}
+    try:
+        model = _jit_load(path, extra)
+    except Exception as e:  # noqa: BLE001 - any failure to deserialise is a bad file
+        raise PfdError(f"{path}: cannot load as TorchScript ({_first_line(e)}); re-export it with torch.jit.save") from None
+    meta = extra[META_FILE]
+    declared = _torchscript_size(model, path, meta.decode("utf-8", "replace") if isinstance(meta, bytes) else str(meta))
+    side = size if size is not None else declared
+    if side is None:
+        raise PfdError(f"{path}: TorchScript model with no declared input size; pass --public-model-size S "
+                       f"(or save it with _extra_files={{'{META_FILE}': '{{\"size\": S}}'}})")
+    return model.eval(), int(side)
+
+
+def _probe_dim(model: nn.Module, size: int, path: Path) -> int:
+    """Run a (2, 3, S, S) batch through the model; return D or raise a one-line PfdError."""
+    try:
+        with torch.inference_mode():
+            out = model(torch.full((2, 3, size, size), 0.5))
+    except Exception as e:  # noqa: BLE001 - the model rejected the input; say what it needs
+        raise PfdError(f"{path}: model does not accept (B, 3, {size}, {size}) images in [0, 1] ({_first_line(e)}); "
+                       "pass the model's input size with --public-model-size") from None
+    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != 2:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise PfdError(f"{path}: model returned {shape} for a batch of 2 images; an attacker model must return "
+                       "(B, D) embeddings")
+    return int(out.shape[1])
+
+
+def load_attacker(
+    path: str | os.PathLike,
+    *,
+    role: str = "model",
+    size: int | None = None,
+    batch_size: int = 256,
+    flip: bool = False,
+    device: str | torch.device | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> Attacker:
+    """Load an attacker model from a checkpoint or a TorchScript file.
+
+    Args:
+        path: pfd / insightface / AdaFace checkpoint, or a TorchScript archive.
+        role: Label of the attacker in reports.
+        size: Input side. TorchScript: overrides the declared size. Checkpoints: must equal the
+            architecture's size (a check, since the fc layer fixes it).
+        batch_size: Embedding batch size.
+        flip: Fuse each embedding with that of the mirrored image (insightface evaluation).
+        device: Where to embed (default: CUDA if available).
+        cache_dir: Embedding cache folder (see :class:`~pfd.embed.Embedder`); ``None`` disables.
+        progress: Show embedding progress bars.
+
+    Returns:
+        The :class:`Attacker`.
+
+    Raises:
+        PfdError: Missing or unreadable file, a size that does not fit the model, or a model that
+            does not map ``(B, 3, S, S)`` images to ``(B, D)`` features.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise PfdError(f"{p}: no such model file; pass a pfd/insightface/AdaFace checkpoint or a TorchScript file")
+    if is_torchscript(p):
+        model, side = _load_torchscript(p, size)
+        kind = "torchscript"
+    else:
+        from pfd.nn.checkpoints import load_backbone
+
+        model = load_backbone(p)
+        side = int(model.arch["size"])
+        kind = "checkpoint"
+        if size is not None and int(size) != side:
+            raise PfdError(f"{p}: this {model.arch['name']} takes {side}px images, not {size}px; drop the size "
+                           "option or pass the matching model")
+    dim = _probe_dim(model, side, p)
+    embedder = Embedder(model, batch_size=batch_size, flip=flip, device=device, cache_dir=cache_dir, progress=progress)
+    return Attacker(role=role, path=str(p), kind=kind, model=model, size=side, embedding_dim=dim, embedder=embedder)
+
+
+def checkpoint_head(path: str | os.PathLike) -> dict[str, Any] | None:
+    """``{"kind", "scale", "margin"}`` of the margin head stored in a pfd checkpoint, else ``None``.
+
+    Used to default the grey-box MIA statistics to the head the model was trained with.
+    """
+    from pfd.nn.checkpoints import load_checkpoint
+
+    if is_torchscript(path):
+        return None
+    try:
+        ck = load_checkpoint(path)
+    except PfdError:
+        return None
+    head = ck.get("head")
+    if not isinstance(head, dict) or "kind" not in head:
+        return None
+    return {k: head[k] for k in ("kind", "scale", "margin") if k in head}

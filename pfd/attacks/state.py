@@ -1,0 +1,197 @@
+"""What the scorecard reads: a release, the publisher's state dir and the private set, checked.
+
+The release (``release/<label>/<k>.png`` + ``manifest.json``) is what an attacker has. The state
+dir written by ``pfd distill`` is what only the publisher has; the scorecard uses it to *score*
+attacks (which private identity each proxy came from) and to play the insider:
+
+====================  ==================================================================
+``proxy_map.json``    each released file -> source identity (``pfd.data.release``); required
+``public_model.pt``   the public starting model: the attacker's default public model
+``adapted.pt``        the publisher's adapted backbone + head: the insider attacker
+``config.toml``       the resolved distillation config (its ``private`` spec is the default
+                      private set)
+====================  ==================================================================
+
+Every mismatch between the three is a one-line :class:`~pfd.errors.PfdError` naming the file or
+identity, because a score computed against the wrong private set is silently meaningless.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 only
+    import tomli as tomllib
+
+from pfd.data.faceset import FaceSet
+from pfd.data.release import MANIFEST, PROXY_MAP, read_manifest, read_proxy_map
+from pfd.errors import PfdError
+
+__all__ = ["PUBLIC_MODEL", "ADAPTED_MODEL", "STATE_CONFIG", "ReleaseState", "open_release_state",
+           "state_private_spec", "proxy_sources"]
+
+PUBLIC_MODEL = "public_model.pt"
+ADAPTED_MODEL = "adapted.pt"
+STATE_CONFIG = "config.toml"
+
+
+@dataclass
+class ReleaseState:
+    """A release and the publisher state that goes with it (before any private data is read).
+
+    Attributes:
+        release: The release folder.
+        state_dir: The state dir.
+        manifest: The release manifest.
+        files: Released files (``"0007/003.png"``) in the proxy map's order.
+        sources: Per file, ``(source label, source name or None)`` from the proxy map.
+        public_model: ``state_dir/public_model.pt`` if present.
+        adapted_model: ``state_dir/adapted.pt`` if present.
+        config: The parsed ``config.toml`` (empty if absent).
+    """
+
+    release: Path
+    state_dir: Path
+    manifest: dict[str, Any]
+    files: list[str]
+    sources: dict[str, tuple[int, str | None]] = field(repr=False)
+    public_model: Path | None
+    adapted_model: Path | None
+    config: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def image_size(self) -> int:
+        """Side of the released images (from the manifest)."""
+        return int(self.manifest.get("image_size", 0))
+
+    @property
+    def method(self) -> str:
+        """Distillation method recorded in the manifest."""
+        return str(self.manifest.get("method", "unknown"))
+
+
+def _find_key(tables: Any, key: str) -> Any:
+    """First value of ``key`` in a nested dict, breadth first (``[distill] private = ...``)."""
+    queue = [tables]
+    while queue:
+        t = queue.pop(0)
+        if not isinstance(t, dict):
+            continue
+        if key in t and not isinstance(t[key], dict):
+            return t[key]
+        queue.extend(v for v in t.values() if isinstance(v, dict))
+    return None
+
+
+def state_private_spec(state: ReleaseState) -> str | None:
+    """The private dataset spec recorded in the state dir's ``config.toml``, if any."""
+    v = _find_key(state.config, "private")
+    return str(v) if isinstance(v, str) and v else None
+
+
+def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike) -> ReleaseState:
+    """Open and cross-check a release and its state dir.
+
+    Args:
+        release: Release folder (with ``manifest.json``).
+        state_dir: The publisher's state dir (with ``proxy_map.json``).
+
+    Returns:
+        The :class:`ReleaseState`.
+
+    Raises:
+        PfdError: Missing folder or manifest, missing/damaged proxy map, a released file that the
+            map does not know, or a mapped file missing from the release.
+    """
+    r, s = Path(release), Path(state_dir)
+    if not r.is_dir():
+        raise PfdError(f"{r}: no such release folder; pass the folder written by pfd distill (--release)")
+    manifest = read_manifest(r)
+    if manifest is None:
+        raise PfdError(f"{r}: no pfd {MANIFEST}; is this a pfd release? (pfd distill writes one)")
+    if not s.is_dir():
+        raise PfdError(f"{s}: no such state dir; pass the --state-dir that pfd distill wrote")
+    pm = read_proxy_map(s)
+    rows = pm.get("proxies")
+    if not isinstance(rows, list) or not rows:
+        raise PfdError(f"{s / PROXY_MAP}: no 'proxies' list; the state dir is damaged, re-run pfd distill")
+    sources: dict[str, tuple[int, str | None]] = {}
+    for row in rows:
+        try:
+            f, src = str(row["file"]), int(row["source"])
+        except (KeyError, TypeError, ValueError):
+            raise PfdError(f"{s / PROXY_MAP}: a proxy row without 'file' and integer 'source' ({row!r:.80}); "
+                           "the state dir is damaged") from None
+        name = row.get("source_name")
+        sources[f] = (src, str(name) if name is not None else None)
+    listed = set(manifest.get("files", {}))
+    on_disk = {p.relative_to(r).as_posix() for p in r.glob("*/*.png")}
+    released = listed or on_disk
+    extra = sorted(released - set(sources))
+    if extra:
+        raise PfdError(f"{r / extra[0]}: released file not in {s / PROXY_MAP} ({len(extra)} such); "
+                       "the state dir does not belong to this release")
+    missing = sorted(set(sources) - on_disk)
+    if missing:
+        raise PfdError(f"{r / missing[0]}: in {s / PROXY_MAP} but not in the release ({len(missing)} such); "
+                       "the state dir does not belong to this release (or the release is incomplete)")
+    config: dict[str, Any] = {}
+    if (s / STATE_CONFIG).is_file():
+        try:
+            config = tomllib.loads((s / STATE_CONFIG).read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise PfdError(f"{s / STATE_CONFIG}: invalid TOML ({e}); the state dir is damaged") from None
+    return ReleaseState(
+        release=r, state_dir=s, manifest=manifest, files=sorted(sources), sources=sources,
+        public_model=(s / PUBLIC_MODEL) if (s / PUBLIC_MODEL).is_file() else None,
+        adapted_model=(s / ADAPTED_MODEL) if (s / ADAPTED_MODEL).is_file() else None,
+        config=config,
+    )
+
+
+def proxy_sources(state: ReleaseState, names: list[str], private: FaceSet, *, private_spec: str = "") -> np.ndarray:
+    """Source identity of each release image, as a label of the private set.
+
+    Sources are matched by identity *name* when the proxy map has one (robust to a private set
+    re-opened with another identity order), else by label.
+
+    Args:
+        state: The opened release state.
+        names: Release sample names in the order the proxies will be embedded
+            (``ReleaseFaces.names``: ``"<label>/<k>.png"``).
+        private: The private set as opened for the attack.
+        private_spec: How it was given (for error messages).
+
+    Returns:
+        ``(q,)`` int64 private labels.
+
+    Raises:
+        PfdError: A release image without a map row, or a source identity absent from the private set.
+    """
+    index = {name: i for i, name in enumerate(private.identities)}
+    where = private_spec or "the private set"
+    out = np.empty(len(names), dtype=np.int64)
+    for i, f in enumerate(names):
+        if f not in state.sources:
+            raise PfdError(f"{state.release / f}: release image not in {state.state_dir / PROXY_MAP}; "
+                           "the state dir does not belong to this release")
+        label, name = state.sources[f]
+        if name is not None:
+            if name not in index:
+                raise PfdError(f"source identity {name!r} of {f} is not in {where}; pass the private set this "
+                               "release was distilled from (--private)")
+            out[i] = index[name]
+        else:
+            if not 0 <= label < private.num_classes:
+                raise PfdError(f"source label {label} of {f} is outside the {private.num_classes} identities of "
+                               f"{where}; pass the private set this release was distilled from (--private)")
+            out[i] = label
+    return out

@@ -1,0 +1,97 @@
+"""Release + state dir + private set: cross-checks and the proxy -> private-label mapping."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from pfd.attacks.state import open_release_state, proxy_sources, state_private_spec
+from pfd.data.faceset import TensorFaces
+from pfd.data.release import read_release
+from pfd.errors import PfdError
+from tests.attack_world import make_release
+
+IDS = ["ann", "bob", "cy", "dee"]
+
+
+@pytest.fixture
+def layout(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    sources = np.repeat(np.arange(4), 2)  # 2 proxies per identity
+    make_release(tmp_path / "release", tmp_path / "state", torch.rand(8, 3, 16, 16, generator=g), sources, IDS)
+    return tmp_path / "release", tmp_path / "state", sources
+
+
+def test_sources_follow_names_even_when_the_private_set_is_reordered(layout):
+    release, state_dir, sources = layout
+    st = open_release_state(release, state_dir)
+    assert st.method == "raw" and st.image_size == 16 and len(st.files) == 8
+    assert st.public_model is None and st.adapted_model is None and state_private_spec(st) is None
+    names = read_release(release).names
+    private = TensorFaces(torch.rand(8, 3, 16, 16), np.repeat(np.arange(4), 2), identities=IDS)
+    got = proxy_sources(st, names, private)
+    # Recover the truth through the proxy map itself: file -> source name.
+    rows = {r["file"]: r["source_name"] for r in json.loads((state_dir / "proxy_map.json").read_text())["proxies"]}
+    assert [IDS[i] for i in got] == [rows[n] for n in names]
+    reordered = TensorFaces(torch.rand(8, 3, 16, 16), np.repeat(np.arange(4), 2), identities=IDS[::-1])
+    got2 = proxy_sources(st, names, reordered)
+    assert [IDS[::-1][i] for i in got2] == [rows[n] for n in names]
+
+
+def test_private_spec_is_read_from_the_state_config(layout):
+    release, state_dir, _ = layout
+    (state_dir / "config.toml").write_text('[distill]\nprivate = "synthetic:private,ids=4"\nmethod = "raw"\n')
+    assert state_private_spec(open_release_state(release, state_dir)) == "synthetic:private,ids=4"
+    (state_dir / "config.toml").write_text("[distill\n")
+    with pytest.raises(PfdError, match="config.toml: invalid TOML"):
+        open_release_state(release, state_dir)
+
+
+def test_mismatches_are_one_line_errors(layout, tmp_path):
+    release, state_dir, _ = layout
+    names = read_release(release).names
+    # A source identity the private set does not have.
+    other = TensorFaces(torch.rand(6, 3, 16, 16), np.repeat(np.arange(3), 2), identities=IDS[:3])
+    with pytest.raises(PfdError, match="source identity 'dee' .* is not in synthetic:x") as e:
+        proxy_sources(open_release_state(release, state_dir), names, other, private_spec="synthetic:x")
+    assert "\n" not in str(e.value)
+    # A release without its manifest, a missing state dir, a missing proxy map.
+    bare = tmp_path / "bare"
+    shutil.copytree(release, bare)
+    (bare / "manifest.json").unlink()
+    with pytest.raises(PfdError, match="no pfd manifest.json"):
+        open_release_state(bare, state_dir)
+    with pytest.raises(PfdError, match="no such state dir"):
+        open_release_state(release, tmp_path / "nope")
+    empty = tmp_path / "empty_state"
+    empty.mkdir()
+    with pytest.raises(PfdError, match="no proxy map"):
+        open_release_state(release, empty)
+    # A state dir of another release: files do not match.
+    g = torch.Generator().manual_seed(1)
+    make_release(tmp_path / "r2", tmp_path / "s2", torch.rand(12, 3, 16, 16, generator=g), np.repeat(np.arange(4), 3), IDS)
+    with pytest.raises(PfdError, match="released file not in .*proxy_map.json"):
+        open_release_state(tmp_path / "r2", state_dir)
+    with pytest.raises(PfdError, match="not in the release"):
+        open_release_state(release, tmp_path / "s2")
+
+
+def test_maps_without_names_fall_back_to_labels(tmp_path):
+    from pfd.data.release import prepare_state_dir, write_proxy_map, write_release
+
+    sources = np.array([0, 0, 2, 2, 3, 3])
+    prepare_state_dir(tmp_path / "s", release=tmp_path / "r")
+    written = write_release(tmp_path / "r", torch.rand(6, 3, 16, 16), sources, method="raw", label_seed=1)
+    write_proxy_map(tmp_path / "s", written, proxy_source=sources, label_seed=1)  # no names
+    st = open_release_state(tmp_path / "r", tmp_path / "s")
+    names = read_release(tmp_path / "r").names
+    private = TensorFaces(torch.rand(8, 3, 16, 16), np.repeat(np.arange(4), 2), identities=IDS)
+    by_file = {f: sources[i] for i, f in enumerate(written.files)}
+    assert proxy_sources(st, names, private).tolist() == [by_file[n] for n in names]
+    small = TensorFaces(torch.rand(4, 3, 16, 16), np.repeat(np.arange(2), 2), identities=IDS[:2])
+    with pytest.raises(PfdError, match="source label [23] .* outside the 2 identities"):
+        proxy_sources(st, names, small)

@@ -1,0 +1,178 @@
+"""The release scorecard: linkability acceptance, the whole `pfd attack` run, and its input errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from pfd.attacks.scorecard import run_scorecard
+from pfd.cli import main
+from pfd.config import AttackConfig
+from tests.attack_world import HOLDOUT, PRIVATE, SIZE, build_world, make_release
+from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning"),
+              pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return build_world(str(tmp_path_factory.getbasetemp() / "attack-world"))
+
+
+def _layout(root, world, images, sources, *, private=PRIVATE):
+    """A release of ``images`` and a state dir laid out as pfd distill writes it."""
+    release, state = root / "release", root / "state"
+    make_release(release, state, images, np.asarray(sources), world.private.identities)
+    shutil.copy(world.lowres, state / "public_model.pt")  # trained on other people: the public model
+    shutil.copy(world.insider, state / "adapted.pt")  # trained on the private people: the insider
+    (state / "config.toml").write_text(f'[distill]\nprivate = "{private}"\nmethod = "raw"\n')
+    return release, state
+
+
+def _raw(world, k=2):
+    """K private images per identity (what `pfd distill --method raw` releases)."""
+    idx = np.flatnonzero(np.arange(len(world.private)) % 10 < k)
+    return world.private.images[idx], world.private.labels[idx]
+
+
+def _links(card):
+    return {(r["target"], r["attacker"], key): r[key] for r in card.data["linkability"] for key in ("vismatch", "reid")}
+
+
+@pytest.mark.slow
+def test_raw_release_links_and_noise_release_is_at_chance(world, tmp_path):
+    """Acceptance: raw + insider >= 0.9 for both attacks; pure noise within the 95 % interval of chance."""
+    only_links = dict(reconstruct=False, attributes=False)
+    release, state = _layout(tmp_path / "raw", world, *_raw(world))
+    raw = _links(run_scorecard(AttackConfig(release=str(release), state_dir=str(state), **only_links), progress=False))
+    held_rel, held_state = _layout(tmp_path / "held", world, world.held_out.images, world.held_out.labels)
+    held = _links(run_scorecard(AttackConfig(release=str(held_rel), state_dir=str(held_state), **only_links),
+                                progress=False))
+    g = torch.Generator().manual_seed(2)
+    noise_src = np.random.default_rng(2).integers(0, 20, size=60)
+    noise_rel, noise_state = _layout(tmp_path / "noise", world, torch.rand(60, 3, SIZE, SIZE, generator=g), noise_src)
+    noise = _links(run_scorecard(AttackConfig(release=str(noise_rel), state_dir=str(noise_state), **only_links),
+                                 progress=False))
+    print({k: round(v["rate"], 3) for k, v in raw.items()}, {k: round(v["rate"], 3) for k, v in held.items()},
+          {k: (v["count"], v["n"]) for k, v in noise.items()})
+    for key in ("vismatch", "reid"):
+        r = raw[("proxies", "insider", key)]
+        assert r["rate"] >= 0.9 and r["chance"] == pytest.approx(1 / 20) and r["n"] == 40
+        # Unseen photos of the private people: the insider still links most of them.
+        assert held[("proxies", "insider", key)]["rate"] >= 0.85
+        for attacker in ("public", "insider"):
+            z = noise[("proxies", attacker, key)]
+            assert z["ci95"][0] <= z["chance"] <= z["ci95"][1], (attacker, key, z)
+
+
+@pytest.mark.slow
+def test_pfd_attack_writes_json_markdown_and_plots(world, tmp_path):
+    """Acceptance: every report output exists and the markdown shows chance beside every figure."""
+    release, state = _layout(tmp_path, world, *_raw(world))
+    recipe = tmp_path / "attack.toml"
+    recipe.write_text("[attack]\npermutations = 200\nrecon_iterations = 15\nrecon_batch_size = 20\n\n"
+                      "[attack.downstream]\nbatch_size = 16\nwidth = 0.125\n")
+    report = tmp_path / "report"
+    res = CliRunner().invoke(main, [
+        "attack", "--recipe", str(recipe), "--release", str(release), "--state-dir", str(state),
+        "--report", str(report), "--public", f"synthetic:public,ids=10,imgs=4,size={SIZE}", "--holdout", HOLDOUT,
+        "--downstream-steps", "8"])
+    assert res.exit_code == 0, res.output
+    data = json.loads((report / "report.json").read_text())
+    md = (report / "report.md").read_text()
+    for png in ("matches.png", "membership_roc.png", "membership_density.png"):
+        assert (report / png).stat().st_size > 2000
+    assert data["skipped"] == {} and data["private"]["spec"] == PRIVATE
+    assert data["settings"]["recon_iterations"] == 15 and data["membership"]["downstream"]["max_steps"] == 8
+    rows = data["summary"]
+    kinds = {(r["attack"].split(" (")[0].split(":")[0], r["attacker"]) for r in rows}
+    assert {("VisMatch", "public"), ("Rank-1 Re-ID", "insider"), ("Attribute tone", "public probe"),
+            ("Membership", "downstream")} <= kinds
+    assert sum("(reconstructions)" in r["attack"] for r in rows) == 4
+    table = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line][1:len(rows) + 1]
+    assert len(table) == len(rows)
+    for line, row in zip(table, rows):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert len(cells) == 6 and cells[0] == row["attack"]
+        chance = f"{row['chance']:.3f}" if row["kind"] == "auc" else f"{100 * row['chance']:.1f}%"
+        assert cells[3] == chance and cells[5].strip("*") == row["verdict"]
+        assert row["ci95"][0] <= row["value"] <= row["ci95"][1] or row["kind"] == "score"
+    assert "| VisMatch (proxies) | insider | 100.0% (40/40) | 5.0% |" in md
+    assert "report  " in res.output and "| attack | attacker |" in res.output
+    # A second run reuses the downstream model trained with the same settings.
+    res2 = CliRunner().invoke(main, [
+        "attack", "--recipe", str(recipe), "--release", str(release), "--state-dir", str(state), "--no-reconstruct",
+        "--no-attributes", "--report", str(report), "--public", f"synthetic:public,ids=10,imgs=4,size={SIZE}",
+        "--holdout", HOLDOUT, "--downstream-steps", "8"])
+    assert res2.exit_code == 0, res2.output
+    again = json.loads((report / "report.json").read_text())
+    assert again["membership"]["downstream_reused"] is True and "reconstruction" in again["skipped"]
+
+
+def _fail(*args: str) -> str:
+    res = CliRunner().invoke(main, ["attack", *args, "--no-reconstruct", "--no-attributes"])
+    assert res.exit_code == 2, res.output
+    line = [x for x in res.output.strip().splitlines() if x.startswith("Error:")]
+    assert len(line) == 1
+    return line[0]
+
+
+def test_bad_inputs_are_one_line_errors(world, tmp_path):
+    release, state = _layout(tmp_path / "a", world, *_raw(world))
+    base = ["--release", str(release), "--state-dir", str(state), "--report", str(tmp_path / "r")]
+    # Missing state-dir files.
+    (state / "adapted.pt").rename(tmp_path / "adapted.pt")
+    assert "adapted.pt: missing" in _fail(*base) and "--no-insider" in _fail(*base)
+    (tmp_path / "adapted.pt").rename(state / "adapted.pt")
+    (state / "public_model.pt").unlink()
+    assert "public_model.pt: missing; pass the attacker's model with --public-model" in _fail(*base)
+    shutil.copy(world.lowres, state / "public_model.pt")
+    (state / "proxy_map.json").unlink()
+    assert "no proxy map" in _fail(*base)
+    # Release / private mismatch: the private set lacks source identities.
+    release, state = _layout(tmp_path / "b", world, *_raw(world))
+    base = ["--release", str(release), "--state-dir", str(state), "--report", str(tmp_path / "r")]
+    assert "is not in synthetic:private,ids=10" in _fail(*base, "--private", f"synthetic:private,ids=10,imgs=10,size={SIZE}")
+    assert "needs both --public DATA and --holdout SPEC" in _fail(*base, "--public", "synthetic:public")
+    # Wrong model size: a TorchScript public model told the wrong input size ...
+    from pfd.nn.checkpoints import load_backbone
+
+    ts = tmp_path / "public.ts"
+    torch.jit.save(torch.jit.trace(load_backbone(world.lowres), torch.rand(2, 3, SIZE, SIZE)), str(ts))
+    assert "does not accept (B, 3, 48, 48)" in _fail(*base, "--public-model", str(ts), "--public-model-size", "48")
+    # ... and a release whose image size is not the adapted model's.
+    big = torch.nn.functional.interpolate(_raw(world)[0], size=(48, 48), mode="bilinear")
+    release, state = _layout(tmp_path / "c", world, big, _raw(world)[1])
+    assert "takes 32px images but the release is 48px" in _fail(
+        "--release", str(release), "--state-dir", str(state), "--report", str(tmp_path / "r"))
+
+
+def grey(embeddings: torch.Tensor) -> torch.Tensor:
+    """An external reconstructor for the hook test: the same grey face for every embedding."""
+    return torch.full((len(embeddings), 3, SIZE, SIZE), 0.5)
+
+
+def test_external_reconstructor_hook_replaces_the_inversion(world, tmp_path):
+    release, state = _layout(tmp_path, world, *_raw(world))
+    res = CliRunner().invoke(main, ["attack", "--release", str(release), "--state-dir", str(state), "--no-insider",
+                                    "--no-attributes", "--reconstructor", "tests.test_scorecard:grey",
+                                    "--recon-limit", "10", "--report", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert data["reconstruction"] == {"method": "grey", "n": 10, "of": 40}
+    rec = [r for r in data["linkability"] if r["target"] == "reconstructions"]
+    assert len(rec) == 1 and rec[0]["vismatch"]["n"] == 10
+    # Identical grey images all match the same private image: at most one source is hit.
+    assert rec[0]["vismatch"]["count"] <= 2
+    bad = CliRunner().invoke(main, ["attack", "--release", str(release), "--state-dir", str(state),
+                                    "--reconstructor", "tests.test_scorecard:nothing_here"])
+    assert bad.exit_code == 2 and "cannot import it" in bad.output
+    empty = CliRunner().invoke(main, ["attack"])
+    assert empty.exit_code == 2 and "pass --release RELEASE --state-dir STATE" in empty.output

@@ -162,7 +162,7 @@ class SyntheticFaces(FaceSet):
         arr = render_face(self._identity(label), image_rng(self.seed, gid, k, self.domain), self.domain,
                           self.render_size)
         if self.render_size != self.size:
-            arr = np.asarray(Image.fromarray(arr).resize((self.size, self.size), Image.Resampling.BILINEAR))
+            arr = np.array(Image.fromarray(arr).resize((self.size, self.size), Image.Resampling.BILINEAR))
         return arr
 
     def spec(self) -> str:

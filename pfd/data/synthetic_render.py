@@ -72,6 +72,8 @@ class IdentityParams:
     hair_top: float
     hair_side: float
     hair_len: float
+    hair_wave: float  # amplitude of the curly outline
+    hair_freq: float
     parting: float
     fringe: float
     fringe_phase: float
@@ -107,6 +109,7 @@ class IdentityParams:
     tex_k: np.ndarray  # (4, 2) wave vectors of the skin texture (cycles per half-frame)
     tex_ph: np.ndarray  # (4,) phases
     tex_amp: float  # darkening amplitude
+    tex_tint: tuple[float, float, float]  # per-channel weight of the darkening (a coloured pattern)
 
 
 def _identity_rng(seed: int, gid: int) -> np.random.Generator:
@@ -126,8 +129,8 @@ def identity_params(seed: int, gid: int) -> IdentityParams:
     tone, hair, age = int(rng.integers(4)), int(rng.integers(2)), int(rng.integers(6))
     u = rng.random(64)
     z = rng.standard_normal(16)
-    skin = TONE_RGB[tone] * (1.0 + 0.035 * z[0]) + 0.02 * z[1:4]
-    hair_rgb = (_DARK_HAIR if hair == 0 else _LIGHT_HAIR)[int(u[0] * 4)] * (0.85 + 0.3 * u[1]) + 0.03 * z[4:7]
+    skin = TONE_RGB[tone] * (1.0 + 0.05 * z[0]) + 0.03 * z[1:4]
+    hair_rgb = (_DARK_HAIR if hair == 0 else _LIGHT_HAIR)[int(u[0] * 4)] * (0.8 + 0.4 * u[1]) + 0.05 * z[4:7]
     iris_rgb = _IRIS[int(u[2] * len(_IRIS))] * (0.85 + 0.3 * u[3])
     lip_rgb = skin * np.array([0.92, 0.62, 0.62]) * (0.85 + 0.25 * u[4]) + np.array([0.06, 0.0, 0.02])
     face_w, face_h = 0.52 + 0.18 * u[5], 0.78 + 0.2 * u[6]
@@ -146,10 +149,11 @@ def identity_params(seed: int, gid: int) -> IdentityParams:
         skin=_t(np.clip(skin, 0.05, 1.0)), hair_rgb=_t(np.clip(hair_rgb, 0.02, 1.0)),
         iris_rgb=_t(np.clip(iris_rgb, 0.02, 1.0)), lip_rgb=_t(np.clip(lip_rgb, 0.02, 1.0)),
         face_w=face_w, face_h=face_h, face_cy=0.06 + 0.08 * u[11], jaw=0.45 * u[12], cheek=0.12 * u[13],
-        hairline=-0.62 + 0.2 * u[14], hair_top=-0.99 + 0.12 * u[15], hair_side=0.06 + 0.1 * u[16],
+        hairline=-0.66 + 0.28 * u[14], hair_top=-1.02 + 0.16 * u[15], hair_side=0.04 + 0.16 * u[16],
+        hair_wave=0.07 * u[53] ** 2, hair_freq=6.0 + 8.0 * u[54],
         hair_len=(0.75 + 0.5 * u[17]) if hair == 1 else (-0.05 + 0.15 * u[17]),
         parting=-0.35 + 0.7 * u[18], fringe=0.18 * u[19] + (0.08 if hair == 1 else 0.0), fringe_phase=2 * np.pi * u[20],
-        ear_h=0.09 + 0.06 * u[21],
+        ear_h=0.08 + 0.08 * u[21],
         eye_y=-0.2 + 0.16 * u[22], eye_dx=0.2 + 0.12 * u[23], eye_w=0.095 + 0.05 * u[24],
         eye_h=0.04 + 0.025 * u[25], eye_tilt=-0.12 + 0.24 * u[26], iris_r=0.55 + 0.25 * u[27],
         lash=0.008 + 0.012 * u[28],
@@ -165,7 +169,8 @@ def identity_params(seed: int, gid: int) -> IdentityParams:
         wrinkle_bend=-0.03 + 0.06 * u[48],
         glasses=(1 + int(u[50] * 2)) if u[49] < 0.25 else 0, glasses_rgb=_t(_FRAMES[int(u[51] * len(_FRAMES))]),
         glasses_w=0.012 + 0.016 * u[52],
-        tex_k=tex_k, tex_ph=tex_ph, tex_amp=0.10 + 0.10 * u[10],
+        tex_k=tex_k, tex_ph=tex_ph, tex_amp=0.12 + 0.13 * u[10],
+        tex_tint=_t(np.clip(1.0 + 0.35 * z[7:10], 0.3, 1.7)),
     )
 
 
@@ -222,11 +227,11 @@ class _Profile:
     pitch: float = 0.06
     scale: float = 0.07  # log-scale
     shift: float = 0.05  # half-frame units
-    occlusion: float = 0.15  # probability
-    light: float = 0.3  # max directional ramp amplitude
-    gain: float = 0.1  # log-gain
-    gamma: float = 0.08  # log-gamma
-    cast: float = 0.05  # max log colour cast per channel
+    occlusion: float = 0.12  # probability
+    light: float = 0.2  # max directional ramp amplitude
+    gain: float = 0.07  # log-gain
+    gamma: float = 0.06  # log-gamma
+    cast: float = 0.035  # max log colour cast per channel
     blur: tuple[float, float] = (0.0, 0.8)  # sigma at 112 px: lo + (hi - lo) u^2
     noise: tuple[float, float] = (0.005, 0.025)  # sigma range
 
@@ -251,8 +256,8 @@ def _sample_shot(ip: IdentityParams, rng: np.random.Generator, domain: str) -> _
     return _Shot(
         age=float(np.clip(ip.age + 0.5 + pr.age_drift * z[0], 0.0, 6.0)),
         smile=float(np.clip(0.6 * z[11], -1.2, 1.2)),
-        mouth_open=float(np.clip(0.35 * z[12], 0.0, 0.9)), eye_open=0.15 if u[13] < 0.04 else 0.6 + 0.5 * u[14],
-        gaze=0.35 * (2 * u[15] - 1), brow_raise=0.015 * z[13],
+        mouth_open=float(np.clip(0.35 * z[12], 0.0, 0.9)), eye_open=0.15 if u[13] < 0.04 else 0.7 + 0.4 * u[14],
+        gaze=0.25 * (2 * u[15] - 1), brow_raise=0.015 * z[13],
         rot=math.radians(pr.roll * z[1]), yaw=yaw, pitch=float(np.clip(pr.pitch * z[3], -2 * pr.pitch, 2 * pr.pitch)),
         scale=math.exp(pr.scale * z[4]), tx=pr.shift * z[5], ty=pr.shift * z[6],
         bg=_t(0.1 + 0.8 * ua[4:7]), bg2=_t(np.clip(0.1 + 0.8 * ua[4:7] + 0.25 * np.array(z[7:10]), 0, 1)),
@@ -482,8 +487,10 @@ def _draw_mouth(cv: _Scene, ip: IdentityParams, sh: _Shot, lip, hair_rgb) -> Non
 def _draw_hair_front(cv: _Scene, ip: IdentityParams, hair_rgb) -> None:
     """The hair cap: outer arc over the head, inner hairline with a fringe and a parting."""
     fw, cy, top = ip.face_w, ip.face_cy, ip.hair_top
-    ox = (fw + ip.hair_side) * np.cos(np.linspace(np.pi, 2 * np.pi, 13))
-    oy = cy - 0.15 + (cy - 0.15 - top) * np.sin(np.linspace(np.pi, 2 * np.pi, 13))
+    t = np.linspace(np.pi, 2 * np.pi, 25)
+    curl = 1.0 + ip.hair_wave * np.sin(ip.hair_freq * t + ip.fringe_phase)
+    ox = (fw + ip.hair_side) * np.cos(t) * curl
+    oy = cy - 0.15 + (cy - 0.15 - top) * np.sin(t) * curl
     side_y = cy + ip.hair_len if ip.hair == 0 else cy - 0.1
     hx = np.linspace(fw * 0.98, -fw * 0.98, 15)
     wav = ip.fringe * (0.6 + 0.4 * np.sin(7 * hx + ip.fringe_phase))
@@ -658,8 +665,8 @@ def render_face(ip: IdentityParams, rng: np.random.Generator, domain: str, size:
         ramp = 1.0 - 0.2 * (r[None, :] ** 2 + r[:, None] ** 2) + 0.5 * sh.light_amp * r[None, :] * math.cos(sh.light_dir)
     else:
         ramp = 1.0 + sh.light_amp * (math.cos(sh.light_dir) * r[None, :] + math.sin(sh.light_dir) * r[:, None])
-    light = (ramp * (1.0 - _texture(ip, sh, size))).astype(np.float32)
-    x = x * light[..., None]
+    tint = np.full((1, 1, 1), 0.5 + 0.5 * np.mean(ip.tex_tint), np.float32) if nir else np.asarray(ip.tex_tint, np.float32)
+    x = x * ramp[..., None] * (1.0 - _texture(ip, sh, size)[..., None] * tint)
     x = x + sh.noise * _noise(rng, x.shape)
     if domain == "lowres":
         x = _surveillance(x, rng, size)

@@ -11,7 +11,7 @@ identity ids, so they never share a person. Domains mirror the PFD paper's scena
 
 * ``clean``: moderate nuisances (the public/source domain),
 * ``age``: cross-age; apparent age drifts per image around the identity's age (wrinkles, grey hair),
-* ``lowres``: surveillance; shrunk to ~16-26 px, JPEG-compressed, enlarged, noisy,
+* ``lowres``: surveillance; shrunk to 16-24 px (at most half the side), JPEG-compressed, enlarged, noisy,
 * ``pose``: large pose; strong yaw (profile-like), roll and pitch,
 * ``nir``: near-infrared modality; luminance only (R = G = B), bright skin with compressed tone
   differences, dark irises, illuminator fall-off.

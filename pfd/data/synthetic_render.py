@@ -137,7 +137,7 @@ def identity_params(seed: int, gid: int) -> IdentityParams:
     # marks: 0-4 moles anywhere on the face, freckles for about a third of identities
     n_marks = int(u[7] * 5)
     mk = rng.random((n_marks, 3))
-    marks = tuple((float(-0.42 + 0.84 * a), float(-0.45 + 1.0 * b), float(0.012 + 0.02 * c)) for a, b, c in mk)
+    marks = tuple((float(-0.42 + 0.84 * a), float(-0.45 + 1.0 * b), float(0.015 + 0.02 * c)) for a, b, c in mk)
     n_fr = int(12 + 20 * u[8]) if u[9] < 0.35 else 0
     fr = rng.random((n_fr, 2))
     freckles = tuple((float(-0.4 + 0.8 * a), float(-0.05 + 0.3 * b)) for a, b in fr)
@@ -227,19 +227,19 @@ class _Profile:
     pitch: float = 0.06
     scale: float = 0.07  # log-scale
     shift: float = 0.05  # half-frame units
-    occlusion: float = 0.12  # probability
+    occlusion: float = 0.1  # probability
     light: float = 0.2  # max directional ramp amplitude
     gain: float = 0.07  # log-gain
     gamma: float = 0.06  # log-gamma
     cast: float = 0.035  # max log colour cast per channel
-    blur: tuple[float, float] = (0.0, 0.8)  # sigma at 112 px: lo + (hi - lo) u^2
+    blur: tuple[float, float] = (0.0, 0.7)  # sigma at 112 px: lo + (hi - lo) u^2
     noise: tuple[float, float] = (0.005, 0.025)  # sigma range
 
 
 _PROFILES: dict[str, _Profile] = {
     "clean": _Profile(),
     "age": _Profile(age_drift=1.1),
-    "lowres": _Profile(blur=(0.3, 0.9), noise=(0.02, 0.05)),
+    "lowres": _Profile(blur=(0.2, 0.6), noise=(0.02, 0.05)),
     "pose": _Profile(roll=16.0, yaw_range=(0.22, 0.48), pitch=0.12, scale=0.12, shift=0.075),
     "nir": _Profile(light=0.18),
 }
@@ -255,8 +255,8 @@ def _sample_shot(ip: IdentityParams, rng: np.random.Generator, domain: str) -> _
         yaw = (1 if u[0] < 0.5 else -1) * (pr.yaw_range[0] + (pr.yaw_range[1] - pr.yaw_range[0]) * u[1])
     return _Shot(
         age=float(np.clip(ip.age + 0.5 + pr.age_drift * z[0], 0.0, 6.0)),
-        smile=float(np.clip(0.6 * z[11], -1.2, 1.2)),
-        mouth_open=float(np.clip(0.35 * z[12], 0.0, 0.9)), eye_open=0.15 if u[13] < 0.04 else 0.7 + 0.4 * u[14],
+        smile=float(np.clip(0.5 * z[11], -1.2, 1.2)),
+        mouth_open=float(np.clip(0.3 * z[12], 0.0, 0.9)), eye_open=0.15 if u[13] < 0.04 else 0.7 + 0.4 * u[14],
         gaze=0.25 * (2 * u[15] - 1), brow_raise=0.015 * z[13],
         rot=math.radians(pr.roll * z[1]), yaw=yaw, pitch=float(np.clip(pr.pitch * z[3], -2 * pr.pitch, 2 * pr.pitch)),
         scale=math.exp(pr.scale * z[4]), tx=pr.shift * z[5], ty=pr.shift * z[6],
@@ -677,9 +677,13 @@ def render_face(ip: IdentityParams, rng: np.random.Generator, domain: str, size:
 
 
 def _surveillance(x: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
-    """Low-resolution CCTV: shrink to ~16-24 px, JPEG-compress, enlarge, add sensor noise."""
+    """Low-resolution CCTV: shrink to 16-24 px (at most half the side), JPEG-compress, enlarge, add noise.
+
+    The shrunk size is absolute, like a face that covers 16-24 pixels of a surveillance frame,
+    so the loss of detail is stronger at 112 px than at 48 px.
+    """
     u = rng.random(2)
-    small = max(8, int(round(size * (0.15 + 0.08 * u[0]))))
+    small = min(int(round(16 + 8 * u[0])), size // 2)
     img = Image.fromarray(np.rint(np.clip(x, 0, 1) * 255).astype(np.uint8), "RGB")
     img = img.resize((small, small), Image.Resampling.BOX)
     buf = io.BytesIO()

@@ -23,7 +23,7 @@ from pfd.data.synthetic import (
     read_attributes,
     write_synthetic,
 )
-from pfd.data.synthetic_render import DOMAINS, _sample_shot, identity_params, image_rng
+from pfd.data.synthetic_params import identity_params, image_rng, sample_shot
 from pfd.errors import PfdError
 
 S = 32  # small images keep the whole file at a few seconds
@@ -181,7 +181,7 @@ def test_pose_faces_are_less_symmetric_than_clean_faces():
 
 def test_age_domain_drifts_apparent_age_and_pose_domain_turns_heads():
     ip = identity_params(0, 5)
-    shots = {d: [_sample_shot(ip, image_rng(0, 5, i, d), d) for i in range(200)] for d in ("clean", "age", "pose")}
+    shots = {d: [sample_shot(ip, image_rng(0, 5, i, d), d) for i in range(200)] for d in ("clean", "age", "pose")}
     ages = {d: np.std([s.age for s in v]) for d, v in shots.items()}
     yaws = {d: np.mean([abs(s.yaw) for s in v]) for d, v in shots.items()}
     assert ages["age"] > 4 * ages["clean"]

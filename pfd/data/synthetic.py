@@ -42,14 +42,8 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from pfd.data.faceset import FaceSet
-from pfd.data.synthetic_render import (
-    DOMAINS,
-    IdentityParams,
-    identity_attributes,
-    identity_params,
-    image_rng,
-    render_face,
-)
+from pfd.data.synthetic_params import DOMAINS, IdentityParams, identity_attributes, identity_params, image_rng
+from pfd.data.synthetic_render import render_face
 from pfd.errors import PfdError
 from pfd.io import atomic_open, atomic_write_bytes
 
@@ -324,7 +318,8 @@ def write_synthetic(
         raise PfdError(f"{out}: folder is not empty; choose another --out or pass --force to overwrite")
     out.mkdir(parents=True, exist_ok=True)
     render = faces.render if isinstance(faces, SyntheticFaces) else None
-    for i in tqdm(range(len(faces)), desc=f"writing {out}", unit="img", disable=None if progress is None else not progress):
+    disable = None if progress is None else not progress  # None: only on a terminal
+    for i in tqdm(range(len(faces)), desc=f"writing {out}", unit="img", disable=disable):
         if render is not None:
             arr = render(i)
         else:

@@ -1,10 +1,11 @@
 """The built-in synthetic identity set: procedurally rendered faces with known attributes.
 
 Every test and the demo run on this set, so it has to behave like face-recognition data: each
-identity has persistent parameters (face shape, skin tone, hair, eye/brow/nose/mouth geometry and
-colours, moles and freckles, a low-frequency skin texture, facial hair, age) and every image
-varies pose, expression, illumination, blur, noise and occlusion. Identity is spread over many
-small cues, so a small CNN learns to verify unseen identities while raw pixels do poorly.
+identity has persistent parameters (face shape, skin tone, hair, eye/brow/nose/mouth geometry
+and colours, moles and freckles, a low-frequency skin texture, spectacles, facial hair, age) and
+every image varies pose, expression, illumination, blur, noise and occlusion. Identity is spread
+over many small cues, so a small CNN learns to verify unseen identities while raw pixels do
+poorly (see docs/synthetic.md for measurements).
 
 Splits ``public``, ``private`` and ``test`` draw identities from disjoint ranges of global
 identity ids, so they never share a person. Domains mirror the PFD paper's scenarios:
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import csv
 import io
-import logging
 from collections import OrderedDict
 from pathlib import Path
 from typing import Sequence
@@ -58,8 +58,6 @@ __all__ = [
     "ATTRIBUTES",
     "DEFAULT_SIZE",
 ]
-
-log = logging.getLogger(__name__)
 
 #: Split name -> (first global identity id, default identities, default images per identity).
 #: Each split owns a block of 10**6 global ids, so splits never share an identity.

@@ -1,17 +1,18 @@
 """The built-in synthetic identity set: procedurally rendered faces with known attributes.
 
 Every test and the demo run on this set, so it has to behave like face-recognition data: each
-identity has persistent parameters (face shape, skin tone, hair, eye/brow/nose/mouth geometry and
-colours, moles and freckles, a low-frequency skin texture, facial hair, age) and every image
-varies pose, expression, illumination, blur, noise and occlusion. Identity is spread over many
-small cues, so a small CNN learns to verify unseen identities while raw pixels do poorly.
+identity has persistent parameters (face shape, skin tone, hair, eye/brow/nose/mouth geometry
+and colours, moles and freckles, a low-frequency skin texture, spectacles, facial hair, age) and
+every image varies pose, expression, illumination, blur, noise and occlusion. Identity is spread
+over many small cues, so a small CNN learns to verify unseen identities while raw pixels do
+poorly (see docs/synthetic.md for measurements).
 
 Splits ``public``, ``private`` and ``test`` draw identities from disjoint ranges of global
 identity ids, so they never share a person. Domains mirror the PFD paper's scenarios:
 
 * ``clean``: moderate nuisances (the public/source domain),
 * ``age``: cross-age; apparent age drifts per image around the identity's age (wrinkles, grey hair),
-* ``lowres``: surveillance; shrunk to ~16-26 px, JPEG-compressed, enlarged, noisy,
+* ``lowres``: surveillance; shrunk to 16-24 px (at most half the side), JPEG-compressed, enlarged, noisy,
 * ``pose``: large pose; strong yaw (profile-like), roll and pitch,
 * ``nir``: near-infrared modality; luminance only (R = G = B), bright skin with compressed tone
   differences, dark irises, illuminator fall-off.
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import csv
 import io
-import logging
 from collections import OrderedDict
 from pathlib import Path
 from typing import Sequence
@@ -42,14 +42,8 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from pfd.data.faceset import FaceSet
-from pfd.data.synthetic_render import (
-    DOMAINS,
-    IdentityParams,
-    identity_attributes,
-    identity_params,
-    image_rng,
-    render_face,
-)
+from pfd.data.synthetic_params import DOMAINS, IdentityParams, identity_attributes, identity_params, image_rng
+from pfd.data.synthetic_render import render_face
 from pfd.errors import PfdError
 from pfd.io import atomic_open, atomic_write_bytes
 
@@ -64,8 +58,6 @@ __all__ = [
     "ATTRIBUTES",
     "DEFAULT_SIZE",
 ]
-
-log = logging.getLogger(__name__)
 
 #: Split name -> (first global identity id, default identities, default images per identity).
 #: Each split owns a block of 10**6 global ids, so splits never share an identity.
@@ -162,7 +154,7 @@ class SyntheticFaces(FaceSet):
         arr = render_face(self._identity(label), image_rng(self.seed, gid, k, self.domain), self.domain,
                           self.render_size)
         if self.render_size != self.size:
-            arr = np.asarray(Image.fromarray(arr).resize((self.size, self.size), Image.Resampling.BILINEAR))
+            arr = np.array(Image.fromarray(arr).resize((self.size, self.size), Image.Resampling.BILINEAR))
         return arr
 
     def spec(self) -> str:
@@ -324,7 +316,8 @@ def write_synthetic(
         raise PfdError(f"{out}: folder is not empty; choose another --out or pass --force to overwrite")
     out.mkdir(parents=True, exist_ok=True)
     render = faces.render if isinstance(faces, SyntheticFaces) else None
-    for i in tqdm(range(len(faces)), desc=f"writing {out}", unit="img", disable=None if progress is None else not progress):
+    disable = None if progress is None else not progress  # None: only on a terminal
+    for i in tqdm(range(len(faces)), desc=f"writing {out}", unit="img", disable=disable):
         if render is not None:
             arr = render(i)
         else:

@@ -1,276 +1,39 @@
 """Procedural face renderer behind the built-in synthetic identity set.
 
-An identity is a frozen bundle of parameters drawn once from ``(seed, gid)`` (face shape, skin
-tone, hair, eye/brow/nose/mouth geometry and colours, marks, a low-frequency skin texture, facial
-hair, wrinkle layout, age). An image is a pure function of ``(identity, image rng, domain, size)``:
-the face is drawn with PIL in a canonical upright frame at twice the output size, warped once to
-the output size (in-plane rotation, scale, shift and a yaw/pitch-like "bump" warp that moves the
-features across the head while squashing the far side), then lit, blurred, occluded and made
-noisy. Nothing is drawn per pixel in Python; the per-pixel work is PIL (C) or a few numpy ops.
+An image is a pure function of ``(identity, image rng, domain, size)``: the face is recorded as
+PIL polygons and lines in the canonical upright frame (:mod:`pfd.data.synthetic_params`), every
+point goes through one vectorised pose warp (in-plane rotation, scale, shift and a yaw/pitch-like
+"bump" that moves the features across the head while squashing its far side) and the shapes are
+drawn at twice the output size, then box-downsampled. Light, the identity's skin texture, blur,
+noise and the domain's sensor model follow on the output-size array. Nothing is drawn per pixel
+in Python; per-pixel work is PIL (C) or a few numpy operations.
 
-Canonical coordinates run over ``[-1, 1]`` in x (right) and y (down); the eyes sit near
-``y = -0.1``, the mouth near ``y = 0.4``, the chin near ``y = 0.95``, roughly like an
-insightface-aligned crop.
-
-The renderer is private to :mod:`pfd.data.synthetic`; its only contract is determinism: the same
-inputs give the same uint8 pixels (for a given numpy and Pillow version).
+Private to :mod:`pfd.data.synthetic`; its contract is determinism: the same inputs give the same
+uint8 pixels (for a given numpy and Pillow version).
 """
 
 from __future__ import annotations
 
 import io
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-__all__ = ["DOMAINS", "IdentityParams", "identity_attributes", "identity_params", "image_rng", "render_face"]
+from pfd.data.synthetic_params import IdentityParams, Shot, sample_shot
 
-#: Rendering domains, mirroring the PFD paper's scenarios (plus the clean source domain).
-DOMAINS: tuple[str, ...] = ("clean", "age", "lowres", "pose", "nir")
-_DOMAIN_CODE = {d: k for k, d in enumerate(DOMAINS)}
-# Tags keep the identity stream and the image stream of the same (seed, gid) independent.
-_TAG_IDENTITY = 0x1D
-_TAG_IMAGE = 0x1A
+__all__ = ["render_face"]
 
-#: Base skin colours of the four ``tone`` classes (light .. dark), RGB in [0, 1].
-TONE_RGB = np.array(
-    [[0.94, 0.80, 0.70], [0.83, 0.64, 0.50], [0.64, 0.45, 0.32], [0.40, 0.27, 0.19]], dtype=np.float64
-)
-_DARK_HAIR = np.array([[0.10, 0.08, 0.07], [0.22, 0.14, 0.09], [0.30, 0.20, 0.12], [0.16, 0.13, 0.12]])
-_LIGHT_HAIR = np.array([[0.88, 0.75, 0.48], [0.70, 0.52, 0.32], [0.76, 0.40, 0.20], [0.80, 0.78, 0.70]])
-_IRIS = np.array([[0.25, 0.15, 0.08], [0.45, 0.30, 0.15], [0.40, 0.45, 0.25], [0.30, 0.50, 0.35],
-                  [0.30, 0.45, 0.70], [0.50, 0.55, 0.60]])
 _GREY = np.array([0.80, 0.80, 0.80])
-_FRAMES = np.array([[0.05, 0.05, 0.05], [0.45, 0.25, 0.1], [0.75, 0.6, 0.2], [0.6, 0.6, 0.65], [0.5, 0.1, 0.1]])
 _RECT = (np.array([-1.0, 1.0, 1.0, 0.8, -0.8, -1.0, -1.0]), np.array([-1.0, -1.0, 0.5, 1.0, 1.0, 0.5, -1.0]))
-
 # unit circle, reused for every ellipse polygon
 _CIRC = np.exp(2j * np.pi * np.arange(20) / 20)
 _CIRC_X, _CIRC_Y = _CIRC.real.copy(), _CIRC.imag.copy()
 _CIRC8_X, _CIRC8_Y = np.cos(np.arange(8) * np.pi / 4), np.sin(np.arange(8) * np.pi / 4)
 
 
-@dataclass(frozen=True)
-class IdentityParams:
-    """Persistent parameters of one synthetic identity (canonical units, RGB in [0, 1])."""
-
-    tone: int
-    hair: int
-    age: int
-    skin: tuple[float, float, float]
-    hair_rgb: tuple[float, float, float]
-    iris_rgb: tuple[float, float, float]
-    lip_rgb: tuple[float, float, float]
-    face_w: float
-    face_h: float
-    face_cy: float
-    jaw: float
-    cheek: float
-    hairline: float
-    hair_top: float
-    hair_side: float
-    hair_len: float
-    parting: float
-    fringe: float
-    fringe_phase: float
-    ear_h: float
-    eye_y: float
-    eye_dx: float
-    eye_w: float
-    eye_h: float
-    eye_tilt: float
-    iris_r: float
-    lash: float
-    brow_gap: float
-    brow_len: float
-    brow_thick: float
-    brow_tilt: float
-    brow_arch: float
-    nose_len: float
-    nose_w: float
-    mouth_y: float
-    mouth_w: float
-    lip_t: float
-    blush: float
-    marks: tuple[tuple[float, float, float], ...]  # (x, y, radius) moles
-    freckles: tuple[tuple[float, float], ...]
-    moustache: float  # 0 = none, else strength
-    stubble: float
-    grey_rate: float
-    wrinkle_y: tuple[float, float, float]
-    wrinkle_bend: float
-    glasses: int  # 0 none, 1 round, 2 rectangular
-    glasses_rgb: tuple[float, float, float]
-    glasses_w: float
-    tex_k: np.ndarray  # (4, 2) wave vectors of the skin texture (cycles per half-frame)
-    tex_ph: np.ndarray  # (4,) phases
-    tex_amp: float  # darkening amplitude
-
-
-def _identity_rng(seed: int, gid: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([seed, gid, _TAG_IDENTITY]))
-
-
-def identity_attributes(seed: int, gid: int) -> dict[str, int]:
-    """``{"tone", "hair", "age"}`` of identity ``gid`` without drawing the rest (the first draws)."""
-    rng = _identity_rng(seed, gid)
-    return {"tone": int(rng.integers(4)), "hair": int(rng.integers(2)), "age": int(rng.integers(6))}
-
-
-def identity_params(seed: int, gid: int) -> IdentityParams:
-    """Draw the persistent parameters of global identity ``gid`` under ``seed`` (pure)."""
-    rng = _identity_rng(seed, gid)
-    # attributes first: identity_attributes() relies on this order
-    tone, hair, age = int(rng.integers(4)), int(rng.integers(2)), int(rng.integers(6))
-    u = rng.random(64)
-    z = rng.standard_normal(16)
-    skin = TONE_RGB[tone] * (1.0 + 0.035 * z[0]) + 0.02 * z[1:4]
-    hair_rgb = (_DARK_HAIR if hair == 0 else _LIGHT_HAIR)[int(u[0] * 4)] * (0.85 + 0.3 * u[1]) + 0.03 * z[4:7]
-    iris_rgb = _IRIS[int(u[2] * len(_IRIS))] * (0.85 + 0.3 * u[3])
-    lip_rgb = skin * np.array([0.92, 0.62, 0.62]) * (0.85 + 0.25 * u[4]) + np.array([0.06, 0.0, 0.02])
-    face_w, face_h = 0.52 + 0.18 * u[5], 0.78 + 0.2 * u[6]
-    # marks: 0-4 moles anywhere on the face, freckles for about a third of identities
-    n_marks = int(u[7] * 5)
-    mk = rng.random((n_marks, 3))
-    marks = tuple((float(-0.42 + 0.84 * a), float(-0.45 + 1.0 * b), float(0.012 + 0.02 * c)) for a, b, c in mk)
-    n_fr = int(12 + 20 * u[8]) if u[9] < 0.35 else 0
-    fr = rng.random((n_fr, 2))
-    freckles = tuple((float(-0.4 + 0.8 * a), float(-0.05 + 0.3 * b)) for a, b in fr)
-    # low-frequency identity texture: a few random plane waves over the face
-    tex_k = rng.normal(0.0, 2.2, size=(4, 2))
-    tex_ph = rng.random(4) * 2 * np.pi
-    return IdentityParams(
-        tone=tone, hair=hair, age=age,
-        skin=_t(np.clip(skin, 0.05, 1.0)), hair_rgb=_t(np.clip(hair_rgb, 0.02, 1.0)),
-        iris_rgb=_t(np.clip(iris_rgb, 0.02, 1.0)), lip_rgb=_t(np.clip(lip_rgb, 0.02, 1.0)),
-        face_w=face_w, face_h=face_h, face_cy=0.06 + 0.08 * u[11], jaw=0.45 * u[12], cheek=0.12 * u[13],
-        hairline=-0.62 + 0.2 * u[14], hair_top=-0.99 + 0.12 * u[15], hair_side=0.06 + 0.1 * u[16],
-        hair_len=(0.75 + 0.5 * u[17]) if hair == 1 else (-0.05 + 0.15 * u[17]),
-        parting=-0.35 + 0.7 * u[18], fringe=0.18 * u[19] + (0.08 if hair == 1 else 0.0), fringe_phase=2 * np.pi * u[20],
-        ear_h=0.09 + 0.06 * u[21],
-        eye_y=-0.2 + 0.16 * u[22], eye_dx=0.2 + 0.12 * u[23], eye_w=0.095 + 0.05 * u[24],
-        eye_h=0.04 + 0.025 * u[25], eye_tilt=-0.12 + 0.24 * u[26], iris_r=0.55 + 0.25 * u[27],
-        lash=0.008 + 0.012 * u[28],
-        brow_gap=0.07 + 0.07 * u[29], brow_len=0.08 + 0.08 * u[30], brow_thick=0.015 + 0.03 * u[31],
-        brow_tilt=-0.25 + 0.5 * u[32], brow_arch=0.035 * u[33],
-        nose_len=0.15 + 0.15 * u[34], nose_w=0.05 + 0.07 * u[35],
-        mouth_y=0.32 + 0.16 * u[36], mouth_w=0.12 + 0.14 * u[37], lip_t=0.02 + 0.03 * u[38],
-        blush=0.3 * u[39] ** 2, marks=marks, freckles=freckles,
-        moustache=(0.5 + 0.5 * u[41]) if u[40] < 0.2 else 0.0,
-        stubble=(0.15 + 0.25 * u[43]) if u[42] < 0.25 else 0.0,
-        grey_rate=0.5 + 0.6 * u[44],
-        wrinkle_y=(float(-0.5 + 0.08 * u[45]), float(-0.42 + 0.06 * u[46]), float(-0.35 + 0.05 * u[47])),
-        wrinkle_bend=-0.03 + 0.06 * u[48],
-        glasses=(1 + int(u[50] * 2)) if u[49] < 0.25 else 0, glasses_rgb=_t(_FRAMES[int(u[51] * len(_FRAMES))]),
-        glasses_w=0.012 + 0.016 * u[52],
-        tex_k=tex_k, tex_ph=tex_ph, tex_amp=0.10 + 0.10 * u[10],
-    )
-
-
-def image_rng(seed: int, gid: int, index: int, domain: str) -> np.random.Generator:
-    """The random stream of image ``index`` of identity ``gid`` in ``domain`` (pure)."""
-    return np.random.default_rng(np.random.SeedSequence([seed, gid, index, _DOMAIN_CODE[domain], _TAG_IMAGE]))
-
-
-# --------------------------------------------------------------------------------------------
-# per-image nuisance parameters
-
-
-@dataclass
-class _Shot:
-    """Per-image nuisances (canonical units, radians, pixels at output size)."""
-
-    age: float
-    smile: float
-    mouth_open: float
-    eye_open: float
-    gaze: float
-    brow_raise: float
-    rot: float
-    yaw: float
-    pitch: float
-    scale: float
-    tx: float
-    ty: float
-    bg: tuple[float, float, float]
-    bg2: tuple[float, float, float]
-    cloth: tuple[float, float, float]
-    light_dir: float
-    light_amp: float
-    gain: float
-    gamma: float
-    cast: tuple[float, float, float]
-    blur: float
-    noise: float
-    occluder: str
-    occ: tuple[float, ...]
-
-
-_OCCLUDERS = ("sunglasses", "mask", "bar", "patch")
-
-
-@dataclass(frozen=True)
-class _Profile:
-    """Nuisance strengths of a domain (standard deviations unless noted)."""
-
-    age_drift: float = 0.15  # apparent-age bins
-    roll: float = 7.0  # degrees
-    yaw: float = 0.13  # bump shift (0.5 = profile); "pose" draws |yaw| uniformly from yaw_range
-    yaw_range: tuple[float, float] | None = None
-    pitch: float = 0.06
-    scale: float = 0.07  # log-scale
-    shift: float = 0.05  # half-frame units
-    occlusion: float = 0.15  # probability
-    light: float = 0.3  # max directional ramp amplitude
-    gain: float = 0.1  # log-gain
-    gamma: float = 0.08  # log-gamma
-    cast: float = 0.05  # max log colour cast per channel
-    blur: tuple[float, float] = (0.0, 0.8)  # sigma at 112 px: lo + (hi - lo) u^2
-    noise: tuple[float, float] = (0.005, 0.025)  # sigma range
-
-
-_PROFILES: dict[str, _Profile] = {
-    "clean": _Profile(),
-    "age": _Profile(age_drift=1.1),
-    "lowres": _Profile(blur=(0.3, 0.9), noise=(0.02, 0.05)),
-    "pose": _Profile(roll=16.0, yaw_range=(0.22, 0.48), pitch=0.12, scale=0.12, shift=0.075),
-    "nir": _Profile(light=0.18),
-}
-
-
-def _sample_shot(ip: IdentityParams, rng: np.random.Generator, domain: str) -> _Shot:
-    pr = _PROFILES[domain]
-    ua = rng.random(40)
-    u, z = ua.tolist(), rng.standard_normal(16).tolist()
-    if pr.yaw_range is None:
-        yaw = float(np.clip(pr.yaw * z[2], -2.5 * pr.yaw, 2.5 * pr.yaw))
-    else:
-        yaw = (1 if u[0] < 0.5 else -1) * (pr.yaw_range[0] + (pr.yaw_range[1] - pr.yaw_range[0]) * u[1])
-    return _Shot(
-        age=float(np.clip(ip.age + 0.5 + pr.age_drift * z[0], 0.0, 6.0)),
-        smile=float(np.clip(0.6 * z[11], -1.2, 1.2)),
-        mouth_open=float(np.clip(0.35 * z[12], 0.0, 0.9)), eye_open=0.15 if u[13] < 0.04 else 0.6 + 0.5 * u[14],
-        gaze=0.35 * (2 * u[15] - 1), brow_raise=0.015 * z[13],
-        rot=math.radians(pr.roll * z[1]), yaw=yaw, pitch=float(np.clip(pr.pitch * z[3], -2 * pr.pitch, 2 * pr.pitch)),
-        scale=math.exp(pr.scale * z[4]), tx=pr.shift * z[5], ty=pr.shift * z[6],
-        bg=_t(0.1 + 0.8 * ua[4:7]), bg2=_t(np.clip(0.1 + 0.8 * ua[4:7] + 0.25 * np.array(z[7:10]), 0, 1)),
-        cloth=_t(0.05 + 0.9 * ua[7:10]), light_dir=2 * math.pi * u[16], light_amp=pr.light * u[10],
-        gain=math.exp(pr.gain * z[14]), gamma=math.exp(pr.gamma * z[15]),
-        cast=_t(np.exp(pr.cast * (2 * ua[17:20] - 1))),
-        blur=pr.blur[0] + (pr.blur[1] - pr.blur[0]) * u[12] ** 2,
-        noise=pr.noise[0] + (pr.noise[1] - pr.noise[0]) * u[11],
-        occluder=_OCCLUDERS[int(u[3] * 4)] if u[2] < pr.occlusion else "", occ=tuple(u[20:30]),
-    )
-
-
 # --------------------------------------------------------------------------------------------
 # drawing helpers
-
-
-def _t(a: np.ndarray) -> tuple[float, float, float]:
-    return (float(a[0]), float(a[1]), float(a[2]))
 
 
 def _u8(v: float) -> int:
@@ -320,7 +83,7 @@ class _Scene:
         else:
             self.polygon(cx + rx * ux, cy + ry * uy, fill, alpha)
 
-    def draw(self, img: Image.Image, sh: "_Shot") -> None:
+    def draw(self, img: Image.Image, sh: "Shot") -> None:
         """Warp every recorded point to pixels of ``img`` and draw the primitives in order."""
         half = img.width / 2.0
         px, py = _pose_forward(np.concatenate(self.xs), np.concatenate(self.ys), sh)
@@ -344,7 +107,7 @@ _T9 = np.linspace(-1.0, 1.0, 9)
 _OUTLINE_T = np.linspace(0, 2 * np.pi, 40, endpoint=False)
 
 
-def _draw_face(cv: _Scene, ip: IdentityParams, sh: _Shot, nir: bool) -> None:
+def _draw_face(cv: _Scene, ip: IdentityParams, sh: Shot, nir: bool) -> None:
     """Draw the identity with the shot's expression, age and canonical-frame occluders."""
     skin, hair_rgb, iris, lip = ip.skin, ip.hair_rgb, ip.iris_rgb, ip.lip_rgb
     grey = float(np.clip((sh.age - 2.5) / 3.5, 0.0, 0.85)) * ip.grey_rate
@@ -376,7 +139,8 @@ def _draw_face(cv: _Scene, ip: IdentityParams, sh: _Shot, nir: bool) -> None:
     # face outline: jaw narrows the lower half, cheek widens the middle
     st, ct = np.sin(_OUTLINE_T), np.cos(_OUTLINE_T)
     low = np.clip(st, 0, None)
-    xs = fw * ct * (1 - ip.jaw * low**2) * (1 + ip.cheek * np.exp(-((st - 0.15) / 0.35) ** 2))
+    cheek = ip.cheek + 0.05 * max(0.0, 1.5 - age)  # young faces are fuller
+    xs = fw * ct * (1 - ip.jaw * low**2) * (1 + cheek * np.exp(-((st - 0.15) / 0.35) ** 2))
     cv.polygon(xs, cy + fh * st, skin)
     # cheeks, freckles, moles
     if ip.blush > 0.02:
@@ -424,10 +188,11 @@ def _draw_wrinkles(cv: _Scene, ip: IdentityParams, age: float, shade) -> None:
         for s in (-1, 1):
             x0 = s * (ip.eye_dx + ip.eye_w + 0.02)
             for dy in (-0.03, 0.0, 0.03):
-                cv.line(np.array([x0, x0 + s * 0.06]), np.array([ip.eye_y, ip.eye_y + 1.6 * dy]), shade, w, alpha=0.7 * a)
+                cv.line(np.array([x0, x0 + s * 0.06]), np.array([ip.eye_y, ip.eye_y + 1.6 * dy]), shade, w,
+                        alpha=0.7 * a)
             cv.line(s * (ip.eye_dx + np.array([-0.7, 0, 0.7]) * ip.eye_w),
                     ip.eye_y + ip.eye_h + np.array([0.03, 0.05, 0.03]), shade, w, alpha=0.6 * a)
-    a = min(1.0, max(0.0, (age - 1.5) / 2.5))
+    a = min(1.0, max(0.0, (age - 0.9) / 3.0))
     if a > 0:
         ny = ip.eye_y + ip.nose_len
         for s in (-1, 1):
@@ -435,7 +200,7 @@ def _draw_wrinkles(cv: _Scene, ip: IdentityParams, age: float, shade) -> None:
                     np.array([ny - 0.02, ny + 0.06, ip.mouth_y + 0.05]), shade, w * 1.3, alpha=0.7 * a)
 
 
-def _draw_eyes(cv: _Scene, ip: IdentityParams, sh: _Shot, iris, skin) -> None:
+def _draw_eyes(cv: _Scene, ip: IdentityParams, sh: Shot, iris, skin) -> None:
     h = ip.eye_h * sh.eye_open
     for s in (-1, 1):
         ex, ang = s * ip.eye_dx, s * ip.eye_tilt
@@ -451,7 +216,7 @@ def _draw_eyes(cv: _Scene, ip: IdentityParams, sh: _Shot, iris, skin) -> None:
         cv.line(ex + xs * ca - ys * sa, ip.eye_y + xs * sa + ys * ca, (0.1, 0.07, 0.06), ip.lash)
 
 
-def _draw_nose(cv: _Scene, ip: IdentityParams, sh: _Shot, shade) -> None:
+def _draw_nose(cv: _Scene, ip: IdentityParams, sh: Shot, shade) -> None:
     tip_y = ip.eye_y + ip.nose_len
     tx = 0.1 * sh.yaw  # the tip sticks out: it moves a bit further than the eyes under yaw
     cv.line(np.array([0.04, 0.05 + tx, 0.03 + tx]), np.array([ip.eye_y, tip_y - 0.06, tip_y]), shade, 0.014, alpha=0.6)
@@ -460,7 +225,7 @@ def _draw_nose(cv: _Scene, ip: IdentityParams, sh: _Shot, shade) -> None:
         cv.ellipse(tx + s * ip.nose_w * 0.55, tip_y + 0.025, ip.nose_w * 0.3, 0.014, (0.15, 0.08, 0.07), alpha=0.8)
 
 
-def _draw_mouth(cv: _Scene, ip: IdentityParams, sh: _Shot, lip, hair_rgb) -> None:
+def _draw_mouth(cv: _Scene, ip: IdentityParams, sh: Shot, lip, hair_rgb) -> None:
     w, y0 = ip.mouth_w * (1 + 0.08 * sh.smile), ip.mouth_y
     xs = w * _T9
     bump = np.sqrt(np.clip(1 - _T9**2, 0, 1))
@@ -470,7 +235,8 @@ def _draw_mouth(cv: _Scene, ip: IdentityParams, sh: _Shot, lip, hair_rgb) -> Non
     lower = mid + o / 2 + ip.lip_t * 1.25 * bump
     cv.polygon(np.concatenate([xs, xs[::-1]]), np.concatenate([upper, lower[::-1]]), lip)
     if sh.mouth_open > 0.05:
-        cv.polygon(np.concatenate([xs, xs[::-1]]), np.concatenate([mid - o / 2, (mid + o / 2)[::-1]]), (0.18, 0.05, 0.06))
+        inside = np.concatenate([mid - o / 2, (mid + o / 2)[::-1]])
+        cv.polygon(np.concatenate([xs, xs[::-1]]), inside, (0.18, 0.05, 0.06))
     else:
         cv.line(xs, mid, _scale(lip, 0.5), 0.008)
     if ip.moustache:
@@ -482,8 +248,10 @@ def _draw_mouth(cv: _Scene, ip: IdentityParams, sh: _Shot, lip, hair_rgb) -> Non
 def _draw_hair_front(cv: _Scene, ip: IdentityParams, hair_rgb) -> None:
     """The hair cap: outer arc over the head, inner hairline with a fringe and a parting."""
     fw, cy, top = ip.face_w, ip.face_cy, ip.hair_top
-    ox = (fw + ip.hair_side) * np.cos(np.linspace(np.pi, 2 * np.pi, 13))
-    oy = cy - 0.15 + (cy - 0.15 - top) * np.sin(np.linspace(np.pi, 2 * np.pi, 13))
+    t = np.linspace(np.pi, 2 * np.pi, 25)
+    curl = 1.0 + ip.hair_wave * np.sin(ip.hair_freq * t + ip.fringe_phase)
+    ox = (fw + ip.hair_side) * np.cos(t) * curl
+    oy = cy - 0.15 + (cy - 0.15 - top) * np.sin(t) * curl
     side_y = cy + ip.hair_len if ip.hair == 0 else cy - 0.1
     hx = np.linspace(fw * 0.98, -fw * 0.98, 15)
     wav = ip.fringe * (0.6 + 0.4 * np.sin(7 * hx + ip.fringe_phase))
@@ -508,11 +276,12 @@ def _draw_glasses(cv: _Scene, ip: IdentityParams) -> None:
         cv.line(ex + rx * xs, ip.eye_y + 0.01 + ry * ys, ip.glasses_rgb, ip.glasses_w)
         cv.line(np.array([ex + s * rx, s * (ip.face_w - 0.02)]), np.array([ip.eye_y - 0.01, ip.eye_y - 0.03]),
                 ip.glasses_rgb, ip.glasses_w)
-    cv.line(np.array([-ip.eye_dx + rx, 0.0, ip.eye_dx - rx]), np.array([ip.eye_y - 0.01, ip.eye_y - 0.03, ip.eye_y - 0.01]),
+    cv.line(np.array([-ip.eye_dx + rx, 0.0, ip.eye_dx - rx]),
+            np.array([ip.eye_y - 0.01, ip.eye_y - 0.03, ip.eye_y - 0.01]),
             ip.glasses_rgb, ip.glasses_w)
 
 
-def _draw_canonical_occluder(cv: _Scene, ip: IdentityParams, sh: _Shot) -> None:
+def _draw_canonical_occluder(cv: _Scene, ip: IdentityParams, sh: Shot) -> None:
     o = sh.occ
     if sh.occluder == "sunglasses":
         c = (0.05 + 0.2 * o[0],) * 3
@@ -524,10 +293,11 @@ def _draw_canonical_occluder(cv: _Scene, ip: IdentityParams, sh: _Shot) -> None:
         top = ip.eye_y + ip.nose_len - 0.06 * o[3]
         fw = ip.face_w
         cv.polygon(np.array([-fw * 0.95, fw * 0.95, fw * 0.8, 0.0, -fw * 0.8]),
-                   np.array([top, top, ip.face_cy + 0.8 * ip.face_h, ip.face_cy + ip.face_h, ip.face_cy + 0.8 * ip.face_h]), c)
+                   np.array([top, top, ip.face_cy + 0.8 * ip.face_h, ip.face_cy + ip.face_h,
+                             ip.face_cy + 0.8 * ip.face_h]), c)
 
 
-def _draw_image_occluder(img: Image.Image, sh: _Shot) -> None:
+def _draw_image_occluder(img: Image.Image, sh: Shot) -> None:
     """Occluders in the image frame (they do not move with the face): a bar or a patch."""
     o, s = sh.occ, img.width
     d = ImageDraw.Draw(img)
@@ -573,7 +343,7 @@ def _inv_bump(y: np.ndarray, d: float, k: float, r: float) -> np.ndarray:
 _YAW_R, _PITCH_R = 0.95, 1.0
 
 
-def _pose_forward(x: np.ndarray, y: np.ndarray, sh: _Shot) -> tuple[np.ndarray, np.ndarray]:
+def _pose_forward(x: np.ndarray, y: np.ndarray, sh: Shot) -> tuple[np.ndarray, np.ndarray]:
     """Canonical coordinates -> output coordinates (both in [-1, 1])."""
     bx = _bump(x, sh.yaw, 1.0 - 0.3 * abs(sh.yaw), _YAW_R)
     by = _bump(y, sh.pitch, 1.0 - 0.15 * abs(sh.pitch), _PITCH_R)
@@ -581,7 +351,7 @@ def _pose_forward(x: np.ndarray, y: np.ndarray, sh: _Shot) -> tuple[np.ndarray, 
     return ca * bx - sa * by + sh.tx, sa * bx + ca * by + sh.ty
 
 
-def _pose_inverse(px: np.ndarray, py: np.ndarray, sh: _Shot) -> tuple[np.ndarray, np.ndarray]:
+def _pose_inverse(px: np.ndarray, py: np.ndarray, sh: Shot) -> tuple[np.ndarray, np.ndarray]:
     """Output coordinates -> canonical coordinates (inverse of :func:`_pose_forward`)."""
     ca, sa = math.cos(sh.rot) / sh.scale, math.sin(sh.rot) / sh.scale
     qx, qy = px - sh.tx, py - sh.ty
@@ -596,7 +366,7 @@ _CHANNEL = np.arange(3)
 _TEX_AXIS = (np.arange(_TEX_GRID) + 0.5) / _TEX_GRID * 2 - 1
 
 
-def _texture(ip: IdentityParams, sh: _Shot, size: int) -> np.ndarray:
+def _texture(ip: IdentityParams, sh: Shot, size: int) -> np.ndarray:
     """The identity's skin texture seen through the pose: ``(size, size)`` darkening in [0, 1].
 
     Evaluated analytically on a coarse grid of output pixels mapped back to the face, then
@@ -622,13 +392,13 @@ def render_face(ip: IdentityParams, rng: np.random.Generator, domain: str, size:
     Args:
         ip: The identity (see :func:`identity_params`).
         rng: The image's own stream (see :func:`image_rng`); consumed.
-        domain: One of :data:`DOMAINS`.
+        domain: One of :data:`~pfd.data.synthetic_params.DOMAINS`.
         size: Output side in pixels.
 
     Returns:
         ``uint8`` array ``(size, size, 3)``, RGB (all three channels equal for ``nir``).
     """
-    sh = _sample_shot(ip, rng, domain)
+    sh = sample_shot(ip, rng, domain)
     nir = domain == "nir"
     ss = 2 if size <= 160 else 1  # supersampling for anti-aliased edges, cheap at small sizes
     bg = _rgb(sh.bg)
@@ -655,11 +425,13 @@ def render_face(ip: IdentityParams, rng: np.random.Generator, domain: str, size:
     # light: identity texture (darkening) times a directional ramp (NIR: illuminator fall-off)
     r = (np.arange(size, dtype=np.float32) + 0.5) / size * 2 - 1
     if nir:
-        ramp = 1.0 - 0.2 * (r[None, :] ** 2 + r[:, None] ** 2) + 0.5 * sh.light_amp * r[None, :] * math.cos(sh.light_dir)
+        ramp = 1.0 - 0.2 * (r[None, :] ** 2 + r[:, None] ** 2)
+        ramp = ramp + 0.5 * sh.light_amp * math.cos(sh.light_dir) * r[None, :]
     else:
         ramp = 1.0 + sh.light_amp * (math.cos(sh.light_dir) * r[None, :] + math.sin(sh.light_dir) * r[:, None])
-    light = (ramp * (1.0 - _texture(ip, sh, size))).astype(np.float32)
-    x = x * light[..., None]
+    # the texture's colour tint: one grey weight in NIR
+    tint = np.asarray([0.5 + 0.5 * np.mean(ip.tex_tint)] if nir else ip.tex_tint, dtype=np.float32)
+    x = x * ramp[..., None] * (1.0 - _texture(ip, sh, size)[..., None] * tint)
     x = x + sh.noise * _noise(rng, x.shape)
     if domain == "lowres":
         x = _surveillance(x, rng, size)
@@ -670,9 +442,13 @@ def render_face(ip: IdentityParams, rng: np.random.Generator, domain: str, size:
 
 
 def _surveillance(x: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
-    """Low-resolution CCTV: shrink to ~16-24 px, JPEG-compress, enlarge, add sensor noise."""
+    """Low-resolution CCTV: shrink to 16-24 px (at most half the side), JPEG-compress, enlarge, add noise.
+
+    The shrunk size is absolute, like a face that covers 16-24 pixels of a surveillance frame,
+    so the loss of detail is stronger at 112 px than at 48 px.
+    """
     u = rng.random(2)
-    small = max(8, int(round(size * (0.15 + 0.08 * u[0]))))
+    small = min(int(round(16 + 8 * u[0])), size // 2)
     img = Image.fromarray(np.rint(np.clip(x, 0, 1) * 255).astype(np.uint8), "RGB")
     img = img.resize((small, small), Image.Resampling.BOX)
     buf = io.BytesIO()

@@ -247,6 +247,10 @@ class Trainer:
         """SGD parameter groups (default: everything, with ``cfg.weight_decay``)."""
         return [{"params": [p for p in step.parameters() if p.requires_grad]}]
 
+    def checkpoint_config(self) -> dict[str, Any]:
+        """The settings recorded in every checkpoint (``config``)."""
+        return {"train": config_to_dict(self.cfg)}
+
     def extra_state(self) -> dict[str, Any] | None:
         """Further state stored in every checkpoint (``extra``)."""
         return None
@@ -286,7 +290,7 @@ class Trainer:
                 path,
                 backbone=self.backbone,
                 head=self.head,
-                config={"train": config_to_dict(self.cfg)},
+                config=self.checkpoint_config(),
                 step=self.step,
                 optimizer=self.optimizer.state_dict() if resumable else None,
                 scheduler=self.scheduler.state_dict() if resumable else None,
@@ -393,13 +397,19 @@ class Trainer:
 
 
 def make_accelerator(mixed_precision: str = "auto") -> Any:
-    """An ``accelerate.Accelerator``; ``"auto"`` is bf16 on CUDA and full precision elsewhere."""
+    """An ``accelerate.Accelerator``; ``"auto"`` is bf16 on CUDA and full precision elsewhere.
+
+    Without CUDA the accelerator is told it runs on the CPU: that is what lets accelerate
+    recognise a ``torchrun`` / ``accelerate launch --multi_gpu --num_processes N`` start on a
+    CPU-only machine as data-parallel (gloo) instead of N independent single-process runs.
+    """
     from accelerate import Accelerator
 
+    cuda = torch.cuda.is_available()
     mp = mixed_precision
     if mp == "auto":
-        mp = "bf16" if torch.cuda.is_available() else "no"
-    return Accelerator(mixed_precision=mp)
+        mp = "bf16" if cuda else "no"
+    return Accelerator(mixed_precision=mp, cpu=not cuda)
 
 
 def train(cfg: TrainConfig, *, faces: FaceSet | None = None, progress: bool = True, resume: bool = False) -> Path:

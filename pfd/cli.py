@@ -236,7 +236,11 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
       pfd distill --method rta-only --out rel-rta --state-dir st-rta
       pfd distill --recipe cross-age --private faces/ --public adaface_ir50.ckpt
       pfd distill --recipe cross-age --private faces/ --public r50.pt --resume
-      accelerate launch -m pfd distill --recipe surveillance --private faces/ --public r50.pt
+      accelerate launch --config_file recipes/accelerate-multi-gpu.yaml -m pfd distill \\
+          --recipe surveillance --private faces/ --public r50.pt
+      accelerate launch --multi_gpu --num_processes 2 -m pfd distill   # 2 CPU processes (gloo)
+
+    Private state goes to --state-dir (mode 0700; never publish it); see docs/distill.md.
     """
     from pfd.config import DistillConfig, build_config, load_recipe
     from pfd.distill.pipeline import distill

@@ -313,3 +313,17 @@ def test_accelerate_two_cpu_processes(runs, public, tmp_path):
                            capture_output=True, text=True, cwd=ROOT, timeout=300)  # fmt: skip
     assert shard.returncode == 0, shard.stderr[-3000:]
     assert _sha(tmp_path / "shard" / "release") == reference
+
+
+@pytest.mark.parametrize("name", ["demo", "cross-age", "surveillance", "large-pose", "vis-nir"])
+def test_recipes_resolve_and_the_demo_is_the_default(name):
+    r = load_recipe(name)
+    cfg = build_config(DistillConfig, {"pretrain": r.get("train", {})}, r["distill"])
+    assert cfg.method == "pfd" and cfg.ogp.head == "adaface" and cfg.private.startswith("synthetic:private")
+    assert cfg.pretrain.size == cfg.size
+    if name != "demo":  # the paper's setting
+        assert (cfg.pretrain.backbone, cfg.size, cfg.rta.ipc, cfg.rta.lr, cfg.ogp.lr) == ("ir50", 112, 10, 0.25, 0.1)
+        assert "ids=150,imgs=50" in cfg.private
+    else:
+        params = {p.name: p.default for p in main.commands["distill"].params}
+        assert params["recipe"] == "demo"

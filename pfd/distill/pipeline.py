@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +50,7 @@ from pfd.distill.state import (
 )
 from pfd.distill.summary import build_summary
 from pfd.errors import PfdError
-from pfd.io import atomic_torch_save, atomic_write_json
+from pfd.io import atomic_torch_save, atomic_write_bytes, atomic_write_json
 
 __all__ = ["METHODS", "DistillResult", "Distillation", "distill", "identity_centers", "raw_selection"]
 
@@ -210,9 +209,7 @@ class Distillation:
             if self.acc.is_main_process:
                 try:
                     load_checkpoint(src)  # a pfd checkpoint: keep it as is
-                    tmp = dst.with_name(f".{dst.name}.copy.tmp")
-                    shutil.copyfile(src, tmp)
-                    tmp.replace(dst)
+                    atomic_write_bytes(dst, src.read_bytes())
                 except PfdError:  # insightface / AdaFace weights: store the backbone in pfd format
                     save_checkpoint(dst, backbone=model, config={"source": str(src)})
             self.acc.wait_for_everyone()

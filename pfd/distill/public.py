@@ -3,7 +3,7 @@
 When ``DistillConfig.public`` is empty (the demo), a public backbone is pretrained with
 :func:`pfd.train.train` from the ``pretrain`` settings (a recipe's ``[train]`` table) and cached
 under ``$PFD_CACHE_DIR/public/<hash>/model.pt`` (default ``~/.cache/pfd/public/<hash>/``), where
-``<hash>`` is the sha256 of the resolved training settings. The model file is written atomically
+``<hash>`` is the sha256 of the resolved training settings and a fingerprint of the data. The model file is written atomically
 and reused when present; an interrupted pretraining resumes from its checkpoints.
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 from torch import nn
 
 from pfd.config import TrainConfig, config_to_dict
+from pfd.data.faceset import FaceSet
 from pfd.errors import PfdError
 
 __all__ = ["public_cache_dir", "pretrain_key", "pretrained_public_model", "check_public_arch"]
@@ -33,10 +34,26 @@ def public_cache_dir() -> Path:
     return (Path(root).expanduser() if root else Path.home() / ".cache" / "pfd") / "public"
 
 
-def pretrain_key(cfg: TrainConfig) -> str:
-    """First 16 hex digits of the sha256 of the settings that determine the pretrained weights."""
-    d = {k: v for k, v in config_to_dict(cfg).items() if k not in _NOT_HASHED}
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+def pretrain_key(cfg: TrainConfig, faces: FaceSet | None = None) -> str:
+    """First 16 hex digits of the sha256 of what determines the pretrained weights.
+
+    The settings (all but output ones) and, when given, a fingerprint of the data: its size,
+    identity count and the pixels of its first, middle and last image. The fingerprint catches a
+    changed synthetic renderer or a replaced folder behind the same spec without reading the
+    whole set; a subtler edit of the data needs the cache entry deleted by hand.
+
+    Args:
+        cfg: Pretraining settings.
+        faces: The training data (opened from ``cfg.data``).
+    """
+    h = hashlib.sha256()
+    h.update(json.dumps({k: v for k, v in config_to_dict(cfg).items() if k not in _NOT_HASHED}, sort_keys=True).encode())
+    if faces is not None:
+        n = len(faces)
+        h.update(f"{n} {faces.num_classes} {faces.size}".encode())
+        for i in sorted({0, n // 2, n - 1}) if n else []:
+            h.update(faces.load(i).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def pretrained_public_model(cfg: TrainConfig, *, accelerator: Any | None = None, progress: bool = True) -> Path:
@@ -53,12 +70,12 @@ def pretrained_public_model(cfg: TrainConfig, *, accelerator: Any | None = None,
     from pfd.data.faceset import to_memory
     from pfd.train import Trainer, open_training_data
 
-    out = public_cache_dir() / pretrain_key(cfg)
+    faces = open_training_data(cfg.data, size=cfg.size, min_images=cfg.min_images)
+    out = public_cache_dir() / pretrain_key(cfg, faces)
     final = out / "model.pt"
     if final.is_file():
         return final
-    faces = to_memory(open_training_data(cfg.data, size=cfg.size, min_images=cfg.min_images))
-    trainer = Trainer(dataclasses.replace(cfg, out=str(out)), faces=faces, accelerator=accelerator, progress=progress)
+    trainer = Trainer(dataclasses.replace(cfg, out=str(out)), faces=to_memory(faces), accelerator=accelerator, progress=progress)
     trainer.resume()
     return trainer.fit()
 

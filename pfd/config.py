@@ -264,6 +264,9 @@ class DistillConfig:
             identity left needs at least K = ``rta.ipc`` images, else an error).
         mixed_precision: ``auto`` (bf16 on CUDA, none on CPU), ``no``, ``bf16`` or ``fp16``.
         workers: DataLoader worker processes for fine-tuning.
+        threads: CPU intra-op threads of each process (``torch.set_num_threads``); 0 leaves
+            torch's default (``OMP_NUM_THREADS`` or one per core). On a CPU shared with other
+            jobs, 1 avoids OpenMP threads waiting on each other.
         pretrain: Training config of the public model when ``public`` is empty (a recipe's
             ``[train]`` table, overridden by ``[distill.pretrain]``).
         ogp: OGP stage (also the fine-tuning of the non-rotating methods).
@@ -282,6 +285,7 @@ class DistillConfig:
     min_images: int = 0
     mixed_precision: str = "auto"
     workers: int = 0
+    threads: int = 0
     pretrain: TrainConfig = field(default_factory=TrainConfig)
     ogp: OGPConfig = field(default_factory=OGPConfig)
     rta: RTAConfig = field(default_factory=RTAConfig)

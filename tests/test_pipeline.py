@@ -271,8 +271,10 @@ def test_kill_during_rta_then_resume_is_byte_identical(runs, public, tmp_path):
 
 def test_cli_prints_the_summary_and_the_release_passes_lint(public, tmp_path):
     runner = CliRunner()
-    res = runner.invoke(main, _cli_args(public, tmp_path) + ["--iterations", "5", "--method", "rta-only"])
+    res = runner.invoke(main, _cli_args(public, tmp_path) + ["--iterations", "5", "--method", "rta-only", "--threads", "1"])
     assert res.exit_code == 0, res.output
+    cfg = load_recipe(tmp_path / "state" / "config.toml")["distill"]
+    assert (cfg["method"], cfg["rta"]["iterations"], cfg["threads"]) == ("rta-only", 5, 1)  # flags reach the config
     for word in ("time", "counts", "6 identities", "12 proxies", "own prototype", "release lint", "pfd attack"):
         assert word in res.output, word
     lint = runner.invoke(main, ["release", "lint", str(tmp_path / "release"), "--state-dir", str(tmp_path / "state"), "--private", PRIVATE])

@@ -155,6 +155,8 @@ class Distillation:
 
         if cfg.method not in METHODS:
             raise PfdError(f"unknown method {cfg.method!r}; choose one of {', '.join(METHODS)}")
+        if cfg.threads > 0:
+            torch.set_num_threads(cfg.threads)
         self.cfg = cfg
         self.out = Path(cfg.out).expanduser()
         self.state = StateDir.at(cfg.state_dir)

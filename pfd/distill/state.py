@@ -34,9 +34,10 @@ from pfd.io import atomic_torch_save
 
 __all__ = ["StateDir", "check_outputs", "check_same_settings", "clear_interrupted_release", "save_batch", "load_batch"]
 
-#: Settings that may change between a run and its ``--resume`` without changing any result
-#: (a state dir may be moved; the release may be written elsewhere).
-_FREE = {"resume", "out", "state_dir", "workers"}
+#: Settings that may change between a run and its ``--resume`` without changing what is computed
+#: (a state dir may be moved; the release may be written elsewhere). Bitwise equality with an
+#: uninterrupted run also needs the same thread count.
+_FREE = {"resume", "out", "state_dir", "workers", "threads"}
 
 
 @dataclass(frozen=True)
@@ -135,8 +136,8 @@ def check_same_settings(state: StateDir, cfg: DistillConfig) -> None:
     """On ``--resume``: the settings must equal those the state dir was made with.
 
     A finished batch is only valid for the model, prototypes and seeds that made it, so a
-    changed setting (other than ``out``, ``state_dir``, ``workers``) is refused rather than
-    mixed in.
+    changed setting (other than ``out``, ``state_dir``, ``workers``, ``threads``) is refused
+    rather than mixed in.
 
     Raises:
         PfdError: Listing up to three differing settings.

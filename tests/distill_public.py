@@ -40,14 +40,18 @@ def tiny_public(out: Path) -> Path:
 def tiny_distill_config(public: Path, root: Path, **kw: Any) -> DistillConfig:
     """Tiny distillation settings writing ``root/release`` and ``root/state``.
 
+    As the demo recipe (rep margin 0.1, λ_rep 5, no augmentation), with λ_RTA scaled so that the
+    per-proxy weight λ_RTA · B / NK stays near the demo's (100 · 2 / 12 ≈ 17). Measured with
+    these settings: own-prototype 0.75 (pfd) and 1.00 (rta-only), source nearest 0.00 / 1.00.
+
     Nested tables (``ogp``, ``rta``, ``release``) in ``kw`` merge key by key.
     """
     base: dict[str, Any] = {
         "private": PRIVATE, "public": str(public), "out": str(root / "release"), "state_dir": str(root / "state"),
         "size": 32,
-        "ogp": {"head": "adaface", "scale": 16.0, "margin": 0.3, "rep_margin": 0.2, "epochs": 8, "batch_size": 16,
+        "ogp": {"head": "adaface", "scale": 16.0, "margin": 0.3, "rep_margin": 0.1, "lambda_rep": 5.0, "epochs": 8, "batch_size": 16,
                 "lr": 0.05, "warmup_epochs": 1.0, "checkpoint_every": 10, "seed": 0},
-        "rta": {"ipc": 2, "iterations": 40, "batch_size": 2, "lr": 0.05, "lambda_rta": 20.0, "lambda_bn": 0.01,
+        "rta": {"ipc": 2, "iterations": 40, "batch_size": 2, "lr": 0.05, "lambda_rta": 100.0, "lambda_bn": 0.01,
                 "crop_scale": [1.0, 1.0], "shift": 0, "flip": False, "kmeans_n_init": 2, "seed": 0},
     }  # fmt: skip
     return build_config(DistillConfig, base, kw)

@@ -168,6 +168,8 @@ class OGPConfig:
         warmup_epochs: Linear warm-up length.
         grad_clip: Max gradient norm (0 disables).
         init_scale: Std of the random skew-symmetric start of A (M never starts at I).
+        flip: Random horizontal flip of the private images (seeded per step).
+        checkpoint_every: Save a resumable OGP checkpoint every N steps (0: only the final model).
         seed: Seed.
     """
 
@@ -187,6 +189,8 @@ class OGPConfig:
     warmup_epochs: float = 1.0
     grad_clip: float = 5.0
     init_scale: float = 0.1
+    flip: bool = True
+    checkpoint_every: int = 200
     seed: int = 0
 
 
@@ -248,16 +252,25 @@ class DistillConfig:
 
     Attributes:
         private: Private dataset spec (identity folder, RecordIO, ``synthetic:private``).
-        public: Public checkpoint to start from; empty: pretrain (or reuse a cached) model
-            with ``pretrain``.
+        public: Public checkpoint to start from (pfd, insightface or AdaFace); empty: pretrain
+            (or reuse a cached) model with ``pretrain``.
         method: ``pfd``, ``rta-only``, ``sre2l`` or ``raw`` (Table 3 rows and the raw reference).
         out: Release folder (published).
         state_dir: Private state folder (never published; mode 0700; not inside ``out``).
         resume: Skip finished stages and RTA batches found in ``state_dir``.
-        size: Image size (must match the public model).
-        min_images: Identities with fewer images are an error (need at least K).
-        pretrain: Training config of the public model when ``public`` is empty.
-        ogp: OGP stage.
+        size: Image size (must match the public model; the pretrained one is built for it).
+        backbone: Expected backbone name of the public checkpoint (empty: any); another one is
+            an error.
+        min_images: Drop identities with fewer images than this first (0: keep all; every
+            identity left needs at least K = ``rta.ipc`` images, else an error).
+        mixed_precision: ``auto`` (bf16 on CUDA, none on CPU), ``no``, ``bf16`` or ``fp16``.
+        workers: DataLoader worker processes for fine-tuning.
+        threads: CPU intra-op threads of each process (``torch.set_num_threads``); 0 leaves
+            torch's default (``OMP_NUM_THREADS`` or one per core). On a CPU shared with other
+            jobs, 1 avoids OpenMP threads waiting on each other.
+        pretrain: Training config of the public model when ``public`` is empty (a recipe's
+            ``[train]`` table, overridden by ``[distill.pretrain]``).
+        ogp: OGP stage (also the fine-tuning of the non-rotating methods).
         rta: RTA stage.
         release: Release stage.
     """
@@ -269,7 +282,11 @@ class DistillConfig:
     state_dir: str = "state"
     resume: bool = False
     size: int = 112
+    backbone: str = ""
     min_images: int = 0
+    mixed_precision: str = "auto"
+    workers: int = 0
+    threads: int = 0
     pretrain: TrainConfig = field(default_factory=TrainConfig)
     ogp: OGPConfig = field(default_factory=OGPConfig)
     rta: RTAConfig = field(default_factory=RTAConfig)

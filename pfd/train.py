@@ -20,12 +20,14 @@ import json
 import logging
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.utils.data import DataLoader
 
 from pfd.config import TrainConfig, config_to_dict, save_config
@@ -33,7 +35,7 @@ from pfd.data.faceset import ConcatFaces, FaceSet
 from pfd.errors import PfdError
 from pfd.io import atomic_open
 
-__all__ = ["Trainer", "train", "lr_lambda", "open_training_data", "global_batches"]
+__all__ = ["Trainer", "MarginStep", "StepOutput", "make_accelerator", "train", "lr_lambda", "open_training_data", "global_batches"]
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +95,75 @@ def open_training_data(specs: Sequence[str], *, size: int, min_images: int) -> F
     return sources[0] if len(sources) == 1 else ConcatFaces(sources)
 
 
+@dataclass
+class StepOutput:
+    """One training step's loss.
+
+    Attributes:
+        loss: The differentiable scalar to minimise.
+        components: Detached scalars to log (``cls``, and whatever else the step reports).
+    """
+
+    loss: torch.Tensor
+    components: dict[str, torch.Tensor]
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
+    """bf16/fp16 autocast on ``device`` when ``dtype`` is set, otherwise a no-op context."""
+    return torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None)
+
+
+class MarginStep(nn.Module):
+    """Margin-loss cross-entropy of one batch: ``L_CE(head(φ(x)), y)`` (+ the head's regulariser).
+
+    Holds backbone and head as submodules, so one ``accelerator.prepare`` (DDP) synchronises
+    both. The backbone runs under autocast when ``amp_dtype`` is set; the head's logits and the
+    loss stay in fp32.
+
+    Args:
+        backbone: φ, ``(B, 3, S, S)`` in [0, 1] -> raw features ``(B, D)``.
+        head: Margin head ``head(features, labels) -> logits (B, C)``.
+        amp_dtype: Autocast dtype for the backbone (``None``: full precision).
+    """
+
+    def __init__(self, backbone: nn.Module, head: nn.Module, *, amp_dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.head = head
+        self.amp_dtype = amp_dtype
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> StepOutput:
+        with _autocast(images.device, self.amp_dtype):
+            feats = self.backbone(images)
+        feats = feats.float()  # (B, D)
+        loss = F.cross_entropy(self.head(feats, labels), labels)
+        comps = {"cls": loss.detach()}
+        reg = getattr(self.head, "regularizer", None)
+        if reg is not None:
+            loss = loss + reg(feats)
+        return StepOutput(loss, comps)
+
+
 class Trainer:
     """Owns one training run: model, head, optimiser, schedule, data order and checkpoints.
+
+    The loss of a batch comes from a *step module* (:meth:`build_step`; :class:`MarginStep` here)
+    that holds every trained submodule and returns a :class:`StepOutput`. Subclasses change what
+    is trained by overriding :meth:`num_head_classes`, :meth:`build_step`, :meth:`param_groups`
+    and :meth:`extra_state` / :meth:`load_extra_state` (``pfd.distill.ogp_trainer.OGPTrainer``
+    adds OGP's rotation this way); the data order, schedule, clipping, mixed precision,
+    checkpoints and resume are shared.
 
     Args:
         cfg: The training configuration.
         faces: Training data; opened from ``cfg.data`` when omitted.
         accelerator: An ``accelerate.Accelerator``; created from ``cfg`` when omitted.
         progress: Show a tqdm progress bar on the main process.
+        final_path: Where :meth:`fit` writes the final model (default ``<out>/model.pt``).
     """
+
+    #: Progress-bar label.
+    desc = "train"
 
     def __init__(
         self,
@@ -110,20 +172,14 @@ class Trainer:
         faces: FaceSet | None = None,
         accelerator: Any | None = None,
         progress: bool = True,
+        final_path: str | Path | None = None,
     ) -> None:
-        from accelerate import Accelerator
-
-        from pfd.nn.heads import create_head
         from pfd.nn.iresnet import create_backbone
 
         self.cfg = cfg
         self.out = Path(cfg.out)
-        if accelerator is None:
-            mp = cfg.mixed_precision
-            if mp == "auto":
-                mp = "bf16" if torch.cuda.is_available() else "no"
-            accelerator = Accelerator(mixed_precision=mp)
-        self.acc = accelerator
+        self.final_path = Path(final_path) if final_path is not None else self.out / "model.pt"
+        self.acc = accelerator if accelerator is not None else make_accelerator(cfg.mixed_precision)
         self.progress = progress
         self.faces = faces if faces is not None else open_training_data(cfg.data, size=cfg.size, min_images=cfg.min_images)
         if cfg.batch_size % self.acc.num_processes:
@@ -148,11 +204,10 @@ class Trainer:
         else:
             backbone = create_backbone(cfg.backbone, width=cfg.width, size=cfg.size, embedding_dim=cfg.embedding_dim)
         dim = int(getattr(backbone, "arch", {}).get("embedding_dim", cfg.embedding_dim))
-        head = create_head(
-            cfg.head, embedding_dim=dim, num_classes=self.faces.num_classes, scale=cfg.scale, margin=cfg.margin
+        step = self.build_step(backbone, dim)
+        optimizer = torch.optim.SGD(
+            self.param_groups(step), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
         )
-        params = list(backbone.parameters()) + list(head.parameters())
-        optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
         self.steps_per_epoch = len(self.faces) // cfg.batch_size
         self.total_steps = cfg.max_steps or cfg.epochs * self.steps_per_epoch
@@ -162,9 +217,59 @@ class Trainer:
             optimizer,
             lambda s: lr_lambda(s, total=self.total_steps, warmup=self.warmup_steps, schedule=cfg.schedule),
         )
-        self.backbone, self.head, self.optimizer = self.acc.prepare(backbone, head, optimizer)
+        self.model, self.optimizer = self.acc.prepare(step, optimizer)
         self.scheduler = scheduler
         self.step = 0
+        self.last: dict[str, float] = {}
+
+    # -- what is trained (override in subclasses) -------------------------------------------
+    @property
+    def amp_dtype(self) -> torch.dtype | None:
+        """The autocast dtype of the backbone forward (from the accelerator's mixed precision)."""
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(self.acc.mixed_precision))
+
+    def num_head_classes(self) -> int:
+        """Classes of the margin head (the training set's identities)."""
+        return self.faces.num_classes
+
+    def make_head(self, dim: int) -> nn.Module:
+        """The margin head: ``cfg.head`` with ``cfg.scale`` / ``cfg.margin``, :meth:`num_head_classes` rows."""
+        from pfd.nn.heads import create_head
+
+        cfg = self.cfg
+        return create_head(cfg.head, embedding_dim=dim, num_classes=self.num_head_classes(), scale=cfg.scale, margin=cfg.margin)
+
+    def build_step(self, backbone: nn.Module, dim: int) -> nn.Module:
+        """The module whose ``forward(images, labels)`` returns a :class:`StepOutput`."""
+        return MarginStep(backbone, self.make_head(dim), amp_dtype=self.amp_dtype)
+
+    def param_groups(self, step: nn.Module) -> list[dict[str, Any]]:
+        """SGD parameter groups (default: everything, with ``cfg.weight_decay``)."""
+        return [{"params": [p for p in step.parameters() if p.requires_grad]}]
+
+    def checkpoint_config(self) -> dict[str, Any]:
+        """The settings recorded in every checkpoint (``config``)."""
+        return {"train": config_to_dict(self.cfg)}
+
+    def extra_state(self) -> dict[str, Any] | None:
+        """Further state stored in every checkpoint (``extra``)."""
+        return None
+
+    def load_extra_state(self, extra: dict[str, Any] | None) -> None:
+        """Restore :meth:`extra_state` on resume."""
+
+    @property
+    def unwrapped(self) -> nn.Module:
+        """The step module without DDP wrappers."""
+        return self.acc.unwrap_model(self.model)
+
+    @property
+    def backbone(self) -> nn.Module:
+        return self.unwrapped.backbone
+
+    @property
+    def head(self) -> nn.Module:
+        return self.unwrapped.head
 
     # -- checkpoints ----------------------------------------------------------------------
     @property
@@ -183,12 +288,13 @@ class Trainer:
         if self.acc.is_main_process:
             save_checkpoint(
                 path,
-                backbone=self.acc.unwrap_model(self.backbone),
-                head=self.acc.unwrap_model(self.head),
-                config={"train": config_to_dict(self.cfg)},
+                backbone=self.backbone,
+                head=self.head,
+                config=self.checkpoint_config(),
                 step=self.step,
                 optimizer=self.optimizer.state_dict() if resumable else None,
                 scheduler=self.scheduler.state_dict() if resumable else None,
+                extra=self.extra_state(),
             )
         self.acc.wait_for_everyone()
 
@@ -200,8 +306,9 @@ class Trainer:
         if path is None:
             return False
         ck = load_checkpoint(path)
-        self.acc.unwrap_model(self.backbone).load_state_dict(ck["backbone"])
-        self.acc.unwrap_model(self.head).load_state_dict(ck["head"]["state_dict"])
+        self.backbone.load_state_dict(ck["backbone"])
+        self.head.load_state_dict(ck["head"]["state_dict"])
+        self.load_extra_state(ck.get("extra"))
         if ck.get("optimizer"):
             self.optimizer.load_state_dict(ck["optimizer"])
         if ck.get("scheduler"):
@@ -243,60 +350,66 @@ class Trainer:
         if self.acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
             save_config(cfg, self.out / "config.toml", section="train")
-        self.backbone.train()
-        self.head.train()
+        self.model.train()
         bar = tqdm(
             total=self.total_steps,
             initial=self.step,
-            desc="train",
+            desc=self.desc,
             disable=not (self.progress and self.acc.is_local_main_process),
             dynamic_ncols=True,
         )
         metrics_path = self.out / "metrics.jsonl"
         t0 = time.perf_counter()
-        last_loss = float("nan")
         while self.step < self.total_steps:
             epoch, skip = divmod(self.step, self.steps_per_epoch)
             for x, y in self._loader(epoch, skip):
                 x = self._augment(x.to(self.acc.device, non_blocking=True))
                 y = y.to(self.acc.device, non_blocking=True)
-                with self.acc.autocast():
-                    feats = self.backbone(x)
-                logits = self.head(feats.float(), y)
-                loss = F.cross_entropy(logits, y)
-                reg = getattr(self.acc.unwrap_model(self.head), "regularizer", None)
-                if reg is not None:
-                    loss = loss + reg(feats.float())
+                out = self.model(x, y)
+                loss = out.loss
                 if not torch.isfinite(loss):
                     raise PfdError(
-                        f"training loss became {loss.item()} at step {self.step}; lower --lr or check the data "
+                        f"{self.desc} loss became {loss.item()} at step {self.step}; lower --lr or check the data "
                         f"(checkpoints so far are kept in {self.checkpoint_dir})"
                     )
                 self.optimizer.zero_grad(set_to_none=True)
                 self.acc.backward(loss)
                 if cfg.grad_clip > 0:
-                    self.acc.clip_grad_norm_(
-                        list(self.backbone.parameters()) + list(self.head.parameters()), cfg.grad_clip
-                    )
+                    self.acc.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
                 self.optimizer.step()
                 self.scheduler.step()
                 self.step += 1
-                last_loss = float(loss.detach())
+                self.last = {"loss": float(loss.detach()), **{k: float(v) for k, v in out.components.items()}}
                 bar.update(1)
-                bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{self.scheduler.get_last_lr()[0]:.4f}")
+                bar.set_postfix(loss=f"{self.last['loss']:.3f}", lr=f"{self.scheduler.get_last_lr()[0]:.4f}")
                 if self.acc.is_main_process and (self.step % 10 == 0 or self.step == self.total_steps):
                     with open(metrics_path, "a", encoding="utf-8") as f:
-                        f.write(json.dumps({"step": self.step, "loss": last_loss, "lr": self.scheduler.get_last_lr()[0]}) + "\n")
+                        f.write(json.dumps({"step": self.step, **self.last, "lr": self.scheduler.get_last_lr()[0]}) + "\n")
                 if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < self.total_steps:
                     self.save(self.checkpoint_dir / f"step_{self.step:08d}.pt", resumable=True)
                 if self.step >= self.total_steps:
                     break
         bar.close()
-        final = self.out / "model.pt"
-        self.save(final, resumable=False)
+        self.save(self.final_path, resumable=False)
         self.elapsed = time.perf_counter() - t0
-        self.final_loss = last_loss
-        return final
+        self.final_loss = self.last.get("loss", float("nan"))
+        return self.final_path
+
+
+def make_accelerator(mixed_precision: str = "auto") -> Any:
+    """An ``accelerate.Accelerator``; ``"auto"`` is bf16 on CUDA and full precision elsewhere.
+
+    Without CUDA the accelerator is told it runs on the CPU: that is what lets accelerate
+    recognise a ``torchrun`` / ``accelerate launch --multi_gpu --num_processes N`` start on a
+    CPU-only machine as data-parallel (gloo) instead of N independent single-process runs.
+    """
+    from accelerate import Accelerator
+
+    cuda = torch.cuda.is_available()
+    mp = mixed_precision
+    if mp == "auto":
+        mp = "bf16" if cuda else "no"
+    return Accelerator(mixed_precision=mp, cpu=not cuda)
 
 
 def train(cfg: TrainConfig, *, faces: FaceSet | None = None, progress: bool = True, resume: bool = False) -> Path:

@@ -107,3 +107,20 @@ def test_model_without_batchnorm_is_a_clear_error():
 def test_batch_moments_shapes():
     m, v = batch_moments(torch.randn(4, 3, 5))
     assert m.shape == (3,) and v.shape == (3,)
+
+
+def test_batch_moments_match_torch_var_and_its_gradient():
+    x = (torch.randn(5, 3, 4, 6, dtype=torch.float64) * 2 + 1.5).requires_grad_(True)
+    shift = torch.tensor([1.0, -2.0, 0.5])
+    m, v = batch_moments(x, shift=shift)
+    torch.testing.assert_close(m, x.mean((0, 2, 3)).float(), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(v, x.var((0, 2, 3), correction=0).float(), atol=1e-5, rtol=1e-5)
+    w1, w2 = torch.randn(3), torch.randn(3)
+    (w1 @ m + w2 @ v).backward()
+    ref = x.detach().clone().requires_grad_(True)
+    (w1.double() @ ref.mean((0, 2, 3)) + w2.double() @ ref.var((0, 2, 3), correction=0)).backward()
+    torch.testing.assert_close(x.grad, ref.grad, atol=1e-5, rtol=1e-5)
+    x2 = torch.randn(7, 4) + 3.0  # (N, C): BatchNorm1d inputs, no shift
+    m2, v2 = batch_moments(x2)
+    torch.testing.assert_close(m2, x2.mean(0))
+    torch.testing.assert_close(v2, x2.var(0, correction=0), atol=1e-5, rtol=1e-5)

@@ -47,3 +47,17 @@ def test_concat_disjoint_label_spaces():
 def test_concat_rejects_mixed_sizes():
     with pytest.raises(ValueError, match="image size"):
         ConcatFaces([_faces(2, 2, size=8), _faces(2, 2, size=16)])
+
+
+def test_to_memory_keeps_pixels_names_and_attributes():
+    from pfd.data.faceset import TensorFaces, to_memory
+    from pfd.data.synthetic import SyntheticFaces
+
+    faces = SyntheticFaces("private", identities=3, images_per_identity=2, size=16)
+    mem = to_memory(faces)
+    assert isinstance(mem, TensorFaces) and len(mem) == 6
+    assert all(torch.equal(mem.load(i), faces.load(i)) and mem.name(i) == faces.name(i) for i in range(6))
+    assert mem.identities == faces.identities and mem.attributes == faces.attributes
+    assert np.array_equal(mem.labels, faces.labels)
+    assert to_memory(faces, max_bytes=100) is faces  # too large: left lazy
+    assert to_memory(mem) is mem

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-__all__ = ["FaceSet", "FaceSubset", "TensorFaces", "ConcatFaces"]
+__all__ = ["FaceSet", "FaceSubset", "TensorFaces", "ConcatFaces", "to_memory"]
 
 
 class FaceSet(Dataset):
@@ -212,3 +212,26 @@ class ConcatFaces(FaceSet):
         j, i = self._locate(index)
         n = self.sources[j].name(i)
         return f"{j}:{n}" if self._multi else n
+
+
+def to_memory(faces: FaceSet, *, max_bytes: int = 256 << 20) -> FaceSet:
+    """The set decoded once into a :class:`TensorFaces` when it fits in ``max_bytes`` (float32).
+
+    Training loops read every image once per epoch; for small sets (the synthetic demo renders
+    each image from scratch) decoding once is much cheaper. Names, identities and attributes are
+    kept; a set that is already in memory or too large is returned as is.
+
+    Args:
+        faces: Any FaceSet.
+        max_bytes: Largest float32 footprint to materialise.
+    """
+    if isinstance(faces, TensorFaces) or not len(faces) or len(faces) * 3 * faces.size * faces.size * 4 > max_bytes:
+        return faces
+    images = torch.stack([faces.load(i) for i in range(len(faces))])  # (n, 3, S, S)
+    return TensorFaces(
+        images,
+        faces.labels,
+        identities=faces.identities,
+        names=[faces.name(i) for i in range(len(faces))],
+        attributes=getattr(faces, "attributes", None),
+    )

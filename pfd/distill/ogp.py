@@ -280,6 +280,9 @@ class OGPStep(nn.Module):
         rep_margin: Cosine margin of eq. 3.
         lambda_rep: λ_rep.
         lambda_iso: λ_iso.
+        amp_dtype: Autocast dtype of the backbone forward (``None``: full precision). The
+            rotation, the head and the losses always run in fp32: a bf16 ``e Mᵀ`` would blur the
+            very cosines that eq. 3 bounds.
 
     Example:
         >>> step = OGPStep(backbone, head, rotation, num_identities=N, rep_margin=0.2)
@@ -296,8 +299,10 @@ class OGPStep(nn.Module):
         rep_margin: float,
         lambda_rep: float = 1.0,
         lambda_iso: float = 1.0,
+        amp_dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        self.amp_dtype = amp_dtype
         self.backbone = backbone
         self.head = head
         self.rotation = rotation
@@ -308,7 +313,14 @@ class OGPStep(nn.Module):
 
     @classmethod
     def from_config(
-        cls, backbone: nn.Module, head: nn.Module, rotation: Rotation, cfg: Any, *, num_identities: int
+        cls,
+        backbone: nn.Module,
+        head: nn.Module,
+        rotation: Rotation,
+        cfg: Any,
+        *,
+        num_identities: int,
+        amp_dtype: torch.dtype | None = None,
     ) -> "OGPStep":
         """Build from an :class:`~pfd.config.OGPConfig`."""
         return cls(
@@ -319,6 +331,7 @@ class OGPStep(nn.Module):
             rep_margin=cfg.rep_margin,
             lambda_rep=cfg.lambda_rep,
             lambda_iso=cfg.lambda_iso,
+            amp_dtype=amp_dtype,
         )
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor) -> OGPOutput:
@@ -329,7 +342,10 @@ class OGPStep(nn.Module):
             labels: Original identity labels ``(B,)`` in ``[0, N)``.
         """
         M = self.rotation()  # (D, D), the one expm of this step
-        features = self.backbone(images).float()  # (B, D)
+        amp = self.amp_dtype
+        with torch.autocast(images.device.type, dtype=amp or torch.float32, enabled=amp is not None):
+            features = self.backbone(images)
+        features = features.float()  # (B, D)
         feats2, labels2 = ogp_classification_inputs(features, M, labels, self.num_identities)
         logits = self.head(feats2, labels2)  # (2B, 2N)
         e = F.normalize(features, dim=1)  # (B, D)

@@ -35,20 +35,55 @@ from pfd.errors import PfdError
 __all__ = ["BNStatistics", "batch_moments"]
 
 
-def batch_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-channel batch mean and biased variance of a BN input, in float32.
+class _Moments(torch.autograd.Function):
+    """Batch mean and biased variance per channel with a one-op analytic backward.
+
+    Forward: one pass for ``Σd`` and one for ``‖d‖²`` over ``d = x − shift``. Backward:
+    ``∂L/∂x = g_μ/n + 2 g_σ² (x − μ)/n`` per channel, a single fused multiply-add over x, where
+    autograd through ``var`` would materialise ``x − μ``, its square and their gradients.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102
+        dims = [0] + list(range(2, x.ndim))
+        view = (1, -1) + (1,) * (x.ndim - 2)
+        n = x.numel() // x.shape[1]
+        d = x - shift.view(view)
+        m1 = d.sum(dim=dims) / n  # (C,) E[d]
+        m2 = torch.linalg.vector_norm(d, 2, dim=dims).square() / n  # (C,) E[d²]
+        mean = m1 + shift
+        ctx.save_for_backward(x, mean)
+        ctx.n, ctx.view = n, view
+        return mean, (m2 - m1 * m1).clamp_min(0.0)
+
+    @staticmethod
+    def backward(ctx: Any, g_mean: torch.Tensor | None, g_var: torch.Tensor | None) -> tuple[torch.Tensor, None]:  # noqa: D102
+        x, mean = ctx.saved_tensors
+        g_mean = torch.zeros_like(mean) if g_mean is None else g_mean
+        g_var = torch.zeros_like(mean) if g_var is None else g_var
+        a = 2.0 * g_var / ctx.n  # (C,)
+        b = g_mean / ctx.n - a * mean  # (C,)
+        return torch.addcmul(b.view(ctx.view), x, a.view(ctx.view)), None
+
+
+def batch_moments(x: torch.Tensor, *, shift: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel batch mean and biased variance of a BN input, in float32, differentiable.
+
+    Computed from the first two moments of ``d = x − shift`` with an analytic backward
+    (:class:`_Moments`): autograd through ``torch.var`` over the (N, H, W) dimensions of an NCHW
+    tensor made the statistics a fifth of an RTA iteration on a CPU. Shifting by a value near the
+    mean (the layer's running mean) keeps ``E[d²] − E[d]²`` free of cancellation.
 
     Args:
         x: ``(N, C, H, W)``, ``(N, C, L)`` or ``(N, C)``.
+        shift: Per-channel value ``(C,)`` subtracted first (``None``: 0).
 
     Returns:
         ``(mean (C,), var (C,))`` over every dimension except the channel one.
     """
     x = x.float()
-    dims = [0] + list(range(2, x.ndim))
-    mean = x.mean(dim=dims)
-    var = x.var(dim=dims, correction=0)
-    return mean, var
+    shift = torch.zeros(x.shape[1], device=x.device) if shift is None else shift.detach().float()
+    return _Moments.apply(x, shift)
 
 
 class BNStatistics:
@@ -91,9 +126,9 @@ class BNStatistics:
 
     def _make_hook(self, index: int) -> Any:
         def hook(module: nn.modules.batchnorm._BatchNorm, inputs: tuple[torch.Tensor, ...], output: Any) -> None:
-            mean, var = batch_moments(inputs[0])  # (C,), (C,)
             rm = module.running_mean.detach().float()  # type: ignore[union-attr]
             rv = module.running_var.detach().float()  # type: ignore[union-attr]
+            mean, var = batch_moments(inputs[0], shift=rm)  # (C,), (C,)
             self.moments[index] = (mean, var)
             self._terms[index] = torch.linalg.vector_norm(mean - rm) + torch.linalg.vector_norm(var - rv)
 

@@ -1,0 +1,160 @@
+"""Overhead of the distillation loops over the bare network work they wrap, printed as ratios.
+
+* RTA: one :class:`~pfd.distill.rta.ProxyDistiller` iteration (augmentation, frozen backbone
+  forward with BatchNorm hooks, margin head, eq. 9, eq. 6, backward to the pixels, Adam step,
+  clamp) / a bare forward + backward of the frozen backbone to the pixels of the same batch.
+  Target <= 1.10.
+* OGP: one :class:`~pfd.distill.ogp.OGPStep` training step (M = exp(A − Aᵀ) once, 2B rows
+  through a 2N-class head, eq. 3-5, backward, SGD) / one plain margin-loss fine-tuning step
+  (:class:`~pfd.train.MarginStep`, N-class head, SGD) on the same batch. Target <= 1.15.
+
+Both members of a pair run interleaved (A, B, A, B, ...) so that they share the machine's load,
+and the ratio of the medians is printed; process CPU time is reported next to wall time because
+a shared machine makes wall time noisy (CPU time is what the work costs). The demo backbone by
+default; ``--full`` adds IR-50 at 112 px, D = 512 (the paper's setting; slow on a CPU).
+
+Usage:
+    python benchmarks/distill_speed.py [--full] [--threads 1] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pfd.config import RTAConfig  # noqa: E402
+from pfd.distill.ogp import OGPStep, Rotation, ogp_param_groups  # noqa: E402
+from pfd.distill.rta import ProxyDistiller  # noqa: E402
+from pfd.nn.heads import create_head  # noqa: E402
+from pfd.nn.iresnet import create_backbone  # noqa: E402
+from pfd.train import MarginStep  # noqa: E402
+
+
+def _clock(fn: Callable[[], None]) -> tuple[float, float]:
+    w, c = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w, time.process_time() - c
+
+
+def _pair(a: Callable[[], None], b: Callable[[], None], repeats: int) -> dict[str, float]:
+    """Medians of interleaved runs of ``a`` and ``b`` (after one warm-up each)."""
+    a(), b()
+    ta, tb = [], []
+    for _ in range(repeats):
+        ta.append(_clock(a))
+        tb.append(_clock(b))
+    med = lambda xs, i: statistics.median(x[i] for x in xs)  # noqa: E731
+    return {"a_wall": med(ta, 0), "b_wall": med(tb, 0), "a_cpu": med(ta, 1), "b_cpu": med(tb, 1)}
+
+
+def _calibrated(arch: dict, batch: int) -> torch.nn.Module:
+    """A frozen backbone whose BatchNorm running statistics come from a few random batches.
+
+    An untrained deep network in eval mode with the default running statistics (0, 1) blows up
+    its activations (IR-50's reach inf), which no trained model does.
+    """
+    model = create_backbone(**arch).train()
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.momentum = None  # cumulative average
+    with torch.no_grad():
+        for _ in range(2):
+            model(torch.rand(batch, 3, arch["size"], arch["size"]))
+    return model.eval().requires_grad_(False)
+
+
+def bench_rta(arch: dict, *, batch: int, classes: int, iters: int, repeats: int, augment: bool) -> dict[str, float]:
+    """RTA iteration vs bare forward + backward to the pixels, per iteration."""
+    torch.manual_seed(0)
+    size, dim = arch["size"], arch["embedding_dim"]
+    backbone = _calibrated(arch, batch)
+    head = create_head("adaface", embedding_dim=dim, num_classes=2 * classes).eval().requires_grad_(False)
+    P = F.normalize(torch.randn(classes * 2, dim), dim=1)  # NK prototypes (K = 2)
+    aug = {} if augment else {"crop_scale": (1.0, 1.0), "flip": False, "shift": 0}
+    cfg = RTAConfig(iterations=iters, batch_size=batch, lambda_rta=50.0, **aug)
+    distiller = ProxyDistiller(backbone, head, P, size=size, cfg=cfg)
+    rows = torch.arange(batch) % len(P)
+    cls = rows // 2 + classes
+    x = torch.rand(batch, 3, size, size)
+
+    def rta() -> None:
+        distiller.distill_batch(rows, cls, batch_index=0)
+
+    def bare() -> None:
+        for _ in range(iters):
+            s = x.clone().requires_grad_(True)
+            backbone(s).float().sum().backward()
+
+    r = _pair(rta, bare, repeats)
+    return {k: v / iters for k, v in r.items()}
+
+
+def bench_ogp(arch: dict, *, batch: int, classes: int, steps: int, repeats: int) -> dict[str, float]:
+    """OGP training step vs plain margin-loss fine-tuning step, per step."""
+    torch.manual_seed(0)
+    dim = arch["embedding_dim"]
+    x = torch.rand(batch, 3, arch["size"], arch["size"])
+    y = torch.arange(batch) % classes
+
+    def make(ogp: bool):
+        backbone = create_backbone(**arch).train()
+        if ogp:
+            head = create_head("adaface", embedding_dim=dim, num_classes=2 * classes)
+            rot = Rotation(dim, seed=0)
+            step = OGPStep(backbone, head, rot, num_identities=classes, rep_margin=0.1, lambda_rep=5.0)
+            groups = ogp_param_groups(backbone, head, rot, lr=0.01)
+        else:
+            step = MarginStep(backbone, create_head("adaface", embedding_dim=dim, num_classes=classes))
+            groups = [{"params": list(step.parameters())}]
+        opt = torch.optim.SGD(groups, lr=0.01, momentum=0.9, weight_decay=5e-4)
+
+        def run() -> None:
+            for _ in range(steps):
+                out = step(x, y)
+                opt.zero_grad(set_to_none=True)
+                out.loss.backward()
+                opt.step()
+
+        return run
+
+    r = _pair(make(True), make(False), repeats)
+    return {k: v / steps for k, v in r.items()}
+
+
+def _report(name: str, r: dict[str, float], target: float) -> None:
+    wall, cpu = r["a_wall"] / r["b_wall"], r["a_cpu"] / r["b_cpu"]
+    ok = "ok" if cpu <= target else "MISSES TARGET"
+    print(f"{name:<34} wall {r['a_wall'] * 1e3:8.1f} / {r['b_wall'] * 1e3:8.1f} ms = {wall:5.3f}   "
+          f"cpu {r['a_cpu'] * 1e3:8.1f} / {r['b_cpu'] * 1e3:8.1f} ms = {cpu:5.3f}   (target <= {target:.2f}: {ok})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--full", action="store_true", help="also IR-50 at 112 px, D = 512 (slow on a CPU)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: stable on a shared box)")
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    demo = {"name": "ir18", "width": 0.25, "size": 32, "embedding_dim": 64}
+    configs = [("demo ir18 w0.25 32px D64", demo, 60, 24, 10, 48)]
+    if args.full:
+        configs.append(("ir50 112px D512", {"name": "ir50", "width": 1.0, "size": 112, "embedding_dim": 512}, 16, 150, 2, 16))
+    print(f"threads {torch.get_num_threads()}, repeats {args.repeats}; ratio = ours / bare (medians)")
+    for name, arch, rta_b, n_cls, iters, ogp_b in configs:
+        reps = args.repeats if arch is demo else max(3, args.repeats // 2)
+        _report(f"RTA iter / fwd+bwd    [{name}]", bench_rta(arch, batch=rta_b, classes=n_cls, iters=iters, repeats=reps, augment=False), 1.10)
+        _report(f"RTA+aug iter / fwd+bwd[{name}]", bench_rta(arch, batch=rta_b, classes=n_cls, iters=iters, repeats=reps, augment=True), 1.10)
+        _report(f"OGP step / margin step[{name}]", bench_ogp(arch, batch=ogp_b, classes=n_cls, steps=max(1, iters // 2), repeats=reps), 1.15)
+
+
+if __name__ == "__main__":
+    main()

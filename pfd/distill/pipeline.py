@@ -1,0 +1,419 @@
+"""``pfd distill``: public model -> OGP fine-tuning -> prototypes -> RTA -> release.
+
+One code path gives the paper's ablation rows (Table 3) and the raw-data reference:
+
+=============  ==========================================  =================================
+method         fine-tuning (stage "adapt")                 proxies (stage "rta")
+=============  ==========================================  =================================
+``pfd``        OGP, eq. 1-5: 2N-class head, M ∈ SO(D),      RTA, eq. 6-10: L_cls on class
+               L_rep, L_iso                                y + N, L_RTA vs P on E Mᵀ, L_bn
+``rta-only``   same schedule, N-class head, M = I           L_cls on y, L_RTA vs P on E, L_bn
+``sre2l``      same as rta-only                             L_cls on y and L_bn only (SRe2L)
+``raw``        same as rta-only (the insider's model)       K real private images per identity
+=============  ==========================================  =================================
+
+``raw`` picks, for every K-means prototype of an identity (eq. 8 on E), the identity's image whose
+embedding is nearest to it (each image once): K representative, distinct real images.
+
+Stages read their inputs from the state dir (:mod:`pfd.distill.state`) and skip themselves on
+``--resume`` when their output exists; RTA batch ``b`` is a pure function of ``(rta.seed, b)``,
+the adapted model and P, so a resumed run writes a byte-identical release. Under
+``accelerate launch`` fine-tuning is data-parallel (:class:`~pfd.distill.ogp_trainer.OGPTrainer`),
+batch ``b`` is distilled by process ``b % world``, and after a barrier the main process writes the
+release from all batch files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pfd.config import DistillConfig, config_to_dict, save_config
+from pfd.data.faces import check_min_images
+from pfd.data.faceset import FaceSet, to_memory
+from pfd.data.release import check_separate, prepare_state_dir, to_uint8, write_proxy_map, write_release
+from pfd.distill.state import (
+    StateDir,
+    check_outputs,
+    check_same_settings,
+    clear_interrupted_release,
+    load_batch,
+    save_batch,
+)
+from pfd.distill.summary import build_summary
+from pfd.errors import PfdError
+from pfd.io import atomic_torch_save, atomic_write_bytes, atomic_write_json
+
+__all__ = ["METHODS", "DistillResult", "Distillation", "distill", "identity_centers", "raw_selection"]
+
+log = logging.getLogger(__name__)
+
+METHODS = ("pfd", "rta-only", "sre2l", "raw")
+
+
+@dataclass
+class DistillResult:
+    """What :func:`distill` produced.
+
+    Attributes:
+        release: The release folder.
+        state_dir: The private state dir.
+        summary: The content of ``state_dir/summary.json``.
+        is_main: Whether this is the main process (the one that prints).
+    """
+
+    release: Path
+    state_dir: Path
+    summary: dict[str, Any] = field(default_factory=dict)
+    is_main: bool = True
+
+
+# --------------------------------------------------------------------------------------------
+# Pure helpers
+# --------------------------------------------------------------------------------------------
+
+
+def identity_centers(emb: torch.Tensor, labels: np.ndarray, num_identities: int) -> torch.Tensor:
+    """Normalised mean embedding of each identity ``(N, D)``: the original-space identity prototypes."""
+    y = torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+    sums = torch.zeros(num_identities, emb.shape[1], dtype=torch.float64).index_add_(0, y, emb.double())
+    return F.normalize(sums, dim=1).float()
+
+
+def raw_selection(emb: torch.Tensor, labels: np.ndarray, P: torch.Tensor, proto_identity: torch.Tensor) -> np.ndarray:
+    """For each prototype row, the sample of its identity nearest to it, each sample used once.
+
+    Rows are served in order (an identity's largest cluster first), so the K images of an
+    identity are distinct and follow its K-means modes.
+
+    Args:
+        emb: Normalised embeddings ``(n, D)`` in the space P lives in.
+        labels: Identity of each sample ``(n,)``.
+        P: Prototypes ``(NK, D)``.
+        proto_identity: Identity of each prototype row ``(NK,)``.
+
+    Returns:
+        Sample index of each prototype row ``(NK,)``.
+    """
+    labels = np.asarray(labels)
+    out = np.empty(len(P), dtype=np.int64)
+    used: set[int] = set()
+    for r in range(len(P)):
+        idx = np.flatnonzero(labels == int(proto_identity[r]))
+        sims = (emb[idx].double() @ P[r].double()).numpy()
+        for j in np.argsort(-sims, kind="stable"):
+            if int(idx[j]) not in used:
+                out[r] = idx[j]
+                used.add(int(idx[j]))
+                break
+    return out
+
+
+def _last_metrics(path: Path) -> dict[str, float]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return {k: v for k, v in json.loads(lines[-1]).items() if k != "step"} if lines else {}
+    except (OSError, ValueError):
+        return {}
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
+
+
+class Distillation:
+    """One distillation run: owns the accelerator, the state dir and the stage timings.
+
+    Use :func:`distill`; the stages are methods so that tests can run them one by one.
+
+    Args:
+        cfg: The resolved configuration.
+        faces: The private set (opened from ``cfg.private`` when omitted).
+        accelerator: An ``accelerate.Accelerator`` (created when omitted).
+        progress: Show progress bars (main process only).
+
+    Raises:
+        PfdError: Before anything is written: unknown method, state dir inside the release, a run
+            already present without ``resume`` (or with other settings), an identity with fewer
+            than K images.
+    """
+
+    def __init__(
+        self, cfg: DistillConfig, *, faces: FaceSet | None = None, accelerator: Any | None = None, progress: bool = True
+    ) -> None:
+        from pfd.data.sources import open_faces
+        from pfd.train import make_accelerator
+
+        if cfg.method not in METHODS:
+            raise PfdError(f"unknown method {cfg.method!r}; choose one of {', '.join(METHODS)}")
+        if cfg.threads > 0:
+            torch.set_num_threads(cfg.threads)
+        self.cfg = cfg
+        self.out = Path(cfg.out).expanduser()
+        self.state = StateDir.at(cfg.state_dir)
+        check_separate(self.out, self.state.root)
+        check_outputs(self.out, self.state, resume=cfg.resume)
+        if cfg.resume:
+            check_same_settings(self.state, cfg)
+        if faces is None:
+            faces = to_memory(open_faces(cfg.private, size=cfg.size, min_images=max(1, cfg.min_images)))
+        self.faces = faces
+        if self.faces.size != cfg.size:
+            raise PfdError(f"{cfg.private}: images are {self.faces.size}px but size is {cfg.size}; set --size consistently")
+        k = cfg.rta.ipc
+        check_min_images(self.faces, k, need=f"K = {k} proxies per class (rta.ipc) need at least {k}", fix="lower --ipc")
+        self.acc = accelerator if accelerator is not None else make_accelerator(cfg.mixed_precision)
+        self.progress = progress
+        self.times: dict[str, float] = {}
+        self.skipped: list[str] = []
+        self.N = self.faces.num_classes
+        # Every process has checked the folders above before the main process writes to them.
+        self.acc.wait_for_everyone()
+        if self.acc.is_main_process:
+            prepare_state_dir(self.state.root, release=self.out)
+            save_config(cfg, self.state.config, section="distill")
+        self.acc.wait_for_everyone()
+
+    @property
+    def rotated(self) -> bool:
+        return self.cfg.method == "pfd"
+
+    def _timed(self, stage: str, t0: float, skipped: bool) -> None:
+        self.times[stage] = 0.0 if skipped else time.perf_counter() - t0
+        if skipped:
+            self.skipped.append(stage)
+
+    # -- stage 0: the public model -----------------------------------------------------------
+    def public(self) -> Path:
+        """Copy the public checkpoint (given, or pretrained and cached) to ``state/public_model.pt``."""
+        from pfd.distill.public import check_public_arch, pretrained_public_model
+        from pfd.nn.checkpoints import load_backbone, load_checkpoint, save_checkpoint
+
+        t0, cfg, dst = time.perf_counter(), self.cfg, self.state.public_model
+        skip = cfg.resume and dst.is_file()
+        if not skip:
+            if cfg.public:
+                src = Path(cfg.public).expanduser()
+            else:
+                pre = cfg.pretrain.__class__(**{**config_to_dict(cfg.pretrain), "size": cfg.size})
+                src = pretrained_public_model(pre, accelerator=self.acc, progress=self.progress)
+            model = load_backbone(src)
+            check_public_arch(model, src, size=cfg.size, backbone=cfg.backbone)
+            if self.acc.is_main_process:
+                try:
+                    load_checkpoint(src)  # a pfd checkpoint: keep it as is
+                    atomic_write_bytes(dst, src.read_bytes())
+                except PfdError:  # insightface / AdaFace weights: store the backbone in pfd format
+                    save_checkpoint(dst, backbone=model, config={"source": str(src)})
+            self.acc.wait_for_everyone()
+        else:
+            check_public_arch(load_backbone(dst), dst, size=cfg.size, backbone=cfg.backbone)
+        self._timed("public", t0, skip)
+        return dst
+
+    # -- stage 1: fine-tuning (OGP for pfd) ----------------------------------------------------
+    def adapt(self) -> dict[str, float]:
+        """Fine-tune from the public model; write ``adapted.pt`` and ``rotation.pt``."""
+        from pfd.distill.ogp_trainer import OGPTrainer
+
+        t0, cfg, st = time.perf_counter(), self.cfg, self.state
+        skip = cfg.resume and st.adapted.is_file()
+        if not skip:
+            trainer = OGPTrainer(
+                cfg.ogp,
+                faces=self.faces,
+                init=st.public_model,
+                out=st.ogp,
+                final_path=st.adapted,
+                size=cfg.size,
+                rotate=self.rotated,
+                mixed_precision=cfg.mixed_precision,
+                workers=cfg.workers,
+                record={"distill": config_to_dict(cfg)},
+                accelerator=self.acc,
+                progress=self.progress,
+            )
+            if cfg.resume:
+                trainer.resume()
+            trainer.fit()
+        if self.acc.is_main_process and not (skip and st.rotation.is_file()):
+            self._write_rotation()
+        self.acc.wait_for_everyone()
+        self._timed("adapt", t0, skip)
+        return _last_metrics(st.ogp / "metrics.jsonl")
+
+    def _write_rotation(self) -> None:
+        """``rotation.pt`` from the adapted checkpoint (M = exp(A − Aᵀ), eq. 1; I without OGP)."""
+        from pfd.distill.ogp import Rotation
+        from pfd.nn.checkpoints import load_checkpoint
+
+        ck = load_checkpoint(self.state.adapted)
+        dim = int(ck["arch"]["embedding_dim"])
+        rot = (ck.get("extra") or {}).get("rotation")
+        if self.rotated and rot is None:
+            raise PfdError(f"{self.state.adapted}: no rotation stored; delete it and rerun with --resume")
+        if rot is None:
+            M, A = torch.eye(dim), None
+        else:
+            r = Rotation(dim)
+            r.load_state_dict(rot)
+            with torch.no_grad():
+                M, A = r().float(), r.generator.detach().float().clone()
+        atomic_torch_save({"M": M, "A": A, "method": self.cfg.method}, self.state.rotation)
+
+    def load_adapted(self) -> tuple[torch.nn.Module, torch.nn.Module, torch.Tensor]:
+        """The adapted backbone and head (eval mode) and M, as every later stage sees them."""
+        from pfd.nn.checkpoints import load_backbone, load_head
+
+        backbone = load_backbone(self.state.adapted).to(self.acc.device)
+        head = load_head(self.state.adapted).to(self.acc.device)
+        M = torch.load(self.state.rotation, map_location="cpu", weights_only=True)["M"]
+        return backbone, head, M
+
+    # -- stage 2: prototypes (eq. 8) ---------------------------------------------------------
+    def prototypes(self, backbone: torch.nn.Module, M: torch.Tensor) -> dict[str, Any]:
+        """Per-identity K-means on ``E Mᵀ`` (E for the non-rotating methods); ``prototypes.pt``."""
+        from pfd.distill.ogp import rotate
+        from pfd.distill.rta import kmeans_prototypes
+        from pfd.embed import Embedder
+
+        t0, cfg, st = time.perf_counter(), self.cfg, self.state
+        skip = cfg.resume and st.prototypes.is_file()
+        if not skip and self.acc.is_main_process:
+            E = Embedder(backbone, batch_size=256, device=self.acc.device, progress=self.progress)(self.faces)  # (n, D)
+            E_rot = rotate(E, M)  # (n, D), eq. 1 row-wise
+            P, pid = kmeans_prototypes(
+                E_rot, self.faces.labels, k=cfg.rta.ipc, seed=cfg.rta.kmeans_seed, n_init=cfg.rta.kmeans_n_init,
+                num_identities=self.N, identities=self.faces.identities,
+            )  # fmt: skip
+            doc = {
+                "P": P,
+                "proto_identity": pid,
+                "identities": list(self.faces.identities),
+                "centers": identity_centers(E, self.faces.labels, self.N),  # original space, (N, D)
+                "cos_rotated": (E_rot * E).sum(1),  # cos(M e, e) per private image, (n,)
+                "rotated": self.rotated,
+            }
+            if cfg.method == "raw":
+                doc["raw_index"] = torch.from_numpy(raw_selection(E_rot, self.faces.labels, P, pid))
+            atomic_torch_save(doc, st.prototypes)
+        self.acc.wait_for_everyone()
+        self._timed("prototypes", t0, skip)
+        return torch.load(st.prototypes, map_location="cpu", weights_only=True)
+
+    # -- stage 3: proxies (eq. 6-10) ---------------------------------------------------------
+    def batches(self) -> list[np.ndarray]:
+        """Prototype rows of every proxy batch."""
+        from pfd.distill.rta import proxy_batches
+
+        return proxy_batches(self.N * self.cfg.rta.ipc, self.cfg.rta.batch_size)
+
+    def proxies(self, backbone: torch.nn.Module, head: torch.nn.Module, protos: dict[str, Any]) -> None:
+        """Distill (or, for ``raw``, select) this process's unfinished batches into batch files."""
+        from tqdm.auto import tqdm
+
+        from pfd.distill.rta import ProxyDistiller
+
+        t0, cfg, st = time.perf_counter(), self.cfg, self.state
+        batches = self.batches()
+        done = st.finished() if cfg.resume else set()
+        rank, world = self.acc.process_index, self.acc.num_processes
+        mine = [b for b in range(len(batches)) if b % world == rank and b not in done]
+        pid = protos["proto_identity"]
+        classes = (pid + self.N if self.rotated else pid).numpy()  # eq. 7's internal class
+        P = protos["P"] if cfg.method in ("pfd", "rta-only") else None  # sre2l: no L_RTA
+        distiller = ProxyDistiller(
+            backbone, head, P, size=cfg.size, cfg=cfg.rta, device=self.acc.device,
+            amp=self.acc.mixed_precision == "bf16", progress=False,
+        )  # fmt: skip
+        bar = tqdm(mine, desc=f"RTA [{rank}]" if world > 1 else "RTA", disable=not (self.progress and self.acc.is_local_main_process))
+        for b in bar:
+            rows = batches[b]
+            if cfg.method == "raw":
+                x = torch.stack([self.faces[int(i)][0] for i in protos["raw_index"][rows]])
+                hist: dict[str, float] = {}
+            else:
+                res = distiller.distill_batch(rows, classes[rows], batch_index=b)
+                x, hist = res.proxies, res.summary()
+                bar.set_postfix(rta=f"{hist.get('rta_last', 0.0):.3f}", cls=f"{hist.get('cls_last', 0.0):.2f}")
+            q = to_uint8(x).transpose(0, 3, 1, 2)  # (B, 3, S, S) uint8, exactly the released pixels
+            emb = distiller.embed(torch.from_numpy(q).float().div_(255.0))
+            save_batch(st, b, rows=rows, proxies=q, embeddings=emb, history=hist)
+        self.acc.wait_for_everyone()
+        self._timed("rta", t0, not mine and bool(done))
+
+    # -- stage 4: the release ----------------------------------------------------------------
+    def release(self, protos: dict[str, Any], ogp_losses: dict[str, float]) -> dict[str, Any] | None:
+        """Main process: gather every batch file, write the release, the proxy map and the summary."""
+        t0, cfg, st = time.perf_counter(), self.cfg, self.state
+        summary = None
+        if self.acc.is_main_process:
+            batches = self.batches()
+            missing = [b for b in range(len(batches)) if not st.batch(b).is_file()]
+            if missing:
+                raise PfdError(f"{st.batches}: batches {missing[:5]} are missing; rerun with --resume to finish them")
+            docs = [load_batch(st, b) for b in range(len(batches))]
+            rows = torch.cat([d["rows"] for d in docs])
+            if not torch.equal(rows.sort().values, torch.arange(len(protos["P"]))):
+                raise PfdError(f"{st.batches}: batch files do not cover every proxy exactly once; delete the folder and rerun")
+            proxies = torch.cat([d["proxies"] for d in docs]).numpy()  # (NK, 3, S, S) uint8
+            pid = protos["proto_identity"]
+            source = pid[rows].numpy()
+            if cfg.resume:
+                clear_interrupted_release(self.out)
+            written = write_release(
+                self.out, proxies, source, method=cfg.method, label_seed=cfg.release.label_seed,
+                state_dir=st.root, resume=cfg.resume,
+            )  # fmt: skip
+            write_proxy_map(
+                st.root, written, proxy_source=source, identities=self.faces.identities,
+                label_seed=cfg.release.label_seed, extra={"method": cfg.method, "prototype_row": rows.tolist()},
+            )  # fmt: skip
+            self.times["release"] = time.perf_counter() - t0
+            summary = build_summary(
+                self.cfg, docs=docs, rows=rows, protos=protos, ogp_losses=ogp_losses, times=self.times,
+                skipped=self.skipped, num_private=len(self.faces), processes=self.acc.num_processes,
+                release=self.out, state_dir=self.state.root,
+            )  # fmt: skip
+            atomic_write_json(st.summary, summary)
+        self.acc.wait_for_everyone()
+        return summary
+
+
+def distill(
+    cfg: DistillConfig, *, faces: FaceSet | None = None, accelerator: Any | None = None, progress: bool = True
+) -> DistillResult:
+    """Run a distillation end to end (or continue one with ``cfg.resume``).
+
+    Args:
+        cfg: Resolved settings (see :class:`~pfd.config.DistillConfig`).
+        faces: The private set (default: opened from ``cfg.private`` at ``cfg.size``).
+        accelerator: An ``accelerate.Accelerator`` (default: one from ``cfg.mixed_precision``).
+        progress: Show progress bars.
+
+    Returns:
+        The release and state paths and the summary (also in ``state_dir/summary.json``).
+
+    Raises:
+        PfdError: Bad input (before any work), another architecture's public checkpoint, or a
+            non-finite loss (finished batches are kept; fix and rerun with ``--resume``).
+    """
+    run = Distillation(cfg, faces=faces, accelerator=accelerator, progress=progress)
+    run.public()
+    ogp_losses = run.adapt()
+    backbone, head, M = run.load_adapted()
+    protos = run.prototypes(backbone, M)
+    run.proxies(backbone, head, protos)
+    summary = run.release(protos, ogp_losses)
+    if summary is None:
+        summary = json.loads(run.state.summary.read_text(encoding="utf-8"))
+    return DistillResult(run.out, run.state.root, summary, run.acc.is_main_process)

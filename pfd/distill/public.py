@@ -1,0 +1,106 @@
+"""The public starting model of a distillation: a given checkpoint, or a cached pretrained one.
+
+When ``DistillConfig.public`` is empty (the demo), a public backbone is pretrained with
+:func:`pfd.train.train` from the ``pretrain`` settings (a recipe's ``[train]`` table) and cached
+under ``$PFD_CACHE_DIR/public/<hash>/model.pt`` (default ``~/.cache/pfd/public/<hash>/``), where
+``<hash>`` is the sha256 of the resolved training settings and a fingerprint of the data. The model file is written atomically
+and reused when present; an interrupted pretraining resumes from its checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from pfd.config import TrainConfig, config_to_dict
+from pfd.data.faceset import FaceSet
+from pfd.errors import PfdError
+
+__all__ = ["public_cache_dir", "pretrain_key", "pretrained_public_model", "check_public_arch"]
+
+#: Settings that do not change the trained weights.
+_NOT_HASHED = ("out", "workers", "checkpoint_every")
+
+
+def public_cache_dir() -> Path:
+    """``$PFD_CACHE_DIR/public`` or ``~/.cache/pfd/public``."""
+    root = os.environ.get("PFD_CACHE_DIR")
+    return (Path(root).expanduser() if root else Path.home() / ".cache" / "pfd") / "public"
+
+
+def pretrain_key(cfg: TrainConfig, faces: FaceSet | None = None) -> str:
+    """First 16 hex digits of the sha256 of what determines the pretrained weights.
+
+    The settings (all but output ones) and, when given, a fingerprint of the data: its size,
+    identity count and the pixels of its first, middle and last image. The fingerprint catches a
+    changed synthetic renderer or a replaced folder behind the same spec without reading the
+    whole set; a subtler edit of the data needs the cache entry deleted by hand.
+
+    Args:
+        cfg: Pretraining settings.
+        faces: The training data (opened from ``cfg.data``).
+    """
+    h = hashlib.sha256()
+    h.update(json.dumps({k: v for k, v in config_to_dict(cfg).items() if k not in _NOT_HASHED}, sort_keys=True).encode())
+    if faces is not None:
+        n = len(faces)
+        h.update(f"{n} {faces.num_classes} {faces.size}".encode())
+        for i in sorted({0, n // 2, n - 1}) if n else []:
+            h.update(faces.load(i).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def pretrained_public_model(cfg: TrainConfig, *, accelerator: Any | None = None, progress: bool = True) -> Path:
+    """The cached public model for ``cfg``, pretraining it first if needed.
+
+    Args:
+        cfg: Pretraining settings (``out`` is ignored: the cache folder is used).
+        accelerator: Shared ``accelerate.Accelerator`` (multi-process runs pretrain data-parallel).
+        progress: Show a progress bar.
+
+    Returns:
+        Path of ``model.pt`` in the cache.
+    """
+    from pfd.data.faceset import to_memory
+    from pfd.train import Trainer, open_training_data
+
+    faces = open_training_data(cfg.data, size=cfg.size, min_images=cfg.min_images)
+    out = public_cache_dir() / pretrain_key(cfg, faces)
+    final = out / "model.pt"
+    if final.is_file():
+        return final
+    trainer = Trainer(dataclasses.replace(cfg, out=str(out)), faces=to_memory(faces), accelerator=accelerator, progress=progress)
+    trainer.resume()
+    return trainer.fit()
+
+
+def check_public_arch(model: nn.Module, path: str | os.PathLike, *, size: int, backbone: str = "") -> None:
+    """Refuse a public checkpoint whose architecture does not match the run's settings.
+
+    Args:
+        model: The loaded backbone (with ``arch``).
+        path: Its file, for the message.
+        size: The image size of the run.
+        backbone: Expected backbone name (empty: any).
+
+    Raises:
+        PfdError: Naming the checkpoint's architecture and what was expected.
+    """
+    arch = dict(getattr(model, "arch", {}) or {})
+    what = f"{arch.get('name')} (width {arch.get('width')}, {arch.get('size')}px, D = {arch.get('embedding_dim')})"
+    if int(arch.get("size", size)) != int(size):
+        raise PfdError(
+            f"{path}: the public model is {what} but this run uses {size}px images; "
+            f"pass --size {arch.get('size')} or a checkpoint built for {size}px"
+        )
+    if backbone and arch.get("name") != backbone:
+        raise PfdError(
+            f"{path}: the public model is {what} but the recipe expects backbone {backbone!r}; "
+            "pass a matching --public checkpoint or --backbone ''"
+        )

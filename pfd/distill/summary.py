@@ -1,0 +1,175 @@
+"""The figures of a distillation run (``state/summary.json``) and the table ``pfd distill`` prints.
+
+Rates, all in the publisher's adapted model and computed from the released (uint8) pixels:
+
+* ``own_prototype``: proxies whose embedding is nearer (cosine) to their own prototype row of P
+  than to any other of the NK rows (eq. 8's space: E Mᵀ for ``pfd``, E otherwise);
+* ``own_identity``: proxies whose nearest prototype belongs to their own identity;
+* ``source_cos`` / ``source_top1``: mean cosine between a proxy and its source identity's
+  *original-space* prototype (the normalised mean of the identity's E, no rotation), and the
+  fraction of proxies for which that source is the nearest of the N identities: an insider
+  Rank-1 Re-ID with the adapted model (chance ``1/N``). PFD's claim is that these are low for
+  ``pfd`` and high for ``rta-only``;
+* ``below_margin``: private images with ``|cos(M e, e)| < m`` (eq. 3's margin) after OGP.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pfd.config import DistillConfig
+
+__all__ = ["STAGES", "proxy_rates", "build_summary", "format_summary"]
+
+#: Stages in order, as timed in the summary.
+STAGES = ("public", "adapt", "prototypes", "rta", "release")
+
+
+def proxy_rates(
+    emb: torch.Tensor, rows: torch.Tensor, P: torch.Tensor, proto_identity: torch.Tensor, centers: torch.Tensor
+) -> dict[str, float]:
+    """Own-prototype / own-identity rates and the insider source linkage (see the module docs).
+
+    Args:
+        emb: Normalised proxy embeddings ``(n, D)``.
+        rows: Prototype row of each proxy ``(n,)``.
+        P: Prototypes ``(NK, D)``.
+        proto_identity: Identity of each prototype row ``(NK,)``.
+        centers: Original-space identity prototypes ``(N, D)``, normalised.
+
+    Returns:
+        ``own_prototype``, ``own_identity``, ``source_cos``, ``source_top1`` and ``chance``.
+    """
+    nearest = (emb @ P.T).argmax(1)  # (n,)
+    src = proto_identity[rows]  # (n,)
+    to_centers = emb @ centers.T  # (n, N)
+    return {
+        "own_prototype": float((nearest == rows).float().mean()),
+        "own_identity": float((proto_identity[nearest] == src).float().mean()),
+        "source_cos": float(to_centers.gather(1, src[:, None]).mean()),
+        "source_top1": float((to_centers.argmax(1) == src).float().mean()),
+        "chance": 1.0 / centers.shape[0],
+    }
+
+
+def build_summary(
+    cfg: DistillConfig,
+    *,
+    docs: list[dict[str, Any]],
+    rows: torch.Tensor,
+    protos: dict[str, Any],
+    ogp_losses: dict[str, float],
+    times: dict[str, float],
+    skipped: list[str],
+    num_private: int,
+    processes: int,
+    release: Path,
+    state_dir: Path,
+) -> dict[str, Any]:
+    """The content of ``summary.json``.
+
+    Args:
+        cfg: The run's settings.
+        docs: The batch files, in batch order.
+        rows: Prototype row of each proxy, in the same order ``(NK,)``.
+        protos: ``prototypes.pt``.
+        ogp_losses: Last logged fine-tuning metrics.
+        times: Seconds per stage (0 when skipped).
+        skipped: Stages skipped on resume.
+        num_private: Private images.
+        processes: Processes of the run.
+        release: Release folder.
+        state_dir: State dir.
+    """
+    emb = torch.cat([d["embeddings"] for d in docs])
+    rates = proxy_rates(emb, rows, protos["P"], protos["proto_identity"], protos["centers"])
+    rotated = bool(protos.get("rotated", False))
+    cos_rot = protos["cos_rotated"].abs()
+    keys = sorted({k for d in docs for k in d["history"]})
+    rta = {k: float(np.mean([d["history"][k] for d in docs if k in d["history"]])) for k in keys}
+    n_id = len(protos["identities"])
+    return {
+        "method": cfg.method,
+        "release": str(release.resolve()),
+        "state_dir": str(state_dir.resolve()),
+        "counts": {
+            "identities": n_id,
+            "private_images": int(num_private),
+            "ipc": cfg.rta.ipc,
+            "proxies": int(len(rows)),
+            "batches": len(docs),
+            "processes": int(processes),
+        },
+        "times_s": {**{s: round(times.get(s, 0.0), 3) for s in STAGES}, "total": round(sum(times.values()), 3)},
+        "skipped": list(skipped),
+        "losses": {"ogp": ogp_losses, "rta": rta},
+        "rates": {
+            **rates,
+            # |cos(M e, e)| < m over every private image (eq. 3); there is no rotation otherwise.
+            "below_margin": float((cos_rot < cfg.ogp.rep_margin).float().mean()) if rotated else None,
+            "mean_abs_cos_rotated": float(cos_rot.mean()) if rotated else None,
+            "rep_margin": cfg.ogp.rep_margin,
+        },
+    }
+
+
+def _f(x: Any, fmt: str = ".3f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def format_summary(summary: dict[str, Any], *, private: str = "SPEC") -> str:
+    """The plain-text table ``pfd distill`` prints: times, losses, counts, rates, next commands.
+
+    Args:
+        summary: ``summary.json`` content.
+        private: The private dataset spec, for the suggested commands.
+    """
+    t, c, r = summary["times_s"], summary["counts"], summary["rates"]
+    ogp, rta = summary["losses"].get("ogp", {}), summary["losses"].get("rta", {})
+    skipped = set(summary.get("skipped", []))
+    stage = "  ".join(f"{s} {'skipped' if s in skipped else f'{t[s]:.1f}s'}" for s in STAGES)
+    lines = [
+        f"method      {summary['method']}",
+        f"time        {stage}  | total {t['total']:.1f}s",
+        f"counts      {c['identities']} identities, {c['private_images']} private images -> {c['proxies']} proxies "
+        f"({c['ipc']} per class) in {c['batches']} batches, {c['processes']} process(es)",
+    ]
+    if ogp:
+        parts = [f"L_cls {_f(ogp.get('cls'))}"]
+        if "rep" in ogp:
+            parts += [f"L_rep {_f(ogp.get('rep'))}", f"L_iso {_f(ogp.get('iso'))}"]
+        lines.append("fine-tune   final " + ", ".join(parts))
+    if rta:
+        lines.append(
+            f"RTA         L_cls {_f(rta.get('cls_first'))} -> {_f(rta.get('cls_last'))}, "
+            f"L_RTA {_f(rta.get('rta_first'))} -> {_f(rta.get('rta_last'))}, "
+            f"L_bn {_f(rta.get('bn_first'), '.1f')} -> {_f(rta.get('bn_last'), '.1f')} (mean over batches)"
+        )
+    lines.append(
+        f"rates       own prototype {_f(r['own_prototype'])}, own identity {_f(r['own_identity'])}"
+        + (f", |cos(Me,e)| < {r['rep_margin']}: {_f(r['below_margin'])}" if r.get("below_margin") is not None else "")
+    )
+    lines.append(
+        f"linkage     insider (adapted model): cos to source {_f(r['source_cos'])}, "
+        f"source is nearest {_f(r['source_top1'])} (chance {_f(r['chance'])})"
+    )
+    lines += [
+        f"release     {summary['release']}  (publish this)",
+        f"state       {summary['state_dir']}  (private: never publish)",
+        "next        pfd release lint " + _rel(summary["release"]) + " --state-dir " + _rel(summary["state_dir"]),
+        f"            pfd attack --release {_rel(summary['release'])} --private {private} --state-dir {_rel(summary['state_dir'])}",
+    ]
+    return "\n".join(lines)
+
+
+def _rel(path: str) -> str:
+    """``path`` relative to the working directory when it lies below it."""
+    p = Path(path)
+    try:
+        return str(p.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)

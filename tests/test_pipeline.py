@@ -1,0 +1,331 @@
+"""pfd distill end to end on tiny settings: layout, invariants, methods, resume, checks, CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from pfd.cli import main
+from pfd.config import DistillConfig, build_config, load_recipe
+from pfd.data.release import read_proxy_map, read_release
+from pfd.data.release_lint import lint_release
+from pfd.data.sources import open_faces
+from pfd.distill.ogp import det_sign, orthogonality_error
+from pfd.distill.pipeline import distill
+from pfd.distill.rta import ProxyDistiller
+from pfd.errors import PfdError
+from pfd.nn.checkpoints import load_checkpoint, load_head, save_checkpoint
+from pfd.nn.iresnet import create_backbone
+from tests.distill_public import PRIVATE, tiny_distill_config, tiny_public
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny models: on a shared 2-core box a second OpenMP thread only adds barrier waits (~8x slower)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def public(tmp_path_factory) -> Path:
+    return tiny_public(tmp_path_factory.mktemp("public"))
+
+
+@pytest.fixture(scope="module")
+def runs(public, tmp_path_factory):
+    """One run per method on the same public model, reused by the tests below."""
+    out = {}
+    for method in ("pfd", "rta-only"):
+        root = tmp_path_factory.mktemp(method)
+        out[method] = distill(tiny_distill_config(public, root, method=method), progress=False)
+    return out
+
+
+def _sha(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# -- layout and contracts ---------------------------------------------------------------------
+
+
+def test_state_dir_layout_and_release(runs):
+    res = runs["pfd"]
+    st = res.state_dir
+    for name in ("config.toml", "public_model.pt", "adapted.pt", "rotation.pt", "prototypes.pt", "proxy_map.json", "summary.json"):
+        assert (st / name).is_file(), name
+    assert (st / "batches" / "batch_00000.pt").is_file() and (st / "ogp").is_dir()
+    assert stat.S_IMODE(st.stat().st_mode) == 0o700
+    cfg = build_config(DistillConfig, load_recipe(st / "config.toml")["distill"])
+    assert cfg.method == "pfd" and cfg.rta.ipc == 2
+    N, K = 6, 2
+    protos = torch.load(st / "prototypes.pt", weights_only=True)
+    assert protos["P"].shape == (N * K, 32) and protos["proto_identity"].tolist() == np.repeat(np.arange(N), K).tolist()
+    assert len(protos["identities"]) == N
+    assert load_head(st / "adapted.pt").weight.shape == (2 * N, 32)  # original + rotated classes
+    rel = read_release(res.release, verify=True)
+    assert rel.num_classes == N and len(rel) == N * K and set(rel.counts()) == {K}
+    manifest = json.loads((res.release / "manifest.json").read_text())
+    assert manifest["method"] == "pfd"
+    pmap = read_proxy_map(st)
+    assert sorted(r["file"] for r in pmap["proxies"]) == sorted(manifest["files"])
+    assert lint_release(res.release, private=open_faces(PRIVATE), state_dir=st) == []
+
+
+def test_non_rotating_method_has_identity_rotation_and_n_classes(runs):
+    st = runs["rta-only"].state_dir
+    rot = torch.load(st / "rotation.pt", weights_only=True)
+    assert torch.equal(rot["M"], torch.eye(32)) and rot["A"] is None
+    assert load_head(st / "adapted.pt").weight.shape == (6, 32)
+    assert json.loads((runs["rta-only"].release / "manifest.json").read_text())["method"] == "rta-only"
+
+
+# -- invariants (issue 4 acceptance) ----------------------------------------------------------
+
+
+def test_rotation_stays_in_so_d_through_ogp(runs):
+    from pfd.distill.ogp import Rotation
+
+    st = runs["pfd"].state_dir
+    mats = []
+    for ck in sorted((st / "ogp" / "checkpoints").glob("step_*.pt")) + [st / "adapted.pt"]:
+        r = Rotation(32)
+        r.load_state_dict(load_checkpoint(ck)["extra"]["rotation"])
+        mats.append(r().detach())
+    assert len(mats) >= 3
+    mats.append(torch.load(st / "rotation.pt", weights_only=True)["M"])
+    for M in mats:
+        assert orthogonality_error(M) < 1e-4 and det_sign(M) == 1
+        assert torch.linalg.matrix_norm(M - torch.eye(32)) > 1.0  # never the identity
+
+
+def test_after_ogp_most_rotations_are_below_the_repulsion_margin(runs):
+    r = runs["pfd"].summary["rates"]
+    assert r["below_margin"] > 0.6, r
+    assert runs["rta-only"].summary["rates"]["below_margin"] is None
+
+
+def test_rta_lowers_l_rta_and_proxies_find_their_own_prototype(runs):
+    for method in ("pfd", "rta-only"):
+        s = runs[method].summary
+        rta, rates = s["losses"]["rta"], s["rates"]
+        assert rta["rta_last"] < 0.7 * rta["rta_first"], (method, rta)
+        assert rates["own_identity"] > 0.8, (method, rates)
+        assert rates["own_prototype"] > 0.5, (method, rates)
+
+
+def test_pfd_proxies_are_far_from_their_source_and_rta_only_close(runs):
+    """The paper's core claim, in the adapted model: OGP decouples proxies from their sources."""
+    pfd, rta = runs["pfd"].summary["rates"], runs["rta-only"].summary["rates"]
+    assert rta["source_cos"] > 0.6 and rta["source_top1"] > 0.8, rta
+    assert pfd["source_cos"] < rta["source_cos"] - 0.3, (pfd, rta)
+    assert pfd["source_top1"] < rta["source_top1"] - 0.3, (pfd, rta)
+
+
+# -- the other methods ------------------------------------------------------------------------
+
+
+def test_sre2l_and_raw_methods(public, tmp_path):
+    res = distill(tiny_distill_config(public, tmp_path / "s", method="sre2l", rta={"iterations": 5}), progress=False)
+    assert json.loads((res.release / "manifest.json").read_text())["method"] == "sre2l"
+    assert res.summary["losses"]["rta"]["rta_last"] == 0.0  # no L_RTA in SRe2L
+    raw = distill(tiny_distill_config(public, tmp_path / "r", method="raw"), progress=False)
+    faces = open_faces(PRIVATE)
+    pmap = read_proxy_map(raw.state_dir)
+    idx = torch.load(raw.state_dir / "prototypes.pt", weights_only=True)["raw_index"]
+    rows = pmap["extra"]["prototype_row"]
+    rel = read_release(raw.release)
+    names = [rel.name(i) for i in range(len(rel))]
+    per_id: dict[int, set[int]] = {}
+    for k, r in enumerate(pmap["proxies"]):
+        src = int(idx[rows[k]])  # the real image chosen for this proxy's prototype
+        assert faces.labels[src] == r["source"]
+        assert torch.equal(rel.load(names.index(r["file"])), faces.load(src))  # the real pixels, relabelled
+        per_id.setdefault(r["source"], set()).add(src)
+    assert all(len(v) == 2 for v in per_id.values())  # K distinct real images per identity
+
+
+# -- bad input and clobbering -----------------------------------------------------------------
+
+
+def test_existing_run_is_not_clobbered_without_resume(runs, public):
+    root = runs["pfd"].state_dir.parent
+    before = _sha(root / "release")
+    with pytest.raises(PfdError, match="--resume"):
+        distill(tiny_distill_config(public, root), progress=False)
+    assert _sha(root / "release") == before
+
+
+def test_resume_with_other_settings_is_refused(runs, public):
+    root = runs["pfd"].state_dir.parent
+    with pytest.raises(PfdError, match="rta.iterations"):
+        distill(tiny_distill_config(public, root, resume=True, rta={"iterations": 41}), progress=False)
+
+
+def test_identity_with_fewer_than_k_images_fails_before_any_work(public, tmp_path):
+    cfg = tiny_distill_config(public, tmp_path, private="synthetic:private,ids=3,imgs=2,size=32", rta={"ipc": 3})
+    with pytest.raises(PfdError, match="syn-private-0000.*--min-images 3"):
+        distill(cfg, progress=False)
+    assert not (tmp_path / "state").exists() and not (tmp_path / "release").exists()
+
+
+def test_public_checkpoint_of_another_size_or_architecture(public, tmp_path):
+    other = save_checkpoint(tmp_path / "other.pt", backbone=create_backbone("ir18", width=0.125, size=48, embedding_dim=32))
+    with pytest.raises(PfdError, match="48px.*32px"):
+        distill(tiny_distill_config(other, tmp_path / "a"), progress=False)
+    with pytest.raises(PfdError, match="ir50"):
+        distill(tiny_distill_config(public, tmp_path / "b", backbone="ir50"), progress=False)
+
+
+def test_state_dir_inside_the_release_is_refused(public, tmp_path):
+    with pytest.raises(PfdError, match="inside the release"):
+        distill(tiny_distill_config(public, tmp_path, state_dir=str(tmp_path / "release" / "state")), progress=False)
+    assert not (tmp_path / "release").exists()
+
+
+def test_nan_loss_stops_and_keeps_finished_batches_then_resume_finishes(public, tmp_path, monkeypatch):
+    cfg = tiny_distill_config(public, tmp_path, rta={"iterations": 5})
+    real = ProxyDistiller.init_noise
+    calls = []
+
+    def planted(self, batch, gen):
+        calls.append(1)
+        x = real(self, batch, gen)
+        return x.fill_(float("nan")) if len(calls) == 2 else x
+
+    monkeypatch.setattr(ProxyDistiller, "init_noise", planted)
+    with pytest.raises(PfdError, match="RTA batch 1: loss became nan"):
+        distill(cfg, progress=False)
+    batches = sorted(p.name for p in (tmp_path / "state" / "batches").iterdir())
+    assert batches == ["batch_00000.pt"]
+    monkeypatch.setattr(ProxyDistiller, "init_noise", real)
+    res = distill(tiny_distill_config(public, tmp_path, resume=True, rta={"iterations": 5}), progress=False)
+    assert "adapt" in res.summary["skipped"] and res.summary["counts"]["proxies"] == 12
+
+
+# -- resume after kill -9, byte for byte ------------------------------------------------------
+
+
+def _tiny_recipe(root: Path) -> Path:
+    """The tiny settings of ``tiny_distill_config`` as a recipe file (what the CLI reads)."""
+    from pfd.config import config_to_dict, dump_toml
+
+    root.mkdir(parents=True, exist_ok=True)
+    cfg = config_to_dict(tiny_distill_config(Path("x"), root))
+    path = root / "tiny.toml"
+    path.write_text(dump_toml({"distill": {k: cfg[k] for k in ("ogp", "rta")}}))
+    return path
+
+
+def _cli_args(public: Path, root: Path) -> list[str]:
+    """CLI arguments that resolve to ``tiny_distill_config(public, root)``."""
+    return [
+        "distill", "--public", str(public), "--private", PRIVATE, "--size", "32", "--recipe", str(_tiny_recipe(root)),
+        "--out", str(root / "release"), "--state-dir", str(root / "state"), "--no-progress",
+    ]  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    # One thread, as in this module: the reference run below ran in-process with one thread.
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+@pytest.mark.slow
+def test_kill_during_rta_then_resume_is_byte_identical(runs, public, tmp_path):
+    py = [sys.executable, "-m", "pfd"]
+    proc = subprocess.Popen(py + _cli_args(public, tmp_path), env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    first = tmp_path / "state" / "batches" / "batch_00000.pt"
+    deadline = time.time() + 120
+    while not first.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = len(list((tmp_path / "state" / "batches").glob("batch_*.pt")))
+    assert 1 <= done < 6, f"the kill landed outside RTA ({done} of 6 batches finished)"
+    assert not (tmp_path / "release").exists()
+    res = subprocess.run(py + _cli_args(public, tmp_path) + ["--resume"], env=_env(), capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "adapt skipped" in res.stdout
+    reference = _sha(runs["pfd"].release)  # the uninterrupted run, same settings and seeds
+    assert len(reference) == 13 and _sha(tmp_path / "release") == reference  # 12 PNGs + manifest
+
+
+# -- command line -----------------------------------------------------------------------------
+
+
+def test_cli_prints_the_summary_and_the_release_passes_lint(public, tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(main, _cli_args(public, tmp_path) + ["--iterations", "5", "--method", "rta-only", "--threads", "1"])
+    assert res.exit_code == 0, res.output
+    cfg = load_recipe(tmp_path / "state" / "config.toml")["distill"]
+    assert (cfg["method"], cfg["rta"]["iterations"], cfg["threads"]) == ("rta-only", 5, 1)  # flags reach the config
+    for word in ("time", "counts", "6 identities", "12 proxies", "own prototype", "release lint", "pfd attack"):
+        assert word in res.output, word
+    lint = runner.invoke(main, ["release", "lint", str(tmp_path / "release"), "--state-dir", str(tmp_path / "state"), "--private", PRIVATE])
+    assert lint.exit_code == 0, lint.output
+    again = runner.invoke(main, _cli_args(public, tmp_path) + ["--iterations", "5", "--method", "rta-only"])
+    assert again.exit_code == 2 and "--resume" in again.output
+
+
+_LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0", "-m", "pfd"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_accelerate_two_cpu_processes(runs, public, tmp_path):
+    """Two data-parallel CPU processes (gloo) write a complete release; sharded RTA is exact.
+
+    accelerate >= 1.0 starts ONE process for ``--cpu --num_processes 2`` unless MPI is set up; on a
+    CPU-only machine ``--multi_gpu`` starts two through torchrun and pfd's accelerator (cpu=True
+    without CUDA) runs them data-parallel on the CPU. Fine-tuning under DDP is not bitwise equal to
+    one process (per-process BatchNorm statistics and flips, AdaFace's norm EMA, all-reduce
+    order), so the full two-process release has the same files but other pixels; RTA sharding
+    itself is exact: from the same adapted model the two processes write a byte-identical release.
+    """
+    pytest.importorskip("accelerate")
+    two = subprocess.run(_LAUNCH + _cli_args(public, tmp_path / "two"), env=_env(), capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert two.stdout.count("own prototype") == 1  # only the main process prints
+    reference = _sha(runs["pfd"].release)
+    assert sorted(_sha(tmp_path / "two" / "release")) == sorted(reference)
+    summary = json.loads((tmp_path / "two" / "state" / "summary.json").read_text())
+    assert summary["counts"]["processes"] == 2 and summary["counts"]["proxies"] == 12
+    assert len({r["file"] for r in read_proxy_map(tmp_path / "two" / "state")["proxies"]}) == 12  # each proxy once
+    # Sharded RTA from the single-process run's adapted model and prototypes: byte-identical.
+    state = tmp_path / "shard" / "state"
+    shutil.copytree(runs["pfd"].state_dir, state, ignore=shutil.ignore_patterns("batches", "summary.json", "proxy_map.json"))
+    shard = subprocess.run(_LAUNCH + _cli_args(public, tmp_path / "shard") + ["--resume"], env=_env(),
+                           capture_output=True, text=True, cwd=ROOT, timeout=300)  # fmt: skip
+    assert shard.returncode == 0, shard.stderr[-3000:]
+    assert _sha(tmp_path / "shard" / "release") == reference
+
+
+@pytest.mark.parametrize("name", ["demo", "cross-age", "surveillance", "large-pose", "vis-nir"])
+def test_recipes_resolve_and_the_demo_is_the_default(name):
+    r = load_recipe(name)
+    cfg = build_config(DistillConfig, {"pretrain": r.get("train", {})}, r["distill"])
+    assert cfg.method == "pfd" and cfg.ogp.head == "adaface" and cfg.private.startswith("synthetic:private")
+    assert cfg.pretrain.size == cfg.size
+    if name != "demo":  # the paper's setting
+        assert (cfg.pretrain.backbone, cfg.size, cfg.rta.ipc, cfg.rta.lr, cfg.ogp.lr) == ("ir50", 112, 10, 0.25, 0.1)
+        assert "ids=150,imgs=50" in cfg.private
+    else:
+        params = {p.name: p.default for p in main.commands["distill"].params}
+        assert params["recipe"] == "demo"

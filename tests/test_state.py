@@ -1,0 +1,81 @@
+"""The state dir contract: clobber checks, settings on resume, batch files, interrupted releases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pfd.config import DistillConfig, save_config
+from pfd.distill.state import (
+    StateDir,
+    check_outputs,
+    check_same_settings,
+    clear_interrupted_release,
+    load_batch,
+    save_batch,
+)
+from pfd.errors import PfdError
+
+
+def test_layout_names_are_the_contract(tmp_path):
+    st = StateDir.at(tmp_path / "state")
+    names = [st.config, st.public_model, st.adapted, st.rotation, st.prototypes, st.proxy_map, st.summary, st.batch(7)]
+    assert [p.relative_to(st.root).as_posix() for p in names] == [
+        "config.toml", "public_model.pt", "adapted.pt", "rotation.pt", "prototypes.pt", "proxy_map.json",
+        "summary.json", "batches/batch_00007.pt",
+    ]  # fmt: skip
+    assert st.ogp.name == "ogp"
+
+
+def test_outputs_holding_work_need_resume(tmp_path):
+    st = StateDir.at(tmp_path / "state")
+    check_outputs(tmp_path / "release", st, resume=False)  # nothing there yet
+    st.root.mkdir()
+    check_outputs(tmp_path / "release", st, resume=False)  # empty is fine
+    (st.root / "adapted.pt").write_bytes(b"x")
+    with pytest.raises(PfdError, match="state dir already holds.*--resume"):
+        check_outputs(tmp_path / "release", st, resume=False)
+    check_outputs(tmp_path / "release", st, resume=True)
+    (tmp_path / "release").mkdir()
+    (tmp_path / "release" / "a.png").write_bytes(b"x")
+    with pytest.raises(PfdError, match="release: already exists.*--resume"):
+        check_outputs(tmp_path / "release", StateDir.at(tmp_path / "other"), resume=False)
+
+
+def test_resume_needs_the_same_settings_except_paths(tmp_path):
+    st = StateDir.at(tmp_path)
+    cfg = DistillConfig()
+    save_config(cfg, st.config, section="distill")
+    check_same_settings(st, DistillConfig(out="elsewhere", state_dir="moved", resume=True, workers=4))
+    other = DistillConfig()
+    other.rta.iterations = 7
+    other.ogp.rep_margin = 0.3
+    with pytest.raises(PfdError, match=r"ogp.rep_margin: 0.2 -> 0.3; rta.iterations: 1000 -> 7"):
+        check_same_settings(st, other)
+
+
+def test_batch_round_trip_and_damage(tmp_path):
+    st = StateDir.at(tmp_path)
+    q = np.random.default_rng(0).integers(0, 256, (3, 3, 8, 8), dtype=np.uint8)
+    save_batch(st, 2, rows=np.array([4, 5, 6]), proxies=q, embeddings=torch.eye(3), history={"rta_last": 0.5})
+    doc = load_batch(st, 2)
+    assert doc["rows"].tolist() == [4, 5, 6] and np.array_equal(doc["proxies"].numpy(), q)
+    assert doc["history"] == {"rta_last": 0.5} and st.finished() == {2}
+    st.batch(3).write_bytes(b"truncated")
+    with pytest.raises(PfdError, match="batch_00003.pt: unreadable.*--resume"):
+        load_batch(st, 3)
+
+
+def test_interrupted_release_is_cleared_only_in_its_own_layout(tmp_path):
+    out = tmp_path / "release"
+    (out / "0003").mkdir(parents=True)
+    (out / "0003" / "000.png").write_bytes(b"x")
+    (out / "0003" / ".001.png.abc.tmp").write_bytes(b"x")
+    clear_interrupted_release(out)
+    assert list(out.iterdir()) == []
+    (out / "0001").mkdir()
+    (out / "0001" / "000.png").write_bytes(b"x")
+    (out / "notes.txt").write_text("mine")
+    clear_interrupted_release(out)  # a foreign file: leave everything alone
+    assert (out / "notes.txt").exists() and (out / "0001" / "000.png").exists()

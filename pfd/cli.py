@@ -42,10 +42,11 @@ def main(verbose: int) -> None:
     \b
     Examples:
       pfd distill                      # demo: distill the built-in synthetic private set
+      pfd release lint release --state-dir state
+      pfd attack --release release --state-dir state --report report
       pfd synth --out faces --split private
-      pfd train --recipe demo          # pretrain a tiny public model on synthetic:public
-      pfd eval --model runs/train/model.pt --data synthetic:test
-      pfd attack --release release --private synthetic:private --state-dir state
+      pfd train --recipe tiny-cpu --out runs/tiny
+      pfd eval --model runs/tiny/model.pt --data synthetic:test
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)

@@ -122,7 +122,10 @@ class Trainer:
             mp = cfg.mixed_precision
             if mp == "auto":
                 mp = "bf16" if torch.cuda.is_available() else "no"
-            accelerator = Accelerator(mixed_precision=mp)
+            # cpu=True without CUDA: otherwise accelerate treats the N processes that
+            # `accelerate launch --multi_gpu --num_processes N` starts on a CPU-only machine as N
+            # independent single-process runs instead of one data-parallel (gloo) run.
+            accelerator = Accelerator(mixed_precision=mp, cpu=not torch.cuda.is_available())
         self.acc = accelerator
         self.progress = progress
         self.faces = faces if faces is not None else open_training_data(cfg.data, size=cfg.size, min_images=cfg.min_images)
@@ -229,10 +232,12 @@ class Trainer:
     def _augment(self, x: torch.Tensor) -> torch.Tensor:
         if not self.cfg.flip:
             return x
-        # Seeded by (seed, step, rank) so that a resumed run flips exactly the same images.
-        seed = np.random.SeedSequence([self.cfg.seed, self.step, self.acc.process_index]).generate_state(1)[0]
+        # One mask per global batch, seeded by (seed, step), cut into the same shards as the
+        # batch: a resumed run, and a run on any number of processes, flips the same images.
+        seed = np.random.SeedSequence([self.cfg.seed, self.step, 0]).generate_state(1)[0]
         g = torch.Generator().manual_seed(int(seed))
-        flip = torch.rand(x.shape[0], generator=g) < 0.5
+        per, r = x.shape[0], self.acc.process_index
+        flip = (torch.rand(per * self.acc.num_processes, generator=g) < 0.5)[r * per : (r + 1) * per]
         return torch.where(flip.view(-1, 1, 1, 1).to(x.device), x.flip(-1), x)
 
     def fit(self) -> Path:
@@ -319,6 +324,8 @@ def train(cfg: TrainConfig, *, faces: FaceSet | None = None, progress: bool = Tr
     out = Path(cfg.out)
     if not resume and ((out / "model.pt").exists() or any((out / "checkpoints").glob("step_*.pt"))):
         raise PfdError(f"{out} already holds a training run; pass --resume to continue it or choose another --out")
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
     trainer = Trainer(cfg, faces=faces, progress=progress)
     if resume:
         trainer.resume()

@@ -88,3 +88,33 @@ def test_non_finite_loss_stops_with_a_clear_error(tmp_path):
 def test_too_small_dataset_is_refused(tmp_path):
     with pytest.raises(PfdError, match="fewer than one batch"):
         train(_cfg(tmp_path / "s", batch_size=64), faces=_faces(), progress=False)
+
+
+def test_flip_masks_do_not_depend_on_the_process_count():
+    from types import SimpleNamespace
+
+    from pfd.train import Trainer
+
+    x = torch.rand(8, 3, 4, 4)
+    cfg = SimpleNamespace(flip=True, seed=5)
+
+    def augment(rank: int, world: int, batch: torch.Tensor, step: int) -> torch.Tensor:
+        fake = SimpleNamespace(cfg=cfg, step=step, acc=SimpleNamespace(process_index=rank, num_processes=world))
+        return Trainer._augment(fake, batch)
+
+    flipped = 0
+    for step in range(3):
+        one = augment(0, 1, x, step)
+        two = torch.cat([augment(r, 2, x[4 * r : 4 * r + 4], step) for r in range(2)])
+        assert torch.equal(one, two)
+        flipped += sum(torch.equal(one[i], x[i].flip(-1)) for i in range(8))
+    assert 0 < flipped < 24  # a real random mask, neither all nor nothing
+    assert not torch.equal(augment(0, 1, x, 0), augment(0, 1, x, 1))  # a new mask every step
+
+
+def test_threads_setting_is_applied(tmp_path):
+    try:
+        train(_cfg(tmp_path / "t", max_steps=1, threads=2), faces=_faces(), progress=False)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)

@@ -113,8 +113,16 @@ def test_flip_masks_do_not_depend_on_the_process_count():
 
 
 def test_threads_setting_is_applied(tmp_path):
+    # No step needs to run (two threads crawl on a loaded 2-core machine): the setting is applied
+    # before the run is built, so a run refused for its batch size has already applied it.
     try:
-        train(_cfg(tmp_path / "t", max_steps=1, threads=2), faces=_faces(), progress=False)
-        assert torch.get_num_threads() == 2
+        torch.set_num_threads(2)
+        with pytest.raises(PfdError, match="fewer than one batch"):
+            train(_cfg(tmp_path / "t", batch_size=64, threads=1), faces=_faces(), progress=False)
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        with pytest.raises(PfdError, match="fewer than one batch"):
+            train(_cfg(tmp_path / "u", batch_size=64), faces=_faces(), progress=False)
+        assert torch.get_num_threads() == 2  # threads = 0 leaves the setting alone
     finally:
         torch.set_num_threads(1)

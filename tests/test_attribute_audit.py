@@ -63,7 +63,9 @@ def test_attributes_recovered_from_raw_images_and_not_from_noise(world, one_thre
         assert r["balanced_accuracy"] > r["chance_uniform"] + 0.15, name
         n = noise[name]
         lo, hi = n["ci95_balanced_accuracy"]
-        assert lo <= n["chance_balanced_accuracy"] <= hi and n["p_balanced_accuracy"] > 0.05, name
+        # Three attributes are tested on noise: Bonferroni-correct the 5% level, or the test
+        # fails by pure chance about one run in seven.
+        assert lo <= n["chance_balanced_accuracy"] <= hi and n["p_balanced_accuracy"] > 0.05 / 3, name
 
 
 def test_probe_needs_attributes():

@@ -98,7 +98,7 @@ def train_cmd(recipe: str | None, resume: bool, **kw: Any) -> None:
       pfd train --recipe demo                       # tiny ir18 on synthetic:public, CPU
       pfd train --data synthetic:public --backbone ir18 --width 0.25 --size 64 --epochs 5
       pfd train --data faces/ --data release/ --init public.pt --out runs/ft
-      pfd train --recipe tiny-cpu --out runs/tiny   # ~4 min on 2 CPU cores
+      pfd train --recipe tiny-cpu --out runs/tiny   # ~3 min on 2 CPU cores
       pfd train --recipe demo --out runs/demo --resume
       accelerate launch --multi_gpu --num_processes 2 -m pfd train --recipe tiny-cpu   # data-parallel
 

@@ -126,3 +126,28 @@ def test_threads_setting_is_applied(tmp_path):
         assert torch.get_num_threads() == 2  # threads = 0 leaves the setting alone
     finally:
         torch.set_num_threads(1)
+
+
+def test_resume_with_other_settings_is_refused_and_a_finished_run_is_returned(tmp_path):
+    faces = _faces()
+    run = tmp_path / "r"
+    final = train(_cfg(run), faces=faces, progress=False)
+    before = final.read_bytes()
+    (final.parent / "metrics.jsonl").unlink()
+    # Finished: --resume returns the model untouched, without training again.
+    assert train(_cfg(run, workers=0, threads=1), faces=faces, progress=False, resume=True) == final
+    assert final.read_bytes() == before and not (final.parent / "metrics.jsonl").exists()
+    # Interrupted (no model.pt): other batch size, data order or schedule are refused, naming them.
+    final.unlink()
+    with pytest.raises(PfdError, match=r"step_00000004\.pt: .*batch_size 12 -> 18.*config\.toml"):
+        train(_cfg(run, batch_size=18), faces=faces, progress=False, resume=True)
+    with pytest.raises(PfdError, match=r"seed 3 -> 4"):
+        train(_cfg(run, seed=4), faces=faces, progress=False, resume=True)
+    with pytest.raises(PfdError, match=r"epochs 2 -> 3, lr 0.05 -> 0.1"):
+        train(_cfg(run, epochs=3, lr=0.1), faces=faces, progress=False, resume=True)
+    assert not final.exists()
+    # Settings that do not change the numbers may differ.
+    resumed = train(_cfg(run, checkpoint_every=5, workers=0), faces=faces, progress=False, resume=True)
+    (tmp_path / "before.pt").write_bytes(before)
+    assert torch.equal(load_checkpoint(resumed)["head"]["state_dict"]["weight"],
+                       load_checkpoint(tmp_path / "before.pt")["head"]["state_dict"]["weight"])

@@ -90,6 +90,9 @@ class TrainConfig:
         workers: DataLoader worker processes.
         min_images: Drop identities with fewer images than this.
         flip: Random horizontal flip augmentation.
+        threads: CPU intra-op threads of this process (``torch.set_num_threads``); 0 leaves
+            torch's setting alone (``OMP_NUM_THREADS`` if set, else one per physical core;
+            ``accelerate launch`` divides the cores between its processes).
     """
 
     data: list[str] = field(default_factory=lambda: ["synthetic:public"])
@@ -117,6 +120,7 @@ class TrainConfig:
     workers: int = 0
     min_images: int = 2
     flip: bool = True
+    threads: int = 0
 
 
 @dataclass

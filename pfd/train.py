@@ -336,10 +336,12 @@ class Trainer:
     def _augment(self, x: torch.Tensor) -> torch.Tensor:
         if not self.cfg.flip:
             return x
-        # Seeded by (seed, step, rank) so that a resumed run flips exactly the same images.
-        seed = np.random.SeedSequence([self.cfg.seed, self.step, self.acc.process_index]).generate_state(1)[0]
+        # One mask per global batch, seeded by (seed, step), cut into the same shards as the
+        # batch: a resumed run, and a run on any number of processes, flips the same images.
+        seed = np.random.SeedSequence([self.cfg.seed, self.step, 0]).generate_state(1)[0]
         g = torch.Generator().manual_seed(int(seed))
-        flip = torch.rand(x.shape[0], generator=g) < 0.5
+        per, r = x.shape[0], self.acc.process_index
+        flip = (torch.rand(per * self.acc.num_processes, generator=g) < 0.5)[r * per : (r + 1) * per]
         return torch.where(flip.view(-1, 1, 1, 1).to(x.device), x.flip(-1), x)
 
     def fit(self) -> Path:
@@ -412,6 +414,36 @@ def make_accelerator(mixed_precision: str = "auto") -> Any:
     return Accelerator(mixed_precision=mp, cpu=not cuda)
 
 
+#: Settings that may differ when a run is resumed: they do not change what is computed.
+_RESUME_MAY_CHANGE = frozenset({"out", "workers", "threads", "checkpoint_every"})
+
+
+def _check_resume(cfg: TrainConfig, path: str | Path) -> None:
+    """Refuse to continue the run saved in ``path`` with settings that would make another run.
+
+    Data, model, head, batch size, seed and schedule must all be those the checkpoint was made
+    with (resuming with other data used to fail deep in ``load_state_dict``, and with another
+    batch size or schedule it silently trained a mixture of two runs); only
+    ``_RESUME_MAY_CHANGE`` may differ. Checkpoints without a ``[train]`` config pass.
+
+    Raises:
+        PfdError: Naming the checkpoint and up to five differing settings (saved -> now).
+    """
+    from pfd.nn.checkpoints import load_checkpoint
+
+    saved = (load_checkpoint(path).get("config") or {}).get("train")
+    if not isinstance(saved, dict):
+        return
+    now = config_to_dict(cfg)
+    diff = sorted(k for k in saved.keys() & now.keys() if k not in _RESUME_MAY_CHANGE and saved[k] != now[k])
+    if diff:
+        shown = ", ".join(f"{k} {saved[k]!r} -> {now[k]!r}" for k in diff[:5])
+        raise PfdError(
+            f"{path}: the run was made with other settings ({shown}); resume with the settings of "
+            f"{Path(cfg.out) / 'config.toml'} or choose another --out"
+        )
+
+
 def train(cfg: TrainConfig, *, faces: FaceSet | None = None, progress: bool = True, resume: bool = False) -> Path:
     """Train (or fine-tune) a face-recognition model.
 
@@ -420,18 +452,29 @@ def train(cfg: TrainConfig, *, faces: FaceSet | None = None, progress: bool = Tr
             ``config.toml``).
         faces: Training data; opened from ``cfg.data`` when omitted.
         progress: Show progress bars.
-        resume: Continue from the newest checkpoint in ``<out>/checkpoints``.
+        resume: Continue from the newest checkpoint in ``<out>/checkpoints`` (a finished run,
+            one with ``model.pt``, is returned as it is).
 
     Returns:
         Path of the final model checkpoint.
 
     Raises:
-        PfdError: If ``cfg.out`` already holds a run and ``resume`` is false, or on bad data or a
+        PfdError: If ``cfg.out`` already holds a run and ``resume`` is false, if ``resume`` meets
+            a run made with other settings (:func:`_check_resume`), or on bad data or a
             non-finite loss.
     """
     out = Path(cfg.out)
-    if not resume and ((out / "model.pt").exists() or any((out / "checkpoints").glob("step_*.pt"))):
+    final = out / "model.pt"
+    found = sorted((out / "checkpoints").glob("step_*.pt"))
+    if not resume and (final.exists() or found):
         raise PfdError(f"{out} already holds a training run; pass --resume to continue it or choose another --out")
+    if resume and (final.exists() or found):
+        _check_resume(cfg, final if final.exists() else found[-1])
+        if final.exists():
+            log.info("%s: the run had finished; nothing to resume", final)
+            return final
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
     trainer = Trainer(cfg, faces=faces, progress=progress)
     if resume:
         trainer.resume()

@@ -99,6 +99,7 @@ def test_other_architecture_fails_with_key_lists(tmp_path):
     with pytest.raises(PfdError, match=r"ir18 .*missing keys \[\].*unexpected keys \[layer1\.2\.") as e:
         load_backbone(tmp_path / "ir34.pt", arch="ir18")
     assert "more)" in str(e.value) and "\n" not in str(e.value)  # long lists are truncated, one line
+    assert "arch=" in str(e.value) and "--arch" not in str(e.value)  # no CLI flag of that name exists
 
     torch.save(_trained("ir18").state_dict(), tmp_path / "ir18.pt")
     with pytest.raises(PfdError) as e:

@@ -88,3 +88,66 @@ def test_non_finite_loss_stops_with_a_clear_error(tmp_path):
 def test_too_small_dataset_is_refused(tmp_path):
     with pytest.raises(PfdError, match="fewer than one batch"):
         train(_cfg(tmp_path / "s", batch_size=64), faces=_faces(), progress=False)
+
+
+def test_flip_masks_do_not_depend_on_the_process_count():
+    from types import SimpleNamespace
+
+    from pfd.train import Trainer
+
+    x = torch.rand(8, 3, 4, 4)
+    cfg = SimpleNamespace(flip=True, seed=5)
+
+    def augment(rank: int, world: int, batch: torch.Tensor, step: int) -> torch.Tensor:
+        fake = SimpleNamespace(cfg=cfg, step=step, acc=SimpleNamespace(process_index=rank, num_processes=world))
+        return Trainer._augment(fake, batch)
+
+    flipped = 0
+    for step in range(3):
+        one = augment(0, 1, x, step)
+        two = torch.cat([augment(r, 2, x[4 * r : 4 * r + 4], step) for r in range(2)])
+        assert torch.equal(one, two)
+        flipped += sum(torch.equal(one[i], x[i].flip(-1)) for i in range(8))
+    assert 0 < flipped < 24  # a real random mask, neither all nor nothing
+    assert not torch.equal(augment(0, 1, x, 0), augment(0, 1, x, 1))  # a new mask every step
+
+
+def test_threads_setting_is_applied(tmp_path):
+    # No step needs to run (two threads crawl on a loaded 2-core machine): the setting is applied
+    # before the run is built, so a run refused for its batch size has already applied it.
+    try:
+        torch.set_num_threads(2)
+        with pytest.raises(PfdError, match="fewer than one batch"):
+            train(_cfg(tmp_path / "t", batch_size=64, threads=1), faces=_faces(), progress=False)
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        with pytest.raises(PfdError, match="fewer than one batch"):
+            train(_cfg(tmp_path / "u", batch_size=64), faces=_faces(), progress=False)
+        assert torch.get_num_threads() == 2  # threads = 0 leaves the setting alone
+    finally:
+        torch.set_num_threads(1)
+
+
+def test_resume_with_other_settings_is_refused_and_a_finished_run_is_returned(tmp_path):
+    faces = _faces()
+    run = tmp_path / "r"
+    final = train(_cfg(run), faces=faces, progress=False)
+    before = final.read_bytes()
+    (final.parent / "metrics.jsonl").unlink()
+    # Finished: --resume returns the model untouched, without training again.
+    assert train(_cfg(run, workers=0, threads=1), faces=faces, progress=False, resume=True) == final
+    assert final.read_bytes() == before and not (final.parent / "metrics.jsonl").exists()
+    # Interrupted (no model.pt): other batch size, data order or schedule are refused, naming them.
+    final.unlink()
+    with pytest.raises(PfdError, match=r"step_00000004\.pt: .*batch_size 12 -> 18.*config\.toml"):
+        train(_cfg(run, batch_size=18), faces=faces, progress=False, resume=True)
+    with pytest.raises(PfdError, match=r"seed 3 -> 4"):
+        train(_cfg(run, seed=4), faces=faces, progress=False, resume=True)
+    with pytest.raises(PfdError, match=r"epochs 2 -> 3, lr 0.05 -> 0.1"):
+        train(_cfg(run, epochs=3, lr=0.1), faces=faces, progress=False, resume=True)
+    assert not final.exists()
+    # Settings that do not change the numbers may differ.
+    resumed = train(_cfg(run, checkpoint_every=5, workers=0), faces=faces, progress=False, resume=True)
+    (tmp_path / "before.pt").write_bytes(before)
+    assert torch.equal(load_checkpoint(resumed)["head"]["state_dict"]["weight"],
+                       load_checkpoint(tmp_path / "before.pt")["head"]["state_dict"]["weight"])

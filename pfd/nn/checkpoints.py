@@ -353,7 +353,7 @@ def _load_strict(module: nn.Module, sd: dict[str, torch.Tensor], path: Any, what
         )
         if shapes:
             msg += f", {len(shapes)} shape mismatches {_listing(shapes)}"
-        raise PfdError(msg + "; pass the matching arch (e.g. --arch ir50) or check the file")
+        raise PfdError(msg + "; load it with the architecture it was saved with (load_backbone(..., arch=...)) or check the file")
     module.load_state_dict(sd, strict=False)
 
 

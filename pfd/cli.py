@@ -425,8 +425,6 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
         click.echo(format_summary(result.summary, private=cfg.private))
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
 
 
 # --- synth ---
@@ -459,3 +457,7 @@ def synth_cmd(out: str, split: str, ids: int | None, imgs: int | None, domain: s
     faces = SyntheticFaces(split, identities=ids, images_per_identity=imgs, domain=domain, seed=seed, size=size)
     path = write_synthetic(out, faces, overwrite=force)
     click.echo(f"wrote {len(faces)} images of {faces.num_classes} identities ({faces.spec()}) to {path}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

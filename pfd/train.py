@@ -217,6 +217,11 @@ class Trainer:
             optimizer,
             lambda s: lr_lambda(s, total=self.total_steps, warmup=self.warmup_steps, schedule=cfg.schedule),
         )
+        # channels_last on CUDA (DESIGN: conventions): NHWC convolutions are the fast path for
+        # tensor cores; on the CPU the default layout is kept.
+        self.channels_last = self.acc.device.type == "cuda"
+        if self.channels_last:
+            step = step.to(memory_format=torch.channels_last)
         self.model, self.optimizer = self.acc.prepare(step, optimizer)
         self.scheduler = scheduler
         self.step = 0
@@ -366,6 +371,8 @@ class Trainer:
             epoch, skip = divmod(self.step, self.steps_per_epoch)
             for x, y in self._loader(epoch, skip):
                 x = self._augment(x.to(self.acc.device, non_blocking=True))
+                if self.channels_last:
+                    x = x.contiguous(memory_format=torch.channels_last)
                 y = y.to(self.acc.device, non_blocking=True)
                 out = self.model(x, y)
                 loss = out.loss

@@ -40,7 +40,8 @@ def _best_of(fn, repeats: int) -> float:
     return best
 
 
-def top1_ratio(queries: int, gallery: int, dim: int, chunk: int, device: str, repeats: int) -> None:
+def top1_ratio(queries: int, gallery: int, dim: int, chunk: int, device: str, repeats: int) -> dict[str, float]:
+    """Throughput of :func:`streamed_top1` over that of one plain GEMM + max (prints and returns it)."""
     g = torch.Generator().manual_seed(0)
     q = torch.nn.functional.normalize(torch.randn(queries, dim, generator=g), dim=1).to(device)
     gal = torch.nn.functional.normalize(torch.randn(gallery, dim, generator=g), dim=1).to(device)
@@ -57,6 +58,7 @@ def top1_ratio(queries: int, gallery: int, dim: int, chunk: int, device: str, re
     pairs = queries * gallery
     print(f"top-1 {queries} x {gallery} (D={dim}, chunk={chunk}, {device}): plain GEMM {pairs / t_plain / 1e9:.2f} "
           f"Gpairs/s, streamed {pairs / t_stream / 1e9:.2f} Gpairs/s, ratio {t_plain / t_stream:.2f} (target >= 0.8)")
+    return {"plain_gpairs_s": pairs / t_plain / 1e9, "streamed_gpairs_s": pairs / t_stream / 1e9, "ratio": t_plain / t_stream}
 
 
 def membership_scaling(ids: list[int], k: int, dim: int, device: str) -> None:

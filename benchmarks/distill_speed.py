@@ -39,52 +39,61 @@ from pfd.nn.iresnet import create_backbone  # noqa: E402
 from pfd.train import MarginStep  # noqa: E402
 
 
-def _clock(fn: Callable[[], None]) -> tuple[float, float]:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _clock(fn: Callable[[], None], device: torch.device) -> tuple[float, float]:
+    _sync(device)
     w, c = time.perf_counter(), time.process_time()
     fn()
+    _sync(device)
     return time.perf_counter() - w, time.process_time() - c
 
 
-def _pair(a: Callable[[], None], b: Callable[[], None], repeats: int) -> dict[str, float]:
+def _pair(a: Callable[[], None], b: Callable[[], None], repeats: int, device: torch.device) -> dict[str, float]:
     """Medians of interleaved runs of ``a`` and ``b`` (after one warm-up each)."""
     a(), b()
     ta, tb = [], []
     for _ in range(repeats):
-        ta.append(_clock(a))
-        tb.append(_clock(b))
+        ta.append(_clock(a, device))
+        tb.append(_clock(b, device))
     med = lambda xs, i: statistics.median(x[i] for x in xs)  # noqa: E731
     return {"a_wall": med(ta, 0), "b_wall": med(tb, 0), "a_cpu": med(ta, 1), "b_cpu": med(tb, 1)}
 
 
-def _calibrated(arch: dict, batch: int) -> torch.nn.Module:
+def _calibrated(arch: dict, batch: int, device: torch.device) -> torch.nn.Module:
     """A frozen backbone whose BatchNorm running statistics come from a few random batches.
 
     An untrained deep network in eval mode with the default running statistics (0, 1) blows up
     its activations (IR-50's reach inf), which no trained model does.
     """
-    model = create_backbone(**arch).train()
+    model = create_backbone(**arch).to(device).train()
     for m in model.modules():
         if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
             m.momentum = None  # cumulative average
     with torch.no_grad():
         for _ in range(2):
-            model(torch.rand(batch, 3, arch["size"], arch["size"]))
+            model(torch.rand(batch, 3, arch["size"], arch["size"], device=device))
     return model.eval().requires_grad_(False)
 
 
-def bench_rta(arch: dict, *, batch: int, classes: int, iters: int, repeats: int, augment: bool) -> dict[str, float]:
-    """RTA iteration vs bare forward + backward to the pixels, per iteration."""
+def bench_rta(arch: dict, *, batch: int, classes: int, iters: int, repeats: int, augment: bool,
+              device: str | torch.device = "cpu") -> dict[str, float]:
+    """RTA iteration vs bare forward + backward to the pixels, per iteration (seconds)."""
     torch.manual_seed(0)
+    dev = torch.device(device)
     size, dim = arch["size"], arch["embedding_dim"]
-    backbone = _calibrated(arch, batch)
-    head = create_head("adaface", embedding_dim=dim, num_classes=2 * classes).eval().requires_grad_(False)
+    backbone = _calibrated(arch, batch, dev)
+    head = create_head("adaface", embedding_dim=dim, num_classes=2 * classes).to(dev).eval().requires_grad_(False)
     P = F.normalize(torch.randn(classes * 2, dim), dim=1)  # NK prototypes (K = 2)
     aug = {} if augment else {"crop_scale": (1.0, 1.0), "flip": False, "shift": 0}
     cfg = RTAConfig(iterations=iters, batch_size=batch, lambda_rta=50.0, **aug)
-    distiller = ProxyDistiller(backbone, head, P, size=size, cfg=cfg)
+    distiller = ProxyDistiller(backbone, head, P, size=size, cfg=cfg, device=dev)
     rows = torch.arange(batch) % len(P)
     cls = rows // 2 + classes
-    x = torch.rand(batch, 3, size, size)
+    x = torch.rand(batch, 3, size, size, device=dev)
 
     def rta() -> None:
         distiller.distill_batch(rows, cls, batch_index=0)
@@ -94,16 +103,18 @@ def bench_rta(arch: dict, *, batch: int, classes: int, iters: int, repeats: int,
             s = x.clone().requires_grad_(True)
             backbone(s).float().sum().backward()
 
-    r = _pair(rta, bare, repeats)
+    r = _pair(rta, bare, repeats, dev)
     return {k: v / iters for k, v in r.items()}
 
 
-def bench_ogp(arch: dict, *, batch: int, classes: int, steps: int, repeats: int) -> dict[str, float]:
-    """OGP training step vs plain margin-loss fine-tuning step, per step."""
+def bench_ogp(arch: dict, *, batch: int, classes: int, steps: int, repeats: int,
+              device: str | torch.device = "cpu") -> dict[str, float]:
+    """OGP training step vs plain margin-loss fine-tuning step, per step (seconds)."""
     torch.manual_seed(0)
+    dev = torch.device(device)
     dim = arch["embedding_dim"]
-    x = torch.rand(batch, 3, arch["size"], arch["size"])
-    y = torch.arange(batch) % classes
+    x = torch.rand(batch, 3, arch["size"], arch["size"], device=dev)
+    y = torch.arange(batch, device=dev) % classes
 
     def make(ogp: bool):
         backbone = create_backbone(**arch).train()
@@ -115,6 +126,7 @@ def bench_ogp(arch: dict, *, batch: int, classes: int, steps: int, repeats: int)
         else:
             step = MarginStep(backbone, create_head("adaface", embedding_dim=dim, num_classes=classes))
             groups = [{"params": list(step.parameters())}]
+        step.to(dev)
         opt = torch.optim.SGD(groups, lr=0.01, momentum=0.9, weight_decay=5e-4)
 
         def run() -> None:
@@ -126,7 +138,7 @@ def bench_ogp(arch: dict, *, batch: int, classes: int, steps: int, repeats: int)
 
         return run
 
-    r = _pair(make(True), make(False), repeats)
+    r = _pair(make(True), make(False), repeats, dev)
     return {k: v / steps for k, v in r.items()}
 
 

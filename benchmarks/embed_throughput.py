@@ -86,6 +86,33 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def embed_ratio(
+    model: nn.Module, *, size: int, n: int, batch_size: int, repeats: int, flip: bool = False,
+    device: torch.device | str | None = None,
+) -> dict[str, float]:
+    """Embedder images/s and bare-forward images/s on the same random images (best of ``repeats``).
+
+    Returns:
+        ``{"bare_ips", "embed_ips", "ratio", "bare_s", "embed_s"}`` (ratio = Embedder / bare).
+    """
+    device = torch.device(device) if device is not None else default_device()
+    model.eval().to(device)
+    if device.type == "cuda":
+        model.to(memory_format=torch.channels_last)
+    images = torch.rand(n, 3, size, size)
+    embedder = Embedder(model, batch_size=batch_size, flip=flip, device=device)
+    bare_images = torch.cat([images, images.flip(3)]) if flip else images
+    bare_pass(model, bare_images, batch_size=batch_size, device=device)  # warm-up
+    embed_pass(embedder, images)
+    t_bare, t_emb = [], []
+    for _ in range(repeats):  # alternate so that load changes hit both sides alike
+        t_bare.append(bare_pass(model, bare_images, batch_size=batch_size, device=device))
+        t_emb.append(embed_pass(embedder, images))
+    bare_ips, emb_ips = n / min(t_bare), n / min(t_emb)  # source images per second (with flip both views ran)
+    return {"bare_ips": bare_ips, "embed_ips": emb_ips, "ratio": emb_ips / bare_ips,
+            "bare_s": sorted(t_bare)[len(t_bare) // 2], "embed_s": sorted(t_emb)[len(t_emb) // 2]}
+
+
 def main(argv: list[str] | None = None) -> float:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backbone", default="ir18")
@@ -104,28 +131,14 @@ def main(argv: list[str] | None = None) -> float:
     torch.manual_seed(0)
     device = torch.device(args.device) if args.device else default_device()
     model, what = build_model(args.backbone, width=args.width, size=args.size, dim=args.dim)
-    model.eval().to(device)
-    if device.type == "cuda":
-        model.to(memory_format=torch.channels_last)
-    images = torch.rand(args.n, 3, args.size, args.size)
-    embedder = Embedder(model, batch_size=args.batch_size, flip=args.flip, device=device)
-    bare_images = torch.cat([images, images.flip(3)]) if args.flip else images
-
     print(f"backbone: {what}, {args.size}px, D={args.dim}; device {device}; {torch.get_num_threads()} thread(s)")
     print(f"{args.n} images, batch {args.batch_size}, flip={args.flip}, best of {args.repeats}")
-    bare_pass(model, bare_images, batch_size=args.batch_size, device=device)  # warm-up
-    embed_pass(embedder, images)
-    t_bare, t_emb = [], []
-    for _ in range(args.repeats):  # alternate so that load changes hit both sides alike
-        t_bare.append(bare_pass(model, bare_images, batch_size=args.batch_size, device=device))
-        t_emb.append(embed_pass(embedder, images))
-    bare_ips = args.n / min(t_bare)  # source images per second (with --flip both views ran)
-    emb_ips = args.n / min(t_emb)
-    ratio = emb_ips / bare_ips
-    print(f"bare forward : {bare_ips:10.1f} img/s  (best {min(t_bare):.3f} s, median {sorted(t_bare)[len(t_bare) // 2]:.3f} s)")
-    print(f"Embedder     : {emb_ips:10.1f} img/s  (best {min(t_emb):.3f} s, median {sorted(t_emb)[len(t_emb) // 2]:.3f} s)")
-    print(f"ratio Embedder/bare = {ratio:.3f}  (target >= 0.9: {'ok' if ratio >= 0.9 else 'BELOW'})")
-    return ratio
+    r = embed_ratio(model, size=args.size, n=args.n, batch_size=args.batch_size, repeats=args.repeats,
+                    flip=args.flip, device=device)
+    print(f"bare forward : {r['bare_ips']:10.1f} img/s  (median {r['bare_s']:.3f} s)")
+    print(f"Embedder     : {r['embed_ips']:10.1f} img/s  (median {r['embed_s']:.3f} s)")
+    print(f"ratio Embedder/bare = {r['ratio']:.3f}  (target >= 0.9: {'ok' if r['ratio'] >= 0.9 else 'BELOW'})")
+    return r["ratio"]
 
 
 if __name__ == "__main__":

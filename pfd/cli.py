@@ -355,8 +355,9 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--private", metavar="SPEC", help="Private set: identity folder, RecordIO, or synthetic:private[,ids=N,...].")
 @click.option("--public", metavar="CKPT", help="Public checkpoint to start from (pfd, insightface or AdaFace); "
               "default: pretrain (or reuse a cached) model from the recipe's [train] table.")
-@click.option("--method", type=click.Choice(["pfd", "rta-only", "sre2l", "raw"]),
-              help="pfd (OGP+RTA), rta-only (no rotation), sre2l (BN+CE only) or raw (real images).")
+@click.option("--method", type=click.Choice(["pfd", "rta-only", "sre2l", "raw", "dp-pix", "blur"]),
+              help="pfd (OGP+RTA), rta-only (no rotation), sre2l (BN+CE only), raw (real images), or the "
+              "baselines dp-pix (DP pixelisation of raw's images) and blur (Gaussian blur of them).")
 @click.option("--out", help="Release folder (published).")
 @click.option("--state-dir", help="Private state folder (mode 0700, never inside the release).")
 @click.option("--resume", is_flag=True, default=None, help="Continue: skip finished stages and RTA batches in --state-dir.")
@@ -382,6 +383,10 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--lambda-rta", type=float, help="[rta] weight of L_RTA (eq. 10).")
 @click.option("--lambda-bn", type=float, help="[rta] weight of L_bn (eq. 10).")
 @click.option("--label-seed", type=int, help="[release] seed of the arbitrary label permutation.")
+@click.option("--epsilon", type=float, help="[baseline] dp-pix privacy budget ε (Laplace scale 255 m / (b² ε)).")
+@click.option("--dp-cell", type=int, help="[baseline] dp-pix cell side b in pixels (0: 16 at 112 px, scaled).")
+@click.option("--dp-pixels", type=int, help="[baseline] dp-pix m, pixels neighbouring images may differ in (0: 16 at 112 px, scaled).")
+@click.option("--blur-sigma", type=float, help="[baseline] blur σ in pixels (0: image side / 14).")
 @click.option("--progress/--no-progress", default=True, help="Progress bars.")
 def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> None:
     """Distill a private face set into a publishable proxy release (OGP -> prototypes -> RTA).
@@ -394,6 +399,8 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     Examples:
       pfd distill                                          # the demo, a few minutes on a CPU
       pfd distill --method rta-only --out rel-rta --state-dir st-rta
+      pfd distill --method dp-pix --epsilon 1 --out rel-dp --state-dir st-dp
+      pfd distill --method blur --blur-sigma 4 --out rel-blur --state-dir st-blur
       pfd distill --recipe cross-age --private faces/ --public adaface_ir50.ckpt
       pfd distill --recipe cross-age --private faces/ --public r50.pt --resume
       accelerate launch --config_file recipes/accelerate-multi-gpu.yaml -m pfd distill \\
@@ -413,12 +420,15 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     rta = {k: kw.pop(k) for k in ("ipc", "iterations", "lambda_rta", "lambda_bn")}
     rta.update(batch_size=kw.pop("rta_batch_size"), lr=kw.pop("rta_lr"))
     release = {"label_seed": kw.pop("label_seed")}
+    baseline = {"epsilon": kw.pop("epsilon"), "cell": kw.pop("dp_cell"), "pixels": kw.pop("dp_pixels"),
+                "blur_sigma": kw.pop("blur_sigma")}
     if seed is not None:
         ogp["seed"] = seed
         rta.update(seed=seed, kmeans_seed=seed)
+        baseline["seed"] = seed
     cfg = build_config(
         DistillConfig, {"pretrain": r.get("train", {})}, r.get("distill", {}),
-        _flags(**kw), _nested(ogp=ogp, rta=rta, release=release),
+        _flags(**kw), _nested(ogp=ogp, rta=rta, release=release, baseline=baseline),
     )  # fmt: skip
     result = distill(cfg, progress=progress)
     if result.is_main:

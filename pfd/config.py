@@ -36,6 +36,7 @@ __all__ = [
     "OGPConfig",
     "RTAConfig",
     "ReleaseConfig",
+    "BaselineConfig",
     "DistillConfig",
     "AttackConfig",
     "ATTACK_DOWNSTREAM_DEFAULTS",
@@ -251,6 +252,29 @@ class ReleaseConfig:
 
 
 @dataclass
+class BaselineConfig:
+    """The image-obfuscation baselines ``dp-pix`` and ``blur`` (:mod:`pfd.distill.baselines`).
+
+    Both release the same K real images per identity as ``raw``, transformed. Sizes are in pixels
+    of the release; 0 picks the default for the image size (stated for 112 px and scaled).
+
+    Attributes:
+        epsilon: DP-Pix privacy budget ε (Laplace scale ``255 m / (b² ε)`` per cell mean).
+        cell: DP-Pix cell side b (0: 16 px at 112 px, scaled linearly with the image size).
+        pixels: DP-Pix m, pixels in which neighbouring images may differ (0: 16 at 112 px,
+            scaled with the area, so that ``m / b²`` and hence the noise stay the same).
+        blur_sigma: Gaussian blur σ (0: ``S / 14``, 8 px at 112 px; kernel ``2⌈3σ⌉ + 1``).
+        seed: Seed of the DP-Pix noise (batch ``b`` draws from ``(seed, b)``).
+    """
+
+    epsilon: float = 1.0
+    cell: int = 0
+    pixels: int = 0
+    blur_sigma: float = 0.0
+    seed: int = 0
+
+
+@dataclass
 class DistillConfig:
     """``pfd distill``: OGP -> prototypes -> RTA -> release.
 
@@ -258,7 +282,8 @@ class DistillConfig:
         private: Private dataset spec (identity folder, RecordIO, ``synthetic:private``).
         public: Public checkpoint to start from (pfd, insightface or AdaFace); empty: pretrain
             (or reuse a cached) model with ``pretrain``.
-        method: ``pfd``, ``rta-only``, ``sre2l`` or ``raw`` (Table 3 rows and the raw reference).
+        method: ``pfd``, ``rta-only``, ``sre2l`` or ``raw`` (Table 3 rows and the raw reference),
+            or the obfuscation baselines ``dp-pix`` and ``blur`` (``baseline``).
         out: Release folder (published).
         state_dir: Private state folder (never published; mode 0700; not inside ``out``).
         resume: Skip finished stages and RTA batches found in ``state_dir``.
@@ -277,6 +302,7 @@ class DistillConfig:
         ogp: OGP stage (also the fine-tuning of the non-rotating methods).
         rta: RTA stage.
         release: Release stage.
+        baseline: Settings of the ``dp-pix`` and ``blur`` methods.
     """
 
     private: str = "synthetic:private"
@@ -295,6 +321,7 @@ class DistillConfig:
     ogp: OGPConfig = field(default_factory=OGPConfig)
     rta: RTAConfig = field(default_factory=RTAConfig)
     release: ReleaseConfig = field(default_factory=ReleaseConfig)
+    baseline: BaselineConfig = field(default_factory=BaselineConfig)
 
 
 #: The downstream model of the release membership test: tiny (CPU minutes, not hours); any key can

@@ -45,7 +45,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _FILEISH = re.compile(r"(\.(jpe?g|png|bmp|webp|tiff?|gif|heic)$)|[/\\]", re.IGNORECASE)
 _MANIFEST_KEYS = {"format", "format_version", "method", "image_size", "num_classes", "num_images", "images_per_class", "files", "extra"}
 #: Words every release contains; a source name inside one of them (``png``, ``raw``) says nothing.
-_VOCAB = " ".join(sorted(_MANIFEST_KEYS | {FORMAT, "png", "pfd", "rta-only", "sre2l", "raw", "manifest.json"}))
+_VOCAB = " ".join(sorted(_MANIFEST_KEYS | {FORMAT, "png", "pfd", "rta-only", "sre2l", "raw", "dp-pix", "blur", "manifest.json"}))
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,14 @@ method         fine-tuning (stage "adapt")                 proxies (stage "rta")
 ``rta-only``   same schedule, N-class head, M = I           L_cls on y, L_RTA vs P on E, L_bn
 ``sre2l``      same as rta-only                             L_cls on y and L_bn only (SRe2L)
 ``raw``        same as rta-only (the insider's model)       K real private images per identity
+``dp-pix``     same as rta-only                             raw's images, DP-pixelised (Fan 2018)
+``blur``       same as rta-only                             raw's images, Gaussian-blurred
 =============  ==========================================  =================================
 
 ``raw`` picks, for every K-means prototype of an identity (eq. 8 on E), the identity's image whose
-embedding is nearest to it (each image once): K representative, distinct real images.
+embedding is nearest to it (each image once): K representative, distinct real images. ``dp-pix``
+and ``blur`` release those same images through :mod:`pfd.distill.baselines` (the DP-Pix noise of
+batch ``b`` is drawn from ``(baseline.seed, b)``, so resumed and sharded runs stay identical).
 
 Stages read their inputs from the state dir (:mod:`pfd.distill.state`) and skip themselves on
 ``--resume`` when their output exists; RTA batch ``b`` is a pure function of ``(rta.seed, b)``,
@@ -52,11 +56,14 @@ from pfd.distill.summary import build_summary
 from pfd.errors import PfdError
 from pfd.io import atomic_torch_save, atomic_write_bytes, atomic_write_json
 
-__all__ = ["METHODS", "DistillResult", "Distillation", "distill", "identity_centers", "raw_selection"]
+__all__ = ["METHODS", "REAL_IMAGE_METHODS", "DistillResult", "Distillation", "distill", "identity_centers", "raw_selection"]
 
 log = logging.getLogger(__name__)
 
-METHODS = ("pfd", "rta-only", "sre2l", "raw")
+#: Every method of ``pfd distill``: the paper's ablation rows, the raw reference and the baselines.
+METHODS = ("pfd", "rta-only", "sre2l", "raw", "dp-pix", "blur")
+#: Methods that release (possibly transformed) real private images rather than distilled proxies.
+REAL_IMAGE_METHODS = ("raw", "dp-pix", "blur")
 
 
 @dataclass
@@ -158,6 +165,7 @@ class Distillation:
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         self.cfg = cfg
+        _ = self.baseline  # a bad --epsilon / --dp-cell / --blur-sigma fails before anything is written
         self.out = Path(cfg.out).expanduser()
         self.state = StateDir.at(cfg.state_dir)
         check_separate(self.out, self.state.root)
@@ -303,7 +311,7 @@ class Distillation:
                 "cos_rotated": (E_rot * E).sum(1),  # cos(M e, e) per private image, (n,)
                 "rotated": self.rotated,
             }
-            if cfg.method == "raw":
+            if cfg.method in REAL_IMAGE_METHODS:
                 doc["raw_index"] = torch.from_numpy(raw_selection(E_rot, self.faces.labels, P, pid))
             atomic_torch_save(doc, st.prototypes)
         self.acc.wait_for_everyone()
@@ -338,8 +346,8 @@ class Distillation:
         bar = tqdm(mine, desc=f"RTA [{rank}]" if world > 1 else "RTA", disable=not (self.progress and self.acc.is_local_main_process))
         for b in bar:
             rows = batches[b]
-            if cfg.method == "raw":
-                x = torch.stack([self.faces[int(i)][0] for i in protos["raw_index"][rows]])
+            if cfg.method in REAL_IMAGE_METHODS:
+                x = self.real_images(protos["raw_index"][rows], batch_index=b)
                 hist: dict[str, float] = {}
             else:
                 res = distiller.distill_batch(rows, classes[rows], batch_index=b)
@@ -350,6 +358,31 @@ class Distillation:
             save_batch(st, b, rows=rows, proxies=q, embeddings=emb, history=hist)
         self.acc.wait_for_everyone()
         self._timed("rta", t0, not mine and bool(done))
+
+    @property
+    def baseline(self) -> dict[str, float] | None:
+        """Resolved ``dp-pix`` / ``blur`` parameters (None for the other methods)."""
+        from pfd.distill.baselines import BASELINE_METHODS, baseline_settings
+
+        if self.cfg.method not in BASELINE_METHODS:
+            return None
+        b = self.cfg.baseline
+        return baseline_settings(self.cfg.method, epsilon=b.epsilon, cell=b.cell, pixels=b.pixels,
+                                 blur_sigma=b.blur_sigma, size=self.cfg.size)
+
+    def real_images(self, index: torch.Tensor, *, batch_index: int) -> torch.Tensor:
+        """The selected private images ``(B, 3, S, S)``, obfuscated for ``dp-pix`` and ``blur``."""
+        from pfd.distill.baselines import dp_pix, gaussian_blur
+        from pfd.distill.rta import batch_generator
+
+        x = torch.stack([self.faces[int(i)][0] for i in index])
+        p = self.baseline
+        if self.cfg.method == "dp-pix":
+            return dp_pix(x, epsilon=p["epsilon"], cell=int(p["cell"]), pixels=int(p["pixels"]),
+                          generator=batch_generator(self.cfg.baseline.seed, batch_index))
+        if self.cfg.method == "blur":
+            return gaussian_blur(x, sigma=p["sigma"])
+        return x
 
     # -- stage 4: the release ----------------------------------------------------------------
     def release(self, protos: dict[str, Any], ogp_losses: dict[str, float]) -> dict[str, Any] | None:
@@ -384,6 +417,8 @@ class Distillation:
                 skipped=self.skipped, num_private=len(self.faces), processes=self.acc.num_processes,
                 release=self.out, state_dir=self.state.root,
             )  # fmt: skip
+            if self.baseline is not None:
+                summary["baseline"] = {"method": cfg.method, **self.baseline}
             atomic_write_json(st.summary, summary)
         self.acc.wait_for_everyone()
         return summary

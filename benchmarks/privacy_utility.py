@@ -7,8 +7,10 @@ public data + that release, and measures what the release is worth and what it l
   public data alone, the control for the extra training), ``raw``, ``blur``, ``dp-pix`` at two
   budgets ε, ``sre2l``, ``rta-only`` and ``pfd`` (all from :func:`pfd.distill.pipeline.distill`);
 * utility: 10-fold verification accuracy and TAR@FAR on generated pairs of the held-out test
-  identities (:func:`pfd.verify.verification_metrics`), model = public model fine-tuned jointly on the
-  public data and the release (the paper trains on public data + the release jointly);
+  identities (:func:`pfd.verify.verification_metrics`), on all their images and on Yale B's subsets
+  1-3 (light within 50° of the camera axis, :func:`yale_data.moderate_light`); model = public model
+  fine-tuned jointly on the public data and the release (the paper trains on public data + the
+  release jointly);
 * linkability: VisMatch and Rank-1 Re-ID of the release against all private images, with the
   public model and with the publisher's adapted model (insider), chance ``1/N``;
 * membership: the geometric MIA (:func:`pfd.attacks.audit.membership_audit`) on the downstream
@@ -64,7 +66,7 @@ from pfd.nn.checkpoints import load_backbone, load_checkpoint  # noqa: E402
 from pfd.train import train  # noqa: E402
 from pfd.verify import tar_at_far, verification_metrics  # noqa: E402
 from pu_report import markdown  # noqa: E402
-from yale_data import N_PRIVATE, find_data_root, split_yale_b, yale_a, yale_b  # noqa: E402
+from yale_data import N_PRIVATE, find_data_root, moderate_light, split_yale_b, yale_a, yale_b  # noqa: E402
 
 #: Rows in table order: (name, distill method or None, baseline settings).
 ROWS: list[tuple[str, str | None, dict[str, Any]]] = [
@@ -97,12 +99,13 @@ SETTINGS: dict[str, Any] = {
             "kmeans_n_init": 4, "seed": 0, "kmeans_seed": 0},
     "downstream": {"synthetic": "synthetic:public,ids=60", "head": "arcface", "scale": 32.0, "margin": 0.3,
                    "epochs": 4, "batch_size": 64, "lr": 0.05, "warmup_epochs": 0.5, "seed": 0},
-    "eval": {"pairs": 5000, "folds": 10, "flip": True, "seed": 0, "fars": [1e-2, 1e-3]},
+    "eval": {"pairs": 5000, "moderate_pairs": 3000, "moderate_light": 50.0, "folds": 10, "flip": True, "seed": 0,
+             "fars": [1e-2, 1e-3]},
     "mia": {"folds": 5, "seed": 0},
 }
 #: --quick: a smoke test of the whole script in a few minutes (figures mean nothing).
 QUICK = {"size": 32, "public": {"epochs": 1}, "ogp": {"epochs": 1}, "rta": {"ipc": 2, "iterations": 5},
-         "downstream": {"epochs": 1, "synthetic": "synthetic:public,ids=20"}, "eval": {"pairs": 500}}
+         "downstream": {"epochs": 1, "synthetic": "synthetic:public,ids=20"}, "eval": {"pairs": 500, "moderate_pairs": 300}}
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +139,11 @@ class Bench:
             "yale_a": {"identities": self.yale_a.num_classes, "images": len(self.yale_a)},
         }
         e = settings["eval"]
-        self.pairs = generate_pairs(self.test, num_pairs=e["pairs"], seed=e["seed"])
+        lit = moderate_light(self.test, max_angle=e["moderate_light"])
+        self.data_info["test"]["moderate_light_images"] = len(lit)
+        #: Pair sets the utility is measured on: every test image, and subsets 1-3 only.
+        self.pairs = {"all": generate_pairs(self.test, num_pairs=e["pairs"], seed=e["seed"]),
+                      "moderate": generate_pairs(lit, num_pairs=e["moderate_pairs"], seed=e["seed"])}
 
     # -- the public model -----------------------------------------------------------------
     def _train_config(self, part: dict[str, Any], *, out: Path, data: list[str], init: str | None) -> TrainConfig:
@@ -205,15 +212,23 @@ class Bench:
         return train(cfg, faces=ConcatFaces(sources), progress=self.progress)
 
     def utility(self, model_path: Path) -> dict[str, Any]:
-        """Verification on the test identities' pairs: :func:`pfd.verify.verification_metrics` and
-        TAR at the FARs the pair count resolves (5000 impostors: 1e-3 means 5 false accepts)."""
+        """Verification on the test identities' pairs, all images (top level, as before) and subsets
+        1-3 (under ``"moderate"``): :func:`pfd.verify.verification_metrics` and TAR at the FARs the
+        pair count resolves (5000 impostors: 1e-3 means 5 false accepts)."""
         e = self.s["eval"]
-        emb = Embedder(load_backbone(model_path), flip=e["flip"], progress=False)(self.pairs.faces)  # (n, D)
-        scores = (emb[self.pairs.left] * emb[self.pairs.right]).sum(1).double().numpy()
-        metrics = verification_metrics(scores, self.pairs.issame, folds=e["folds"])
-        for far in e["fars"]:
-            metrics[f"tar@far={far:g}"] = tar_at_far(scores, self.pairs.issame, far)[0]
-        return metrics
+        embedder = Embedder(load_backbone(model_path), flip=e["flip"], progress=False)
+        out: dict[str, Any] = {}
+        for kind, pairs in self.pairs.items():
+            emb = embedder(pairs.faces)  # (n, D)
+            scores = (emb[pairs.left] * emb[pairs.right]).sum(1).double().numpy()
+            metrics = verification_metrics(scores, pairs.issame, folds=e["folds"])
+            for far in e["fars"]:
+                metrics[f"tar@far={far:g}"] = tar_at_far(scores, pairs.issame, far)[0]
+            if kind == "all":
+                out.update(metrics)
+            else:
+                out[kind] = metrics
+        return out
 
     def linkability(self, root: Path) -> dict[str, Any]:
         state = open_release_state(root / "release", root / "state")
@@ -361,8 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_json(json_path, doc)
         atomic_write_text(md_path, markdown(doc))
         u = res["utility"]
-        print(f"[{name}] done in {res['times_s']['total']:.0f}s: acc {u['accuracy']:.3f}, "
-              f"TAR@1e-2 {u['tar@far=0.01']:.3f}, load {res['load_end']}", flush=True)
+        print(f"[{name}] done in {res['times_s']['total']:.0f}s: acc {u['accuracy']:.3f} (subsets 1-3 "
+              f"{u['moderate']['accuracy']:.3f}), TAR@1e-2 {u['tar@far=0.01']:.3f}, load {res['load_end']}", flush=True)
     if todo:
         doc["last_run_s"] = round(time.perf_counter() - t_start, 1)
         atomic_write_json(json_path, doc)

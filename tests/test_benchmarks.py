@@ -29,10 +29,11 @@ def test_privacy_utility_skips_cleanly_without_the_photos(bench_modules, tmp_pat
 def test_results_table_shows_each_row_with_chance_and_intervals(bench_modules):
     _, report = bench_modules
     link = {"rate": 0.5, "ci95": [0.4, 0.6], "count": 70, "n": 140}
-    row = {"utility": {"accuracy": 0.8, "tar@far=0.01": 0.3, "tar@far=0.001": None}, "times_s": {"total": 12.0},
+    row = {"utility": {"accuracy": 0.8, "tar@far=0.01": 0.3, "tar@far=0.001": None,
+                       "moderate": {"accuracy": 0.9, "tar@far=0.01": 0.45}}, "times_s": {"total": 12.0},
            "membership": {"statistics": {"pair_cos": {"auc_a_priori": 0.61}}, "fusion": {"auc_mean": 0.7}},
            "load_start": [1.5, 1.0, 1.0]}
-    doc = {"row_order": ["base", "raw"], "settings": {"eval": {"pairs": 5000}},
+    doc = {"row_order": ["base", "raw"], "settings": {"eval": {"pairs": 5000, "moderate_pairs": 3000, "moderate_light": 50.0}},
            "data": {"private": {"identities": ["a"] * 28, "images": 1700}, "test": {"identities": ["b"] * 10}},
            "rows": {"raw": {**row, "row": "raw", "linkability": {r: {"vismatch": link, "reid": link} for r in ("public", "insider")},
                             "lint_findings": []},
@@ -40,5 +41,23 @@ def test_results_table_shows_each_row_with_chance_and_intervals(bench_modules):
     text = report.markdown(doc)
     lines = text.splitlines()
     assert lines.index(next(ln for ln in lines if ln.startswith("| base"))) < lines.index(next(ln for ln in lines if ln.startswith("| raw")))
-    assert "1/28 = 3.6 %" in text and "| raw | 80.0 | 30.0 | – | 50.0 |" in text and "0.61 | 0.70 | 12 |" in text
+    assert "1/28 = 3.6 %" in text and "| raw | 90.0 | 45.0 | 80.0 | 30.0 | 50.0 |" in text and "0.61 | 0.70 | 12 |" in text
     assert "50.0 (40.0–60.0; 70/140)" in text and "| raw | – | – | – | pass |" in text
+
+
+def test_light_angle_reads_yale_b_names_and_subsets_follow_it(bench_modules):
+    import math
+
+    yd = importlib.import_module("yale_data")
+    assert yd.light_angle("yaleB01/yaleB01_P00A+000E+00.pgm") == 0.0
+    # acos(cos 35° · cos 15°) = 37.9°: subset 3; (+85°, +20°) = 85.3°: subset 5.
+    assert abs(yd.light_angle("yaleB02_P00A+035E+15.pgm") - math.degrees(math.acos(math.cos(math.radians(35)) * math.cos(math.radians(15))))) < 1e-9
+    assert 50 < yd.light_angle("yaleB02_P00A-085E+20.pgm") and yd.light_angle("yaleB02_P00_Ambient.pgm") == math.inf
+    import torch
+
+    names = ["a/x_P00A+000E+00.pgm", "a/x_P00A+060E+00.pgm", "b/y_P00A-010E-20.pgm", "b/y_P00_Ambient.pgm"]
+    faces = importlib.import_module("pfd.data.faceset").TensorFaces(
+        torch.arange(4.0).view(4, 1, 1, 1).expand(4, 3, 2, 2).contiguous(), [0, 0, 1, 1], identities=["a", "b"], names=names)
+    lit = yd.moderate_light(faces)
+    assert [lit.name(i) for i in range(len(lit))] == [names[0], names[2]]
+    assert float(lit.load(1)[0, 0, 0]) == 2.0

@@ -120,6 +120,11 @@ def test_batch_moments_match_torch_var_and_its_gradient():
     ref = x.detach().clone().requires_grad_(True)
     (w1.double() @ ref.mean((0, 2, 3)) + w2.double() @ ref.var((0, 2, 3), correction=0)).backward()
     torch.testing.assert_close(x.grad, ref.grad, atol=1e-5, rtol=1e-5)
+    # channels_last (the CUDA layout) takes the strided reduction: same values
+    xc = x.detach().float().contiguous(memory_format=torch.channels_last)
+    mc, vc = batch_moments(xc, shift=shift)
+    torch.testing.assert_close(mc, m.detach(), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(vc, v.detach(), atol=1e-5, rtol=1e-5)
     x2 = torch.randn(7, 4) + 3.0  # (N, C): BatchNorm1d inputs, no shift
     m2, v2 = batch_moments(x2)
     torch.testing.assert_close(m2, x2.mean(0))

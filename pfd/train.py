@@ -366,6 +366,8 @@ class Trainer:
             dynamic_ncols=True,
         )
         metrics_path = self.out / "metrics.jsonl"
+        if self.acc.is_main_process:
+            _drop_metrics_after(metrics_path, self.step)
         t0 = time.perf_counter()
         while self.step < self.total_steps:
             epoch, skip = divmod(self.step, self.steps_per_epoch)
@@ -403,6 +405,22 @@ class Trainer:
         self.elapsed = time.perf_counter() - t0
         self.final_loss = self.last.get("loss", float("nan"))
         return self.final_path
+
+
+def _drop_metrics_after(path: Path, step: int) -> None:
+    """Keep only the ``metrics.jsonl`` records up to ``step`` (a resumed run recomputes the rest,
+    and would otherwise log those steps twice); a line cut short by a kill is dropped too."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if int(json.loads(line)["step"]) <= step:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            continue
+    with atomic_open(path, "w") as f:
+        f.write("".join(f"{line}\n" for line in kept))
 
 
 def make_accelerator(mixed_precision: str = "auto") -> Any:

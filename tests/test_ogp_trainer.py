@@ -96,3 +96,7 @@ def test_resume_restores_the_rotation_and_reproduces_the_run(public, tmp_path):
     for k, v in a.backbone.state_dict().items():
         assert torch.equal(v, b.backbone.state_dict()[k]), k
     assert torch.equal(a.head.weight, b.head.weight)
+    # the steps redone after the checkpoint are logged once, as in the uninterrupted run
+    steps = [[json.loads(line)["step"] for line in (r / "ogp" / "metrics.jsonl").read_text().splitlines()]
+             for r in (tmp_path / "a", run)]
+    assert steps[0] == steps[1] and steps[0][-1] == a.step

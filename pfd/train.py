@@ -16,6 +16,7 @@ One code path runs as a single CPU process, on one GPU, or data-parallel under
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -201,6 +202,14 @@ class Trainer:
                 raise PfdError(
                     f"{cfg.init}: model was built for {arch.get('size')}px but --size is {cfg.size}; use the same size"
                 )
+            # The architecture is the checkpoint's: record it, so config.toml says what was trained.
+            actual = {k: arch[a] for k, a in (("backbone", "name"), ("width", "width"), ("embedding_dim", "embedding_dim"))
+                      if a in arch}
+            given = {k: getattr(cfg, k) for k in actual}
+            if actual != given:
+                log.warning("architecture from --init %s: %s (the backbone settings %s are not used)", cfg.init,
+                            ", ".join(f"{k}={v}" for k, v in actual.items()), ", ".join(f"{k}={v}" for k, v in given.items()))
+                self.cfg = cfg = dataclasses.replace(cfg, **actual)
         else:
             backbone = create_backbone(cfg.backbone, width=cfg.width, size=cfg.size, embedding_dim=cfg.embedding_dim)
         dim = int(getattr(backbone, "arch", {}).get("embedding_dim", cfg.embedding_dim))
@@ -460,7 +469,10 @@ def _check_resume(cfg: TrainConfig, path: str | Path) -> None:
     if not isinstance(saved, dict):
         return
     now = config_to_dict(cfg)
-    diff = sorted(k for k in saved.keys() & now.keys() if k not in _RESUME_MAY_CHANGE and saved[k] != now[k])
+    # With --init the architecture is the checkpoint's (recorded in place of the flags by Trainer);
+    # the init path itself is compared.
+    free = _RESUME_MAY_CHANGE | ({"backbone", "width", "embedding_dim"} if cfg.init else set())
+    diff = sorted(k for k in saved.keys() & now.keys() if k not in free and saved[k] != now[k])
     if diff:
         shown = ", ".join(f"{k} {saved[k]!r} -> {now[k]!r}" for k in diff[:5])
         raise PfdError(

@@ -88,6 +88,11 @@ def test_init_of_another_size_fails_clearly_and_a_fitting_one_is_used(tmp_path):
     assert res.exit_code == 0, res.output
     ck = load_checkpoint(out / "model.pt")
     assert ck["arch"]["name"] == "ir34"
+    # TINY says --backbone ir18: the resolved config records what was trained, and says so
+    assert tomllib.loads((out / "config.toml").read_text())["train"]["backbone"] == "ir34"
+    res = _train("--data", DATA, *TINY, "--init", str(tmp_path / "ir34_32px.pt"), "--lr", "1e-12",
+                 "--max-steps", "1", "--out", str(out), "--resume")
+    assert res.exit_code == 0, res.output  # the same command resumes (here: the finished run)
     assert torch.allclose(ck["backbone"]["layer3.1.conv1.weight"], init.state_dict()["layer3.1.conv1.weight"], atol=1e-9)
 
 

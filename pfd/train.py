@@ -207,8 +207,12 @@ class Trainer:
                       if a in arch}
             given = {k: getattr(cfg, k) for k in actual}
             if actual != given:
-                log.warning("architecture from --init %s: %s (the backbone settings %s are not used)", cfg.init,
-                            ", ".join(f"{k}={v}" for k, v in actual.items()), ", ".join(f"{k}={v}" for k, v in given.items()))
+                # Warn only about settings someone chose (not left at their defaults, as OGP does).
+                defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+                chosen = {k: v for k, v in given.items() if v != defaults[k] and v != actual[k]}
+                (log.warning if chosen else log.info)(
+                    "architecture from --init %s: %s%s", cfg.init, ", ".join(f"{k}={v}" for k, v in actual.items()),
+                    f" (not {', '.join(f'{k}={v}' for k, v in chosen.items())})" if chosen else "")
                 self.cfg = cfg = dataclasses.replace(cfg, **actual)
         else:
             backbone = create_backbone(cfg.backbone, width=cfg.width, size=cfg.size, embedding_dim=cfg.embedding_dim)

@@ -69,7 +69,7 @@ def test_joint_training_keeps_label_spaces_disjoint(tmp_path):
     assert tomllib.loads((out / "config.toml").read_text())["train"]["data"] == [src, src, "synthetic:test,ids=3,imgs=4"]
 
 
-def test_init_of_another_size_fails_clearly_and_a_fitting_one_is_used(tmp_path):
+def test_init_of_another_size_fails_clearly_and_a_fitting_one_is_used(tmp_path, caplog):
     other = save_checkpoint(tmp_path / "ir34_64px.pt", backbone=create_backbone("ir34", width=0.125, size=64,
                                                                                 embedding_dim=16))
     res = _train("--data", DATA, *TINY, "--init", str(other), "--max-steps", "1", "--out", str(tmp_path / "bad"))
@@ -83,9 +83,11 @@ def test_init_of_another_size_fails_clearly_and_a_fitting_one_is_used(tmp_path):
     init = create_backbone("ir34", width=0.125, size=32, embedding_dim=16)
     torch.save(init.state_dict(), tmp_path / "ir34_32px.pt")
     out = tmp_path / "ft"
-    res = _train("--data", DATA, *TINY, "--init", str(tmp_path / "ir34_32px.pt"), "--lr", "1e-12",
-                 "--max-steps", "1", "--out", str(out))
+    with caplog.at_level(logging.WARNING, logger="pfd.train"):
+        res = _train("--data", DATA, *TINY, "--init", str(tmp_path / "ir34_32px.pt"), "--lr", "1e-12",
+                     "--max-steps", "1", "--out", str(out))
     assert res.exit_code == 0, res.output
+    assert "backbone=ir34" in caplog.text and "backbone=ir18" in caplog.text
     ck = load_checkpoint(out / "model.pt")
     assert ck["arch"]["name"] == "ir34"
     # TINY says --backbone ir18: the resolved config records what was trained, and says so

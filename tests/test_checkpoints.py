@@ -220,3 +220,19 @@ def test_arbitrary_objects_are_refused_not_executed(tmp_path):
     with pytest.raises(PfdError, match="legacy.pt"):
         load_backbone(tmp_path / "legacy.pt")
     assert not marker.exists()
+
+
+def test_torchscript_archive_is_refused_with_how_to_resave(tmp_path):
+    import warnings
+
+    model = create_backbone("ir18", width=0.125, size=SIZE).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit is deprecated in torch 2.14
+        torch.jit.trace(model, torch.rand(2, 3, SIZE, SIZE)).save(str(tmp_path / "scripted.pt"))
+    for loader in (load_checkpoint, load_backbone):
+        with pytest.raises(PfdError, match=r"scripted\.pt: is a TorchScript archive.*state_dict") as e:
+            loader(tmp_path / "scripted.pt")
+        assert "\n" not in str(e.value)
+    # an ordinary checkpoint is not mistaken for one
+    save_checkpoint(tmp_path / "plain.pt", backbone=model)
+    assert load_backbone(tmp_path / "plain.pt").arch["name"] == "ir18"

@@ -167,6 +167,11 @@ def _torch_load(path: str | os.PathLike) -> Any:
     path = Path(path)
     if not path.is_file():
         raise PfdError(f"{path}: no such checkpoint file; check the path")
+    if _is_torchscript(path):
+        raise PfdError(
+            f"{path}: is a TorchScript archive (torch.jit.save); pfd loads state dicts only (weights_only). "
+            "Re-save its weights: torch.save(torch.jit.load(path).state_dict(), 'weights.pt'), then use that file"
+        )
     try:
         with warnings.catch_warnings():
             # Bare pickles (not torch's zip format) trigger a protocol warning before being refused.
@@ -192,6 +197,19 @@ def _torch_load(path: str | os.PathLike) -> Any:
             f"{path}: cannot read checkpoint ({type(e).__name__}: {_short(e, 100)}); the file is truncated "
             "or not a torch checkpoint; re-download or re-save it"
         ) from None
+
+
+def _is_torchscript(path: Path) -> bool:
+    """Whether ``path`` is a TorchScript zip (it holds ``<name>/code/`` or ``constants.pkl``)."""
+    import zipfile
+
+    try:
+        if not zipfile.is_zipfile(path):
+            return False
+        with zipfile.ZipFile(path) as z:
+            return any(n.split("/", 1)[-1].startswith(("code/", "constants.pkl")) for n in z.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def _is_pfd(obj: Any) -> bool:

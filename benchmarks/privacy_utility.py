@@ -26,6 +26,8 @@ split and what was measured are documented in docs/benchmarks.md.
 
 Usage:
     python benchmarks/privacy_utility.py [--data-root DIR] [--rows pfd raw] [--force] [--quick]
+
+The committed results make a plain rerun print them; ``--force`` recomputes every row.
 """
 
 from __future__ import annotations
@@ -355,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown row(s) {unknown}; choose from {names}")
     todo = [r for r in ROWS if (not args.rows or r[0] in args.rows) and (args.force or r[0] not in doc["rows"])]
 
+    if not todo:
+        print(f"every row is already in {json_path} with these settings (--force recomputes them):\n")
+        print(markdown(doc))
+        return 0
     t_start = time.perf_counter()
     print(f"data {data_root}; work {work}; {len(todo)} row(s) to run; load {_load()}", flush=True)
     bench = Bench(settings, data_root=data_root, work=work, progress=not args.no_progress and sys.stderr.isatty())

@@ -349,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     json_path, md_path = results / "privacy_utility.json", results / "privacy_utility.md"
     key = settings_hash(settings)
     doc: dict[str, Any] = json.loads(json_path.read_text()) if json_path.is_file() else {}
-    if doc.get("settings_hash") != key:
+    if doc.get("settings_hash") != key or (args.force and not args.rows):
+        # A full --force run starts an empty table, so that if it is interrupted, a plain rerun
+        # continues it instead of keeping the old rows it had not reached.
         doc = {"rows": {}}
     names = [r[0] for r in ROWS]
     unknown = sorted(set(args.rows or []) - set(names))

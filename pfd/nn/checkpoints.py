@@ -167,15 +167,12 @@ def _torch_load(path: str | os.PathLike) -> Any:
     path = Path(path)
     if not path.is_file():
         raise PfdError(f"{path}: no such checkpoint file; check the path")
-    if _is_torchscript(path):
-        raise PfdError(
-            f"{path}: is a TorchScript archive (torch.jit.save); pfd loads state dicts only (weights_only). "
-            "Re-save its weights: torch.save(torch.jit.load(path).state_dict(), 'weights.pt'), then use that file"
-        )
     try:
         with warnings.catch_warnings():
             # Bare pickles (not torch's zip format) trigger a protocol warning before being refused.
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            # TorchScript archives are refused below with their own message.
+            warnings.filterwarnings("ignore", message=".*looks like a TorchScript archive")
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         try:
@@ -193,6 +190,11 @@ def _torch_load(path: str | os.PathLike) -> Any:
             "it is truncated, not a torch file, or holds Python objects; re-download or re-save it"
         ) from None
     except Exception as e:  # truncated zip (RuntimeError), empty (EOFError), text (KeyError), ...
+        if _is_torchscript(path):  # torch refuses these under weights_only with a RuntimeError
+            raise PfdError(
+                f"{path}: is a TorchScript archive (torch.jit.save); pfd loads state dicts only (weights_only). "
+                "Re-save its weights: torch.save(torch.jit.load(path).state_dict(), 'weights.pt'), then use that file"
+            ) from None
         raise PfdError(
             f"{path}: cannot read checkpoint ({type(e).__name__}: {_short(e, 100)}); the file is truncated "
             "or not a torch checkpoint; re-download or re-save it"

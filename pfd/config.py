@@ -164,7 +164,16 @@ class OGPConfig:
         lambda_rep: Weight of L_rep in eq. 5.
         lambda_iso: Weight of L_iso in eq. 5.
         epochs: Fine-tuning epochs over the private set.
-        max_steps: Stop after this many steps when set.
+        max_steps: Schedule length in steps when set (replaces ``epochs`` and ``min_steps``).
+        min_steps: Floor on the schedule length in steps. The rotation learns per step, not per
+            epoch: a private set of 300 images at batch 64 gets 4 steps an epoch, and 35 steps
+            left half of the embeddings above the repulsion margin (not in the paper, which
+            fine-tunes on large sets).
+        target_below_margin: Share of private embeddings with ``|cos(M e, e)| < rep_margin``
+            (eq. 3) that OGP must reach. Below it after the schedule, training continues with
+            the schedule stretched to twice its length, until the target or ``step_cap``; the
+            publication gate refuses a release below it (not in the paper).
+        step_cap: Most OGP steps the extension may reach (0: never extend beyond the schedule).
         batch_size: Images per step (each contributes e and Me, so the head sees 2x).
         lr: Peak SGD learning rate of backbone and head.
         rotation_lr: Learning rate of the skew-symmetric generator A (0: same as lr).
@@ -186,6 +195,9 @@ class OGPConfig:
     lambda_iso: float = 1.0
     epochs: int = 10
     max_steps: int | None = None
+    min_steps: int = 200
+    target_below_margin: float = 0.95
+    step_cap: int = 2000
     batch_size: int = 64
     lr: float = 0.1
     rotation_lr: float = 0.0
@@ -246,9 +258,13 @@ class ReleaseConfig:
 
     Attributes:
         label_seed: Seed of the arbitrary label permutation (independent of every other seed).
+        allow_linkable: Write the release even when the publication gate's checks fail (OGP
+            below its margin target, or proxies that pfd's own attacks link above chance). The
+            baselines of a benchmark need it; a publisher should not.
     """
 
     label_seed: int = 0
+    allow_linkable: bool = False
 
 
 @dataclass

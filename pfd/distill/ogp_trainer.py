@@ -15,10 +15,18 @@ warm-up + cosine schedule, SGD, gradient clipping, mixed precision, data-paralle
 With ``rotate=False`` the same trainer fine-tunes the plain N-class margin model (``M = I``) that
 the ``rta-only``, ``sre2l`` and ``raw`` methods distill from, so every method starts from the same
 public checkpoint with the same schedule and data order.
+
+The schedule is counted in steps with a floor (``OGPConfig.min_steps``): eq. 3's repulsion is
+learnt per step, and a small private set gets few steps per epoch. After the schedule the rotating
+trainer measures the share of private embeddings below eq. 3's margin (eval mode, every private
+image, :meth:`OGPTrainer.below_margin_share`); below ``OGPConfig.target_below_margin`` it stretches
+the schedule to twice its length and continues, up to ``OGPConfig.step_cap``. The stretched total is
+stored in every checkpoint, so a killed extension resumes where it was.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +38,23 @@ from pfd.data.faceset import FaceSet
 from pfd.distill.ogp import OGPStep, Rotation, ogp_param_groups
 from pfd.train import MarginStep, Trainer
 
-__all__ = ["OGPTrainer", "ogp_train_config"]
+__all__ = ["OGPTrainer", "ogp_train_config", "ogp_schedule_steps"]
+
+log = logging.getLogger(__name__)
+
+
+def ogp_schedule_steps(ogp: OGPConfig, *, steps_per_epoch: int) -> int:
+    """Length of the OGP schedule in steps before any extension.
+
+    ``max_steps`` when set; otherwise ``epochs × steps_per_epoch`` with the ``min_steps`` floor.
+
+    Args:
+        ogp: The OGP settings.
+        steps_per_epoch: Global batches per epoch over the private set.
+    """
+    if ogp.max_steps:
+        return int(ogp.max_steps)
+    return max(int(ogp.epochs) * int(steps_per_epoch), int(ogp.min_steps))
 
 
 def ogp_train_config(
@@ -129,6 +153,12 @@ class OGPTrainer(Trainer):
             self.desc = "fine-tune"
         cfg = ogp_train_config(ogp, init=str(init), out=out, size=size, mixed_precision=mixed_precision, workers=workers)
         super().__init__(cfg, faces=faces, accelerator=accelerator, progress=progress, final_path=final_path)
+        # The step floor applies to every method, so that rta-only & co. get OGP's schedule.
+        self.total_steps = ogp_schedule_steps(ogp, steps_per_epoch=self.steps_per_epoch)
+        self.warmup_steps = min(self.warmup_steps, max(0, self.total_steps - 1))
+        self.schedule_steps = self.total_steps
+        #: Share of private embeddings below eq. 3's margin after :meth:`fit` (None: not rotating).
+        self.below_margin: float | None = None
 
     # -- what is trained ------------------------------------------------------------------
     def num_head_classes(self) -> int:
@@ -162,11 +192,63 @@ class OGPTrainer(Trainer):
     def extra_state(self) -> dict[str, Any] | None:
         if not self.rotate:
             return None
-        return {"rotation": {k: v.detach().cpu() for k, v in self.unwrapped.rotation.state_dict().items()}}
+        return {
+            "rotation": {k: v.detach().cpu() for k, v in self.unwrapped.rotation.state_dict().items()},
+            "total_steps": int(self.total_steps),
+        }
 
     def load_extra_state(self, extra: dict[str, Any] | None) -> None:
         if self.rotate and extra and "rotation" in extra:
             self.unwrapped.rotation.load_state_dict(extra["rotation"])
+            # A checkpoint written during an extension carries the stretched schedule; a longer
+            # schedule asked for on --resume wins.
+            self.total_steps = max(self.total_steps, int(extra.get("total_steps", 0)))
+
+    # -- the loop: schedule, then extend until eq. 3's margin is met -------------------------
+    def fit(self) -> Path:
+        """Train to the schedule; a rotating trainer then extends it until the margin target.
+
+        Returns:
+            The adapted model's path.
+        """
+        path = super().fit()
+        if not self.rotate:
+            return path
+        target, cap = float(self.ogp.target_below_margin), int(self.ogp.step_cap)
+        while True:
+            self.below_margin = self.below_margin_share()
+            if self.below_margin >= target or self.total_steps >= cap:
+                break
+            grown = min(cap, 2 * self.total_steps)
+            log.info(
+                "OGP: %.3f of the private embeddings below the repulsion margin after %d steps (target %.2f); "
+                "continuing to %d steps", self.below_margin, self.step, target, grown,
+            )  # fmt: skip
+            self.total_steps = grown
+            path = super().fit()
+        if self.cfg.checkpoint_every:
+            # A resumable checkpoint at the end: `--resume` with a longer schedule continues from here.
+            self.save(self.checkpoint_dir / f"step_{self.step:08d}.pt", resumable=True)
+        if self.below_margin < target:
+            log.warning(
+                "OGP: only %.3f of the private embeddings are below the repulsion margin %.2f after %d steps "
+                "(target %.2f, step cap %d)", self.below_margin, self.ogp.rep_margin, self.step, target, cap,
+            )  # fmt: skip
+        return path
+
+    @torch.no_grad()
+    def below_margin_share(self) -> float:
+        """Share of private images with ``|cos(M e, e)| < m`` (eq. 3's margin), eval mode.
+
+        Every process computes it on the whole private set with the same weights, so all of them
+        take the same decision without communicating.
+        """
+        from pfd.embed import Embedder
+
+        E = Embedder(self.backbone, batch_size=256, device=self.acc.device)(self.faces)  # (n, D), normalised
+        M = self.rotation_matrix()  # (D, D)
+        cos = (E @ M.T * E).sum(1)  # (n,), cos(M e, e) row-wise (eq. 1)
+        return float((cos.abs() < self.ogp.rep_margin).float().mean())
 
     # -- results --------------------------------------------------------------------------
     @torch.no_grad()

@@ -175,6 +175,8 @@ class Bench:
             "out": str(root / "release"), "state_dir": str(root / "state"), "resume": resume, "size": self.s["size"],
             "mixed_precision": "no", "threads": torch.get_num_threads(),
             "ogp": self.s["ogp"], "rta": self.s["rta"], "baseline": baseline,
+            # Every row is measured, linkable or not; the gate's verdict is kept in the summary.
+            "release": {"allow_linkable": True},
         })  # fmt: skip
 
     def plain_finetune(self, public: Path) -> tuple[Path, float]:
@@ -270,6 +272,7 @@ class Bench:
             summary = self.distill_row(method, baseline, root, public, shared)
             times["distill"] = time.perf_counter() - t
             res["distill"] = {"times_s": summary["times_s"], "rates": summary["rates"], "counts": summary["counts"],
+                              "gate": summary.get("gate"),
                               "losses": summary["losses"], "baseline": summary.get("baseline"),
                               "shared_finetune_s": plain[1] if shared is not None else None}
             release = root / "release"

@@ -59,6 +59,8 @@ _EXPORTS: dict[str, str] = {
     # distillation building blocks
     **{n: "pfd.distill.ogp" for n in ("Rotation", "OGPStep", "ogp_loss", "rotate")},
     **{n: "pfd.distill.rta" for n in ("kmeans_prototypes", "rta_loss", "distill_loss", "ProxyDistiller")},
+    **{n: "pfd.distill.gate" for n in ("publication_checks", "PublicationRefused")},
+    "OGPTrainer": "pfd.distill.ogp_trainer",
     # attacks
     **{n: "pfd.attacks.metrics" for n in ("wilson_interval", "oriented_auc", "tpr_at_fpr")},
     **{n: "pfd.attacks.membership" for n in ("identity_statistics", "membership_report")},

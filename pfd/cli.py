@@ -370,7 +370,9 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--seed", type=int, help="Seed of OGP, K-means and RTA (same seed, same release).")
 @click.option("--ogp-head", help="[ogp] margin head of the fine-tuning (adaface, arcface, cosface, magface).")
 @click.option("--ogp-epochs", type=int, help="[ogp] fine-tuning epochs over the private set.")
-@click.option("--ogp-steps", type=int, help="[ogp] stop fine-tuning after this many steps.")
+@click.option("--ogp-steps", type=int, help="[ogp] schedule length in steps (replaces --ogp-epochs and the step floor); "
+              "with --resume, a longer schedule continues the fine-tuning.")
+@click.option("--ogp-min-steps", type=int, help="[ogp] floor on the schedule length in steps (default 200).")
 @click.option("--ogp-batch-size", type=int, help="[ogp] images per step (split across processes).")
 @click.option("--ogp-lr", type=float, help="[ogp] peak SGD learning rate (warm-up, then cosine).")
 @click.option("--rep-margin", type=float, help="[ogp] cosine margin m of L_rep (eq. 3).")
@@ -383,6 +385,9 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--lambda-rta", type=float, help="[rta] weight of L_RTA (eq. 10).")
 @click.option("--lambda-bn", type=float, help="[rta] weight of L_bn (eq. 10).")
 @click.option("--label-seed", type=int, help="[release] seed of the arbitrary label permutation.")
+@click.option("--allow-linkable", is_flag=True, default=None,
+              help="[release] publish even when the publication gate fails (pfd's own attacks link the proxies "
+                   "above chance, or OGP missed its margin target). For benchmark baselines, not for publishing.")
 @click.option("--epsilon", type=float, help="[baseline] dp-pix privacy budget ε (Laplace scale 255 m / (b² ε)).")
 @click.option("--dp-cell", type=int, help="[baseline] dp-pix cell side b in pixels (0: 16 at 112 px, scaled).")
 @click.option("--dp-pixels", type=int, help="[baseline] dp-pix m, pixels neighbouring images may differ in (0: 16 at 112 px, scaled).")
@@ -410,16 +415,18 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     Private state goes to --state-dir (mode 0700; never publish it); see docs/distill.md.
     """
     from pfd.config import DistillConfig, build_config, load_recipe
+    from pfd.distill.gate import PublicationRefused
     from pfd.distill.pipeline import distill
     from pfd.distill.summary import format_summary
 
     r = load_recipe(recipe)
     ogp = {k: kw.pop(f"ogp_{k}") for k in ("head", "epochs", "batch_size", "lr")}
     ogp["max_steps"] = kw.pop("ogp_steps")
+    ogp["min_steps"] = kw.pop("ogp_min_steps")
     ogp.update({k: kw.pop(k) for k in ("rep_margin", "lambda_rep", "lambda_iso")})
     rta = {k: kw.pop(k) for k in ("ipc", "iterations", "lambda_rta", "lambda_bn")}
     rta.update(batch_size=kw.pop("rta_batch_size"), lr=kw.pop("rta_lr"))
-    release = {"label_seed": kw.pop("label_seed")}
+    release = {"label_seed": kw.pop("label_seed"), "allow_linkable": kw.pop("allow_linkable")}
     baseline = {"epsilon": kw.pop("epsilon"), "cell": kw.pop("dp_cell"), "pixels": kw.pop("dp_pixels"),
                 "blur_sigma": kw.pop("blur_sigma")}
     if seed is not None:
@@ -430,7 +437,11 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
         DistillConfig, {"pretrain": r.get("train", {})}, r.get("distill", {}),
         _flags(**kw), _nested(ogp=ogp, rta=rta, release=release, baseline=baseline),
     )  # fmt: skip
-    result = distill(cfg, progress=progress)
+    try:
+        result = distill(cfg, progress=progress)
+    except PublicationRefused as e:
+        click.echo(format_summary(e.summary, private=cfg.private))  # what failed, then the one-line error
+        raise
     if result.is_main:
         click.echo(format_summary(result.summary, private=cfg.private))
 

@@ -44,14 +44,20 @@ def tiny_distill_config(public: Path, root: Path, **kw: Any) -> DistillConfig:
     per-proxy weight λ_RTA · B / NK stays near the demo's (100 · 2 / 12 ≈ 17). Measured with
     these settings: own-prototype 0.75 (pfd) and 1.00 (rta-only), source nearest 0.00 / 1.00.
 
+    OGP has no step floor here (8 epochs are 24 steps): the trainer's own extension (doubling the
+    schedule until 95 % of the private embeddings are below the margin) is what gets the rotation
+    there, so every pipeline test exercises it. The methods other than ``pfd`` link by design
+    (they are the ablation rows), so they publish with ``allow_linkable``.
+
     Nested tables (``ogp``, ``rta``, ``release``) in ``kw`` merge key by key.
     """
     base: dict[str, Any] = {
         "private": PRIVATE, "public": str(public), "out": str(root / "release"), "state_dir": str(root / "state"),
         "size": 32,
         "ogp": {"head": "adaface", "scale": 16.0, "margin": 0.3, "rep_margin": 0.1, "lambda_rep": 5.0, "epochs": 8, "batch_size": 16,
-                "lr": 0.05, "warmup_epochs": 1.0, "checkpoint_every": 10, "seed": 0},
+                "lr": 0.05, "warmup_epochs": 1.0, "checkpoint_every": 10, "seed": 0, "min_steps": 0},
         "rta": {"ipc": 2, "iterations": 40, "batch_size": 2, "lr": 0.05, "lambda_rta": 100.0, "lambda_bn": 0.01,
                 "crop_scale": [1.0, 1.0], "shift": 0, "flip": False, "kmeans_n_init": 2, "seed": 0},
+        "release": {"allow_linkable": kw.get("method", "pfd") != "pfd"},
     }  # fmt: skip
     return build_config(DistillConfig, base, kw)

@@ -177,12 +177,12 @@ def test_dp_pix_release_is_reproducible_and_bad_epsilon_fails_first(public, tmp_
 
 def test_cli_baseline_flags_reach_the_config(public, tmp_path):
     recipe = tmp_path / "tiny.toml"
-    recipe.write_text("[distill.ogp]\nepochs = 1\nbatch_size = 16\n[distill.rta]\nipc = 2\nbatch_size = 4\n")
+    recipe.write_text("[distill.ogp]\nepochs = 1\nmin_steps = 0\nbatch_size = 16\n[distill.rta]\nipc = 2\nbatch_size = 4\n")
     res = CliRunner().invoke(main, [
         "distill", "--recipe", str(recipe), "--public", str(public), "--private", PRIVATE, "--size", "32",
         "--out", str(tmp_path / "release"), "--state-dir", str(tmp_path / "state"), "--no-progress",
         "--method", "dp-pix", "--epsilon", "3", "--dp-cell", "4", "--dp-pixels", "2", "--blur-sigma", "1.5",
-        "--seed", "7", "--threads", "1",
+        "--seed", "7", "--threads", "1", "--allow-linkable",
     ])  # fmt: skip
     assert res.exit_code == 0, res.output
     cfg = load_recipe(tmp_path / "state" / "config.toml")["distill"]["baseline"]

@@ -230,34 +230,64 @@ class Distillation:
 
     # -- stage 1: fine-tuning (OGP for pfd) ----------------------------------------------------
     def adapt(self) -> dict[str, float]:
-        """Fine-tune from the public model; write ``adapted.pt`` and ``rotation.pt``."""
-        from pfd.distill.ogp_trainer import OGPTrainer
+        """Fine-tune from the public model; write ``adapted.pt`` and ``rotation.pt``.
+
+        On ``--resume`` the stage is skipped when ``adapted.pt`` has trained at least the configured
+        schedule. A longer schedule (``--ogp-steps``, ``ogp.min_steps``, ``ogp.epochs``) continues
+        from the newest OGP checkpoint, and what was computed from the shorter run (prototypes,
+        RTA batches, summary) is removed so that it is redone.
+        """
+        from pfd.nn.checkpoints import load_checkpoint
 
         t0, cfg, st = time.perf_counter(), self.cfg, self.state
+        trainer = None
         skip = cfg.resume and st.adapted.is_file()
+        if skip:
+            trainer = self._ogp_trainer()
+            trainer.resume()
+            done = int(load_checkpoint(st.adapted).get("step") or 0)
+            if done < trainer.total_steps:
+                log.info("OGP: adapted model has %d steps, the schedule %d; continuing", done, trainer.total_steps)
+                skip = False
+                if self.acc.is_main_process:
+                    self._drop_after_adapt()
+                self.acc.wait_for_everyone()
         if not skip:
-            trainer = OGPTrainer(
-                cfg.ogp,
-                faces=self.faces,
-                init=st.public_model,
-                out=st.ogp,
-                final_path=st.adapted,
-                size=cfg.size,
-                rotate=self.rotated,
-                mixed_precision=cfg.mixed_precision,
-                workers=cfg.workers,
-                record={"distill": config_to_dict(cfg)},
-                accelerator=self.acc,
-                progress=self.progress,
-            )
-            if cfg.resume:
-                trainer.resume()
+            if trainer is None:
+                trainer = self._ogp_trainer()
+                if cfg.resume:
+                    trainer.resume()
             trainer.fit()
         if self.acc.is_main_process and not (skip and st.rotation.is_file()):
             self._write_rotation()
         self.acc.wait_for_everyone()
         self._timed("adapt", t0, skip)
         return _last_metrics(st.ogp / "metrics.jsonl")
+
+    def _ogp_trainer(self) -> Any:
+        from pfd.distill.ogp_trainer import OGPTrainer
+
+        cfg, st = self.cfg, self.state
+        return OGPTrainer(
+            cfg.ogp,
+            faces=self.faces,
+            init=st.public_model,
+            out=st.ogp,
+            final_path=st.adapted,
+            size=cfg.size,
+            rotate=self.rotated,
+            mixed_precision=cfg.mixed_precision,
+            workers=cfg.workers,
+            record={"distill": config_to_dict(cfg)},
+            accelerator=self.acc,
+            progress=self.progress,
+        )
+
+    def _drop_after_adapt(self) -> None:
+        """Remove what a shorter fine-tuning produced (it no longer matches the adapted model)."""
+        st = self.state
+        for p in (st.rotation, st.prototypes, st.summary, *sorted(st.batches.glob("batch_*.pt"))):
+            p.unlink(missing_ok=True)
 
     def _write_rotation(self) -> None:
         """``rotation.pt`` from the adapted checkpoint (M = exp(A − Aᵀ), eq. 1; I without OGP)."""
@@ -385,10 +415,40 @@ class Distillation:
         return x
 
     # -- stage 4: the release ----------------------------------------------------------------
-    def release(self, protos: dict[str, Any], ogp_losses: dict[str, float]) -> dict[str, Any] | None:
-        """Main process: gather every batch file, write the release, the proxy map and the summary."""
+    def gate(self, backbone: torch.nn.Module, docs: list[dict[str, Any]], source: np.ndarray,
+             protos: dict[str, Any]) -> list[dict[str, Any]]:
+        """The publication gate's checks (:mod:`pfd.distill.gate`) on the released pixels."""
+        from pfd.distill.gate import publication_checks
+        from pfd.embed import Embedder
+        from pfd.nn.checkpoints import load_backbone
+
+        proxies = torch.cat([d["proxies"] for d in docs]).float().div_(255.0)  # (NK, 3, S, S)
+        labels = np.asarray(self.faces.labels)
+        embed = lambda model, x: Embedder(model, batch_size=256, device=self.acc.device)(x)  # noqa: E731
+        insider = (torch.cat([d["embeddings"] for d in docs]), embed(backbone, self.faces))
+        public_model = load_backbone(self.state.public_model).to(self.acc.device)
+        public = (embed(public_model, proxies), embed(public_model, self.faces))
+        rotated = bool(protos.get("rotated", False))
+        below = float((protos["cos_rotated"].abs() < self.cfg.ogp.rep_margin).float().mean()) if rotated else None
+        return publication_checks(
+            proxy_source=source, private_labels=labels, insider=insider, public=public,
+            below_margin=below, target=self.cfg.ogp.target_below_margin if rotated else None,
+        )  # fmt: skip
+
+    def release(self, protos: dict[str, Any], ogp_losses: dict[str, float],
+                backbone: torch.nn.Module | None = None) -> dict[str, Any] | None:
+        """Main process: gather every batch file, run the publication gate, then write the release,
+        the proxy map and the summary.
+
+        Raises:
+            PfdError: A check of the gate failed and ``release.allow_linkable`` is off: nothing is
+                published, the state (with ``summary.json`` naming the failed checks) is kept.
+        """
+        from pfd.distill.gate import failed_checks, format_checks
+
         t0, cfg, st = time.perf_counter(), self.cfg, self.state
         summary = None
+        refused = None
         if self.acc.is_main_process:
             batches = self.batches()
             missing = [b for b in range(len(batches)) if not st.batch(b).is_file()]
@@ -401,27 +461,68 @@ class Distillation:
             proxies = torch.cat([d["proxies"] for d in docs]).numpy()  # (NK, 3, S, S) uint8
             pid = protos["proto_identity"]
             source = pid[rows].numpy()
-            if cfg.resume:
-                clear_interrupted_release(self.out)
-            written = write_release(
-                self.out, proxies, source, method=cfg.method, label_seed=cfg.release.label_seed,
-                state_dir=st.root, resume=cfg.resume,
-            )  # fmt: skip
-            write_proxy_map(
-                st.root, written, proxy_source=source, identities=self.faces.identities,
-                label_seed=cfg.release.label_seed, extra={"method": cfg.method, "prototype_row": rows.tolist()},
-            )  # fmt: skip
+            if backbone is None:
+                backbone = self.load_adapted()[0]
+            checks = self.gate(backbone, docs, source, protos)
+            failed = failed_checks(checks)
+            publish = not failed or cfg.release.allow_linkable
+            gate = {"checks": checks, "passed": not failed, "published": publish,
+                    "override": bool(failed and cfg.release.allow_linkable)}  # fmt: skip
+            if publish:
+                if failed:
+                    log.warning("publishing although the gate failed (--allow-linkable):\n%s", format_checks(failed))
+                if cfg.resume:
+                    clear_interrupted_release(self.out)
+                written = write_release(
+                    self.out, proxies, source, method=cfg.method, label_seed=cfg.release.label_seed,
+                    state_dir=st.root, resume=cfg.resume,
+                    extra_manifest={"checks": {c["name"]: bool(c["passed"]) for c in checks}},
+                )  # fmt: skip
+                write_proxy_map(
+                    st.root, written, proxy_source=source, identities=self.faces.identities,
+                    label_seed=cfg.release.label_seed, extra={"method": cfg.method, "prototype_row": rows.tolist()},
+                )  # fmt: skip
             self.times["release"] = time.perf_counter() - t0
             summary = build_summary(
                 self.cfg, docs=docs, rows=rows, protos=protos, ogp_losses=ogp_losses, times=self.times,
                 skipped=self.skipped, num_private=len(self.faces), processes=self.acc.num_processes,
                 release=self.out, state_dir=self.state.root,
             )  # fmt: skip
+            summary["gate"] = gate
+            if st.adapted.is_file():
+                from pfd.nn.checkpoints import load_checkpoint
+
+                summary["counts"]["ogp_steps"] = int(load_checkpoint(st.adapted).get("step") or 0)
             if self.baseline is not None:
                 summary["baseline"] = {"method": cfg.method, **self.baseline}
             atomic_write_json(st.summary, summary)
+            if not publish:
+                refused = _refusal(failed, cfg, st.root)
         self.acc.wait_for_everyone()
+        if refused is not None:
+            from pfd.distill.gate import PublicationRefused
+
+            raise PublicationRefused(refused, summary)
         return summary
+
+
+def _refusal(failed: list[dict[str, Any]], cfg: DistillConfig, state_dir: Path) -> str:
+    """The one-line reason a release was not published, with the fix."""
+    parts = []
+    for c in failed:
+        if c["name"] == "ogp_margin":
+            parts.append(f"OGP left {1 - c['value']:.0%} of the private embeddings above the repulsion margin "
+                         f"(target {c['target']:.0%} below)")  # fmt: skip
+        else:
+            parts.append(f"{c['name']} links {c['rate']:.1%} of the proxies (95% CI {c['ci95'][0]:.1%}-"
+                         f"{c['ci95'][1]:.1%}, chance {c['chance']:.1%})")  # fmt: skip
+    if cfg.method == "pfd":
+        fix = ("rerun with --resume and a longer OGP schedule (--ogp-steps, e.g. twice counts.ogp_steps of "
+               "summary.json), or pass --allow-linkable to publish anyway")
+    else:
+        fix = (f"--method {cfg.method} does not decouple the proxies from their sources (it is an ablation or "
+               "baseline row): use --method pfd, or pass --resume --allow-linkable to publish it anyway")
+    return f"not published: {'; '.join(parts)}. The state is kept in {state_dir}: {fix}"
 
 
 def distill(
@@ -448,7 +549,7 @@ def distill(
     backbone, head, M = run.load_adapted()
     protos = run.prototypes(backbone, M)
     run.proxies(backbone, head, protos)
-    summary = run.release(protos, ogp_losses)
+    summary = run.release(protos, ogp_losses, backbone)
     if summary is None:
         summary = json.loads(run.state.summary.read_text(encoding="utf-8"))
     return DistillResult(run.out, run.state.root, summary, run.acc.is_main_process)

@@ -37,7 +37,11 @@ __all__ = ["StateDir", "check_outputs", "check_same_settings", "clear_interrupte
 #: Settings that may change between a run and its ``--resume`` without changing what is computed
 #: (a state dir may be moved; the release may be written elsewhere). Bitwise equality with an
 #: uninterrupted run also needs the same thread count.
-_FREE = {"resume", "out", "state_dir", "workers", "threads"}
+_FREE = {"resume", "out", "state_dir", "workers", "threads",
+         # A longer OGP schedule continues the fine-tuning (and redoes what follows it); the
+         # publication gate's override decides only whether the finished release is written.
+         "ogp.epochs", "ogp.max_steps", "ogp.min_steps", "ogp.step_cap", "ogp.target_below_margin",
+         "release.allow_linkable"}
 
 
 @dataclass(frozen=True)

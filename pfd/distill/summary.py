@@ -157,6 +157,16 @@ def format_summary(summary: dict[str, Any], *, private: str = "SPEC") -> str:
         f"linkage     insider (adapted model): cos to source {_f(r['source_cos'])}, "
         f"source is nearest {_f(r['source_top1'])} (chance {_f(r['chance'])})"
     )
+    gate = summary.get("gate")
+    if gate:
+        from pfd.distill.gate import format_checks
+
+        head = "passed" if gate["passed"] else ("FAILED, published with --allow-linkable" if gate["published"] else "FAILED, not published")
+        lines.append(f"gate        {head}")
+        lines += ["            " + line for line in format_checks(gate["checks"]).splitlines()]
+    if gate and not gate["published"]:
+        lines.append(f"state       {summary['state_dir']}  (private: never publish)")
+        return "\n".join(lines)
     lines += [
         f"release     {summary['release']}  (publish this)",
         f"state       {summary['state_dir']}  (private: never publish)",

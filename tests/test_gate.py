@@ -1,0 +1,60 @@
+"""The publication gate: its checks fail on leaked proxies and rarely on unrelated ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pfd.distill.gate import failed_checks, format_checks, linkability_check, margin_check, publication_checks
+
+N, PER, K, D = 12, 6, 3, 32
+
+
+def _world(seed: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+    """Private embeddings clustered by identity, and each proxy's source identity."""
+    g = torch.Generator().manual_seed(seed)
+    centres = F.normalize(torch.randn(N, D, generator=g), dim=1)
+    labels = np.repeat(np.arange(N), PER)
+    private = F.normalize(centres[labels] + 0.3 * torch.randn(N * PER, D, generator=g), dim=1)  # (N*PER, D)
+    source = np.repeat(np.arange(N), K)
+    return private, labels, source
+
+
+def test_margin_check():
+    assert margin_check(0.96, 0.95)["passed"] and not margin_check(0.94, 0.95)["passed"]
+    assert margin_check(0.95, 0.95)["passed"]  # the target itself is reached
+
+
+def test_leaked_proxies_fail_every_linkability_check():
+    private, labels, source = _world(0)
+    g = torch.Generator().manual_seed(1)
+    idx = np.array([np.flatnonzero(labels == s)[j % PER] for j, s in enumerate(source)])
+    leaked = F.normalize(private[idx] + 0.05 * torch.randn(len(idx), D, generator=g), dim=1)  # near-copies
+    checks = publication_checks(proxy_source=source, private_labels=labels, insider=(leaked, private),
+                                public=(leaked, private), below_margin=0.99, target=0.95)  # fmt: skip
+    assert [c["name"] for c in checks] == ["ogp_margin", "insider_vismatch", "insider_reid", "public_vismatch", "public_reid"]
+    assert [c["name"] for c in failed_checks(checks)] == ["insider_vismatch", "insider_reid", "public_vismatch", "public_reid"]
+    for c in checks[1:]:
+        assert c["rate"] == 1.0 and c["ci95"][0] > c["chance"] == 1 / N
+    text = format_checks(checks)
+    assert text.count("FAILED") == 4 and "ogp_margin" in text and "passed" in text
+
+
+def test_unrelated_proxies_rarely_fail_a_check_under_the_null():
+    # 200 simulated releases whose proxies carry no information about their sources.
+    fired = np.zeros(2)
+    for seed in range(200):
+        private, labels, source = _world(seed)
+        g = torch.Generator().manual_seed(10_000 + seed)
+        noise = F.normalize(torch.randn(len(source), D, generator=g), dim=1)
+        for j, attack in enumerate(("vismatch", "reid")):
+            fired[j] += not linkability_check(attack, attack, noise, source, private, labels)["passed"]
+    assert (fired / 200 <= 0.07).all(), fired / 200
+
+
+def test_public_checks_are_skipped_without_a_public_model():
+    private, labels, source = _world(3)
+    proxies = private[: len(source)]
+    checks = publication_checks(proxy_source=source, private_labels=labels, insider=(proxies, private), public=None)
+    assert [c["name"] for c in checks] == ["insider_vismatch", "insider_reid"]  # no rotation, no margin check

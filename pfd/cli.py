@@ -48,8 +48,13 @@ def main(verbose: int) -> None:
       pfd train --recipe tiny-cpu --out runs/tiny
       pfd eval --model runs/tiny/model.pt --data synthetic:test
     """
+    from pfd.progress import PROGRESS_LOGGER
+
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # One line per finished stage / loop is shown by default: it replaces the bars where stderr
+    # is not a terminal (CI, nohup) or --no-progress was given.
+    logging.getLogger(PROGRESS_LOGGER).setLevel(min(level, logging.INFO))
 
 
 def _flags(**kw: Any) -> dict[str, Any]:
@@ -90,8 +95,10 @@ def _recipe_table(recipe: str | None, table: str) -> dict[str, Any]:
 @click.option("--min-images", type=int, help="Drop identities with fewer images.")
 @click.option("--flip/--no-flip", default=None, help="Random horizontal flips (default on).")
 @click.option("--threads", type=int, help="CPU threads per process (0: OMP_NUM_THREADS or torch's default).")
+@click.option("--skip-bad", is_flag=True, default=None, help="Skip and list unreadable images instead of stopping.")
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in OUT/checkpoints.")
-def train_cmd(recipe: str | None, resume: bool, **kw: Any) -> None:
+@click.option("--progress/--no-progress", default=True, help="Progress bar (only on a terminal; a line per run otherwise).")
+def train_cmd(recipe: str | None, resume: bool, progress: bool, **kw: Any) -> None:
     """Train or fine-tune a face-recognition model with a margin loss.
 
     \b
@@ -116,7 +123,7 @@ def train_cmd(recipe: str | None, resume: bool, **kw: Any) -> None:
     kw["data"] = list(kw["data"]) or None
     cfg = build_config(TrainConfig, _recipe_table(recipe, "train"), _flags(**kw))
     t0 = time.perf_counter()
-    path = train(cfg, resume=resume)
+    path = train(cfg, resume=resume, progress=progress)
     state = PartialState()  # the training run's (already initialised) process group
     if state.is_main_process:
         ck = load_checkpoint(path)
@@ -136,7 +143,9 @@ def train_cmd(recipe: str | None, resume: bool, **kw: Any) -> None:
 @click.option("--batch-size", type=int)
 @click.option("--seed", type=int, help="Pair-drawing seed.")
 @click.option("--out", help="JSON output (default: eval.json next to the model).")
-def eval_cmd(recipe: str | None, **kw: Any) -> None:
+@click.option("--skip-bad", is_flag=True, default=None, help="Skip and list unreadable images of --data.")
+@click.option("--progress/--no-progress", default=True, help="Embedding progress bar (only on a terminal).")
+def eval_cmd(recipe: str | None, progress: bool, **kw: Any) -> None:
     """Verification accuracy (10-fold), TAR@FAR, EER and ROC AUC of a model.
 
     \b
@@ -149,7 +158,7 @@ def eval_cmd(recipe: str | None, **kw: Any) -> None:
     from pfd.verify import evaluate, format_metrics_table
 
     cfg = build_config(EvalConfig, _recipe_table(recipe, "eval"), _flags(**kw))
-    metrics = evaluate(cfg)
+    metrics = evaluate(cfg, progress=progress)
     click.echo(format_metrics_table(metrics))
 
 
@@ -364,6 +373,7 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--size", type=int, help="Image size in pixels (must match the public model).")
 @click.option("--backbone", help="Expected backbone of --public (ir50, adaface_ir50, ...); another one is an error.")
 @click.option("--min-images", type=int, help="Drop identities with fewer images first (else each needs >= --ipc).")
+@click.option("--skip-bad", is_flag=True, default=None, help="Skip and list unreadable private images instead of stopping.")
 @click.option("--mixed-precision", type=click.Choice(["auto", "no", "bf16", "fp16"]))
 @click.option("--workers", type=int, help="DataLoader worker processes for fine-tuning.")
 @click.option("--threads", type=int, help="CPU threads per process (0: torch's default; 1 on a busy shared CPU).")
@@ -387,7 +397,7 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--dp-cell", type=int, help="[baseline] dp-pix cell side b in pixels (0: 16 at 112 px, scaled).")
 @click.option("--dp-pixels", type=int, help="[baseline] dp-pix m, pixels neighbouring images may differ in (0: 16 at 112 px, scaled).")
 @click.option("--blur-sigma", type=float, help="[baseline] blur σ in pixels (0: image side / 14).")
-@click.option("--progress/--no-progress", default=True, help="Progress bars.")
+@click.option("--progress/--no-progress", default=True, help="Progress bars (only on a terminal; a line per stage otherwise).")
 def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> None:
     """Distill a private face set into a publishable proxy release (OGP -> prototypes -> RTA).
 
@@ -409,10 +419,11 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
 
     Private state goes to --state-dir (mode 0700; never publish it); see docs/distill.md.
     """
-    from pfd.config import DistillConfig, build_config, load_recipe
+    from pfd.config import DistillConfig, build_config, ignored_options, load_recipe
     from pfd.distill.pipeline import distill
     from pfd.distill.summary import format_summary
 
+    given = {k for k, v in kw.items() if v is not None}
     r = load_recipe(recipe)
     ogp = {k: kw.pop(f"ogp_{k}") for k in ("head", "epochs", "batch_size", "lr")}
     ogp["max_steps"] = kw.pop("ogp_steps")
@@ -430,6 +441,9 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
         DistillConfig, {"pretrain": r.get("train", {})}, r.get("distill", {}),
         _flags(**kw), _nested(ogp=ogp, rta=rta, release=release, baseline=baseline),
     )  # fmt: skip
+    unused = ignored_options(cfg.method, given)
+    if unused:
+        logging.getLogger("pfd.cli").warning("--method %s ignores %s", cfg.method, ", ".join(unused))
     result = distill(cfg, progress=progress)
     if result.is_main:
         click.echo(format_summary(result.summary, private=cfg.private))

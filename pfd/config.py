@@ -47,6 +47,8 @@ __all__ = [
     "config_to_dict",
     "dump_toml",
     "save_config",
+    "validate_config",
+    "ignored_options",
 ]
 
 C = TypeVar("C")
@@ -91,6 +93,8 @@ class TrainConfig:
         workers: DataLoader worker processes.
         min_images: Drop identities with fewer images than this.
         flip: Random horizontal flip augmentation.
+        skip_bad: Skip (and list) unreadable images and unusable entries of identity folders
+            instead of stopping at the first one.
         threads: CPU intra-op threads of this process (``torch.set_num_threads``); 0 leaves
             torch's setting alone (``OMP_NUM_THREADS`` if set, else one per physical core;
             ``accelerate launch`` divides the cores between its processes).
@@ -121,6 +125,7 @@ class TrainConfig:
     workers: int = 0
     min_images: int = 2
     flip: bool = True
+    skip_bad: bool = False
     threads: int = 0
 
 
@@ -139,6 +144,7 @@ class EvalConfig:
         batch_size: Embedding batch size.
         seed: Pair-generation seed.
         out: Where to write ``eval.json`` (empty: next to the model).
+        skip_bad: Skip (and list) unreadable images of an identity-folder ``data``.
     """
 
     model: str = ""
@@ -150,6 +156,7 @@ class EvalConfig:
     batch_size: int = 256
     seed: int = 0
     out: str = ""
+    skip_bad: bool = False
 
 
 @dataclass
@@ -292,6 +299,7 @@ class DistillConfig:
             an error.
         min_images: Drop identities with fewer images than this first (0: keep all; every
             identity left needs at least K = ``rta.ipc`` images, else an error).
+        skip_bad: Skip (and list) unreadable images of an identity-folder ``private`` set.
         mixed_precision: ``auto`` (bf16 on CUDA, none on CPU), ``no``, ``bf16`` or ``fp16``.
         workers: DataLoader worker processes for fine-tuning.
         threads: CPU intra-op threads of each process (``torch.set_num_threads``); 0 leaves
@@ -314,6 +322,7 @@ class DistillConfig:
     size: int = 112
     backbone: str = ""
     min_images: int = 0
+    skip_bad: bool = False
     mixed_precision: str = "auto"
     workers: int = 0
     threads: int = 0
@@ -397,6 +406,197 @@ class AttackConfig:
 
 
 # --------------------------------------------------------------------------------------------
+# Validation: every numeric setting is checked before any stage runs
+# --------------------------------------------------------------------------------------------
+
+#: CLI flag of a setting where it is not ``--`` + the name with dashes (``pfd distill``'s nested tables).
+_FLAGS = {
+    "ogp.max_steps": "--ogp-steps", "ogp.epochs": "--ogp-epochs", "ogp.batch_size": "--ogp-batch-size",
+    "ogp.lr": "--ogp-lr", "ogp.head": "--ogp-head", "rta.batch_size": "--rta-batch-size", "rta.lr": "--rta-lr",
+    "baseline.cell": "--dp-cell", "baseline.pixels": "--dp-pixels",
+}  # fmt: skip
+_CHOICES = {"mixed_precision": ("auto", "no", "bf16", "fp16"), "schedule": ("cosine", "poly")}
+_METHODS = ("pfd", "rta-only", "sre2l", "raw", "dp-pix", "blur")  # pfd.distill.pipeline.METHODS
+
+
+class _Checker:
+    """Collects the rules of one dataclass; raises on the first broken one, naming the flag."""
+
+    def __init__(self, cfg: Any, prefix: str, flags: bool) -> None:
+        self.cfg, self.prefix, self.flags = cfg, prefix, flags
+
+    def _name(self, field: str) -> str:
+        key = f"{self.prefix}{field}"
+        flag = _FLAGS.get(key, "--" + field.replace("_", "-")) if self.flags else None
+        return f"{flag} ({key})" if flag else key
+
+    def __call__(self, field: str, ok: Any, need: str) -> None:
+        value = getattr(self.cfg, field)
+        if value is None:
+            return
+        try:
+            good = bool(ok(value))
+        except TypeError:
+            good = False
+        if not good:
+            raise PfdError(f"{self._name(field)} = {value!r}: {need}")
+
+    def at_least(self, field: str, low: float, *, none_ok: bool = True) -> None:
+        self(field, lambda v: v >= low, f"must be at least {low}")
+
+    def positive(self, field: str) -> None:
+        self(field, lambda v: v > 0 and math.isfinite(v), "must be a positive number")
+
+    def non_negative(self, field: str) -> None:
+        self(field, lambda v: v >= 0 and math.isfinite(v), "must be 0 or more")
+
+    def choice(self, field: str, options: tuple[str, ...]) -> None:
+        self(field, lambda v: v in options, f"must be one of {', '.join(options)}")
+
+    def not_a_file(self, field: str, what: str) -> None:
+        self(field, lambda v: not v or not Path(v).expanduser().is_file(), f"is an existing file; {what} is a folder, choose another path")
+
+
+def _check_train(cfg: TrainConfig, prefix: str = "", flags: bool = True) -> None:
+    c = _Checker(cfg, prefix, flags)
+    c("size", lambda v: v >= 0, "must be a positive multiple of 16")  # 0: set later (the scorecard's release size)
+    c.positive("width")
+    c.at_least("embedding_dim", 1)
+    c.positive("scale")
+    c.non_negative("margin")
+    c.at_least("epochs", 1)
+    c.at_least("max_steps", 1)
+    c.at_least("batch_size", 1)
+    c.positive("lr")
+    c("momentum", lambda v: 0 <= v < 1, "must be in [0, 1)")
+    c.non_negative("weight_decay")
+    c.non_negative("warmup_epochs")
+    c.non_negative("grad_clip")
+    c.choice("mixed_precision", _CHOICES["mixed_precision"])
+    c.choice("schedule", _CHOICES["schedule"])
+    c.at_least("checkpoint_every", 0)
+    c.at_least("workers", 0)
+    c.at_least("min_images", 0)
+    c.at_least("threads", 0)
+    c.not_a_file("out", "the training output")
+
+
+def _check_eval(cfg: EvalConfig, prefix: str = "", flags: bool = True) -> None:
+    c = _Checker(cfg, prefix, flags)
+    c.at_least("num_pairs", 1)
+    c.at_least("folds", 2)
+    c.at_least("batch_size", 1)
+    c("out", lambda v: not v or not Path(v).expanduser().is_dir(), "is an existing folder; --out names the JSON file to write")
+
+
+def _check_ogp(cfg: OGPConfig, prefix: str = "ogp.", flags: bool = True) -> None:
+    c = _Checker(cfg, prefix, flags)
+    c.positive("scale")
+    c.non_negative("margin")
+    c("rep_margin", lambda v: -1 < v < 1, "must lie strictly between -1 and 1 (a cosine margin; L_rep is off outside)")
+    c.non_negative("lambda_rep")
+    c.non_negative("lambda_iso")
+    c.at_least("epochs", 1)
+    c.at_least("max_steps", 1)
+    c.at_least("batch_size", 1)
+    c.positive("lr")
+    c.non_negative("rotation_lr")
+    c("momentum", lambda v: 0 <= v < 1, "must be in [0, 1)")
+    c.non_negative("weight_decay")
+    c.non_negative("warmup_epochs")
+    c.non_negative("grad_clip")
+    c.positive("init_scale")
+    c.at_least("checkpoint_every", 0)
+
+
+def _check_rta(cfg: RTAConfig, prefix: str = "rta.", flags: bool = True) -> None:
+    c = _Checker(cfg, prefix, flags)
+    c.at_least("ipc", 1)
+    c.at_least("iterations", 1)
+    c.at_least("batch_size", 1)
+    c.positive("lr")
+    c("betas", lambda v: all(0 <= b < 1 for b in v), "must be two numbers in [0, 1)")
+    c.non_negative("lambda_rta")
+    c.non_negative("lambda_bn")
+    c.non_negative("first_bn_multiplier")
+    c("crop_scale", lambda v: 0 < v[0] <= v[1] <= 1, "must be [low, high] with 0 < low <= high <= 1")
+    c.at_least("shift", 0)
+    c.at_least("kmeans_n_init", 1)
+    c.non_negative("init_std")
+
+
+def _check_baseline(cfg: BaselineConfig, prefix: str = "baseline.", flags: bool = True) -> None:
+    c = _Checker(cfg, prefix, flags)
+    c.positive("epsilon")
+    c.at_least("cell", 0)
+    c.at_least("pixels", 0)
+    c.non_negative("blur_sigma")
+
+
+def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> None:
+    c = _Checker(cfg, prefix, flags)
+    c.choice("method", _METHODS)
+    c("size", lambda v: v >= 16 and v % 16 == 0, "must be a positive multiple of 16")
+    c.at_least("min_images", 0)
+    c.choice("mixed_precision", _CHOICES["mixed_precision"])
+    c.at_least("workers", 0)
+    c.at_least("threads", 0)
+    c("out", lambda v: bool(v) and not Path(v).expanduser().is_file(), "must name a folder (not an existing file)")
+    c("state_dir", lambda v: bool(v) and not Path(v).expanduser().is_file(), "must name a folder (not an existing file)")
+    if cfg.out and cfg.state_dir and Path(cfg.out).expanduser().resolve() == Path(cfg.state_dir).expanduser().resolve():
+        raise PfdError(f"--out and --state-dir are the same folder ({cfg.out}); the state must never be published")
+    _check_train(cfg.pretrain, "pretrain.", flags=False)
+    _check_ogp(cfg.ogp, "ogp.", flags)
+    _check_rta(cfg.rta, "rta.", flags)
+    _check_baseline(cfg.baseline, "baseline.", flags)
+
+
+_VALIDATORS: dict[type, Any] = {
+    TrainConfig: _check_train, EvalConfig: _check_eval, OGPConfig: _check_ogp, RTAConfig: _check_rta,
+    BaselineConfig: _check_baseline, DistillConfig: _check_distill,
+}  # fmt: skip
+
+
+def validate_config(cfg: Any) -> Any:
+    """Check every numeric (and choice) setting of a stage config before any work starts.
+
+    :func:`build_config` calls it for the top-level config; the stages call it again for
+    configs built in Python. Dataclasses without rules pass.
+
+    Args:
+        cfg: A config dataclass.
+
+    Returns:
+        ``cfg`` (unchanged).
+
+    Raises:
+        PfdError: ``"--ipc (rta.ipc) = 0: must be at least 1"``: the flag, the setting, the value.
+    """
+    check = _VALIDATORS.get(type(cfg))
+    if check is not None:
+        check(cfg)
+    return cfg
+
+
+#: Settings each ``pfd distill`` method does not use: giving them is probably a mistake.
+_UNUSED_BY_METHOD: dict[str, tuple[str, ...]] = {
+    "pfd": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma"),
+    "rta-only": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso"),
+    "sre2l": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "lambda_rta"),
+    "raw": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "iterations",
+            "rta_lr", "lambda_rta", "lambda_bn"),
+    "dp-pix": ("blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "iterations", "rta_lr", "lambda_rta", "lambda_bn"),
+    "blur": ("epsilon", "dp_cell", "dp_pixels", "rep_margin", "lambda_rep", "lambda_iso", "iterations", "rta_lr",
+             "lambda_rta", "lambda_bn"),
+}  # fmt: skip
+
+
+def ignored_options(method: str, given: set[str] | frozenset[str]) -> list[str]:
+    """The ``pfd distill`` options in ``given`` (parameter names) that ``method`` ignores, as flags."""
+    return ["--" + k.replace("_", "-") for k in _UNUSED_BY_METHOD.get(method, ()) if k in given]
+
+
+# --------------------------------------------------------------------------------------------
 # Recipes
 # --------------------------------------------------------------------------------------------
 
@@ -453,7 +653,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return value
         if not isinstance(value, Mapping):
             raise PfdError(f"{where}: expected a table, got {value!r}")
-        return build_config(tp, value, where=where)
+        return build_config(tp, value, where=where, validate=False)
     if origin in (list, tuple):
         if isinstance(value, str):
             value = [value]
@@ -504,7 +704,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def build_config(cls: type[C], *layers: Mapping[str, Any] | None, where: str | None = None) -> C:
+def build_config(cls: type[C], *layers: Mapping[str, Any] | None, where: str | None = None, validate: bool = True) -> C:
     """Build a stage dataclass from defaults overlaid with recipe/CLI layers.
 
     Later layers win; ``None`` values in a layer mean "not given" (so unset CLI flags do not
@@ -514,12 +714,15 @@ def build_config(cls: type[C], *layers: Mapping[str, Any] | None, where: str | N
         cls: The config dataclass.
         *layers: Mappings from field name to value, lowest priority first.
         where: Name used in error messages (defaults to the class name).
+        validate: Check the values (:func:`validate_config`); nested tables are checked with
+            their parent.
 
     Returns:
         An instance of ``cls``.
 
     Raises:
-        PfdError: On an unknown key (listing the valid ones) or a value of the wrong type.
+        PfdError: On an unknown key (listing the valid ones), a value of the wrong type or out
+            of range.
     """
     where = where or cls.__name__
     hints = typing.get_type_hints(cls)
@@ -549,7 +752,8 @@ def build_config(cls: type[C], *layers: Mapping[str, Any] | None, where: str | N
             else:
                 merged[name] = value
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in merged.items()}
-    return cls(**kwargs)
+    cfg = cls(**kwargs)
+    return validate_config(cfg) if validate else cfg
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from pfd.data.release import read_proxy_map, read_release
 from pfd.data.release_lint import lint_release
 from pfd.data.sources import open_faces
 from pfd.distill.ogp import det_sign, orthogonality_error
-from pfd.distill.pipeline import distill
+from pfd.distill.pipeline import Distillation, distill
 from pfd.distill.rta import ProxyDistiller
 from pfd.errors import PfdError
 from pfd.nn.checkpoints import load_checkpoint, load_head, save_checkpoint
@@ -191,6 +191,11 @@ def test_public_checkpoint_of_another_size_or_architecture(public, tmp_path):
         distill(tiny_distill_config(other, tmp_path / "a"), progress=False)
     with pytest.raises(PfdError, match="ir50"):
         distill(tiny_distill_config(public, tmp_path / "b", backbone="ir50"), progress=False)
+    # Those runs failed in their first stage: what they left (marker, config.toml) does not block
+    # the corrected rerun, which needs no --resume and no cleaning by hand.
+    assert sorted(p.name for p in (tmp_path / "a" / "state").iterdir()) == [".pfd-lock", "config.toml", "pfd-state.json"]
+    run = Distillation(tiny_distill_config(public, tmp_path / "a"), progress=False)
+    run.close()
 
 
 def test_state_dir_inside_the_release_is_refused(public, tmp_path):

@@ -311,6 +311,22 @@ def test_empty_release_fails(tmp_path):
     assert [x.kind for x in lint_release(rel)] == ["empty"]
 
 
+def test_release_of_one_identity_fails(release):
+    import shutil
+
+    rel, _, _, w = release
+    keep = w.labels[0]
+    m = json.loads((rel / MANIFEST).read_text())
+    for lab in set(w.labels) - {keep}:
+        shutil.rmtree(rel / lab)
+    m["files"] = {k: v for k, v in m["files"].items() if k.startswith(keep + "/")}
+    m["images_per_class"] = {keep: m["images_per_class"][keep]}
+    m["num_classes"], m["num_images"] = 1, len(m["files"])
+    (rel / MANIFEST).write_text(json.dumps(m))
+    f = lint_release(rel)
+    assert [x.kind for x in f] == ["empty"] and "one identity" in f[0].detail
+
+
 def test_image_of_another_size_fails(release):
     rel, _, _, w = release
     (rel / w.files[0]).write_bytes(encode_png(np.zeros((2 * S, 2 * S, 3), np.uint8)))

@@ -72,7 +72,7 @@ class Finding:
     Attributes:
         kind: ``state-file``, ``unexpected-file``, ``link``, ``png-metadata``, ``png-corrupt``,
             ``image-size``, ``checksum``, ``unlisted-file``, ``missing-file``, ``manifest``,
-            ``empty``, ``release-mode``, ``source-name``, ``private-image``, ``label-order``,
+            ``empty`` (no image, or one identity), ``release-mode``, ``source-name``, ``private-image``, ``label-order``,
             ``state-dir-inside`` or ``state-dir-mode``.
         path: The offending path (relative to the release where possible).
         detail: What is wrong and what to do.
@@ -387,6 +387,8 @@ def lint_release(
         findings.append(Finding("empty", "./", "the release holds no images; write it with pfd distill"))
 
     labels = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if len(labels) == 1:
+        findings.append(Finding("empty", "./", "the release holds one identity: it says who it is about; distill at least 2"))
     if private is not None:
         tokens, plain = _source_tokens(private)
         texts = [(rel, rel) for rel in seen] + [(rel + "/", rel) for rel in labels]

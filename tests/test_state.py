@@ -146,6 +146,12 @@ def test_state_tree_is_private_whatever_the_umask(tmp_path):
         os.umask(old)
     modes = {p.relative_to(st.root).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in st.root.rglob("*")}
     assert stat.S_IMODE(st.root.stat().st_mode) == 0o700
+    # A resumed run tightens what a killed one left behind, before it does anything else.
+    os.chmod(st.root / "ogp" / "metrics.jsonl", 0o644)
+    again = claim_state_dir(st, tmp_path / "release", resume=True)
+    again.begin()
+    assert stat.S_IMODE((st.root / "ogp" / "metrics.jsonl").stat().st_mode) == 0o600
+    again.close()
     assert modes == {"ogp": 0o700, "ogp/metrics.jsonl": 0o600, "pfd-state.json": 0o600, ".pfd-lock": 0o600}
 
 

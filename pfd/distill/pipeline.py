@@ -215,6 +215,7 @@ class Distillation:
             self.skipped.append(stage)
         if self.acc.is_main_process:
             stage_line(stage, self.times[stage], skipped=skipped)
+            self.claim.secure()  # 0700/0600 whatever the umask, also if the run is killed later
 
     # -- stage 0: the public model -----------------------------------------------------------
     def public(self) -> Path:

@@ -211,14 +211,20 @@ class RunClaim:
         old = read_marker(self.state.root)
         if old is None or old["run_id"] != self.run_id:
             write_marker(self.state.root, self.run_id)
+        self.secure()  # a resumed run also tightens what a killed one left
+
+    def secure(self) -> None:
+        """Main process: every folder of the state dir 0700, every file 0600 (after each stage)."""
+        if self.lock is not None and self.state.root.is_dir():
+            secure_state_dir(self.state.root)
 
     def close(self) -> None:
         """Tighten every file and folder of the state dir (0600 / 0700), then drop the lock."""
         if self.lock is None:
             return
         try:
-            if self.state.root.is_dir() and read_marker(self.state.root) is not None:
-                secure_state_dir(self.state.root)
+            if read_marker(self.state.root) is not None:
+                self.secure()
         finally:
             self.lock.release()
 

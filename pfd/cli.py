@@ -435,7 +435,8 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
 
     Private state goes to --state-dir (mode 0700; never publish it); see docs/distill.md.
     """
-    from pfd.config import DistillConfig, build_config, ignored_options, load_recipe
+    from pfd.config import DistillConfig, build_config, load_recipe
+    from pfd.config_checks import ignored_options
     from pfd.distill.pipeline import distill
     from pfd.distill.summary import format_summary
 

@@ -10,12 +10,12 @@ from pfd.config import (
     TrainConfig,
     build_config,
     config_to_dict,
-    ignored_options,
     load_recipe,
     recipe_path,
     save_config,
     validate_config,
 )
+from pfd.config_checks import ignored_options
 from pfd.errors import PfdError
 
 

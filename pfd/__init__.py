@@ -26,12 +26,12 @@ _EXPORTS: dict[str, str] = {
     # configuration
     **{n: "pfd.config" for n in (
         "TrainConfig", "EvalConfig", "OGPConfig", "RTAConfig", "ReleaseConfig", "DistillConfig",
-        "AttackConfig", "build_config", "load_recipe", "save_config",
+        "AttackConfig", "build_config", "load_recipe", "save_config", "validate_config",
     )},
     # data
     **{n: "pfd.data.faceset" for n in ("FaceSet", "FaceSubset", "TensorFaces", "ConcatFaces")},
     **{n: "pfd.data.faces" for n in (
-        "FaceFolder", "split_identities", "split_images", "make_loader", "check_min_images",
+        "FaceFolder", "split_identities", "split_images", "make_loader", "check_min_images", "check_min_identities",
     )},
     "open_faces": "pfd.data.sources",
     **{n: "pfd.data.recordio" for n in ("RecordIOFaces", "write_recordio", "build_index")},
@@ -41,8 +41,11 @@ _EXPORTS: dict[str, str] = {
     **{n: "pfd.data.synthetic" for n in ("SyntheticFaces", "open_synthetic", "write_synthetic")},
     **{n: "pfd.data.release" for n in (
         "write_release", "read_release", "prepare_state_dir", "write_proxy_map", "read_proxy_map",
+        "check_complete_release", "secure_state_dir",
     )},
     **{n: "pfd.data.release_lint" for n in ("lint_release", "Finding")},
+    "find_private_copies": "pfd.data.private_copies",
+    "dhash": "pfd.data.phash",
     # models
     **{n: "pfd.nn.iresnet" for n in ("create_backbone", "list_backbones")},
     **{n: "pfd.nn.heads" for n in ("create_head", "MarginHead", "penalty")},

@@ -48,8 +48,13 @@ def main(verbose: int) -> None:
       pfd train --recipe tiny-cpu --out runs/tiny
       pfd eval --model runs/tiny/model.pt --data synthetic:test
     """
+    from pfd.progress import PROGRESS_LOGGER
+
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # One line per finished stage / loop is shown by default: it replaces the bars where stderr
+    # is not a terminal (CI, nohup) or --no-progress was given.
+    logging.getLogger(PROGRESS_LOGGER).setLevel(min(level, logging.INFO))
 
 
 def _flags(**kw: Any) -> dict[str, Any]:
@@ -90,8 +95,10 @@ def _recipe_table(recipe: str | None, table: str) -> dict[str, Any]:
 @click.option("--min-images", type=int, help="Drop identities with fewer images.")
 @click.option("--flip/--no-flip", default=None, help="Random horizontal flips (default on).")
 @click.option("--threads", type=int, help="CPU threads per process (0: OMP_NUM_THREADS or torch's default).")
+@click.option("--skip-bad", is_flag=True, default=None, help="Skip and list unreadable images instead of stopping.")
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in OUT/checkpoints.")
-def train_cmd(recipe: str | None, resume: bool, **kw: Any) -> None:
+@click.option("--progress/--no-progress", default=True, help="Progress bar (only on a terminal; a line per run otherwise).")
+def train_cmd(recipe: str | None, resume: bool, progress: bool, **kw: Any) -> None:
     """Train or fine-tune a face-recognition model with a margin loss.
 
     \b
@@ -116,7 +123,7 @@ def train_cmd(recipe: str | None, resume: bool, **kw: Any) -> None:
     kw["data"] = list(kw["data"]) or None
     cfg = build_config(TrainConfig, _recipe_table(recipe, "train"), _flags(**kw))
     t0 = time.perf_counter()
-    path = train(cfg, resume=resume)
+    path = train(cfg, resume=resume, progress=progress)
     state = PartialState()  # the training run's (already initialised) process group
     if state.is_main_process:
         ck = load_checkpoint(path)
@@ -136,7 +143,9 @@ def train_cmd(recipe: str | None, resume: bool, **kw: Any) -> None:
 @click.option("--batch-size", type=int)
 @click.option("--seed", type=int, help="Pair-drawing seed.")
 @click.option("--out", help="JSON output (default: eval.json next to the model).")
-def eval_cmd(recipe: str | None, **kw: Any) -> None:
+@click.option("--skip-bad", is_flag=True, default=None, help="Skip and list unreadable images of --data.")
+@click.option("--progress/--no-progress", default=True, help="Embedding progress bar (only on a terminal).")
+def eval_cmd(recipe: str | None, progress: bool, **kw: Any) -> None:
     """Verification accuracy (10-fold), TAR@FAR, EER and ROC AUC of a model.
 
     \b
@@ -149,7 +158,7 @@ def eval_cmd(recipe: str | None, **kw: Any) -> None:
     from pfd.verify import evaluate, format_metrics_table
 
     cfg = build_config(EvalConfig, _recipe_table(recipe, "eval"), _flags(**kw))
-    metrics = evaluate(cfg)
+    metrics = evaluate(cfg, progress=progress)
     click.echo(format_metrics_table(metrics))
 
 
@@ -164,30 +173,46 @@ def release_group() -> None:
 @release_group.command("lint")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=str))
 @click.option("--private", "private", default=None, metavar="SPEC",
-              help="The private source set (identity folder, RecordIO, synthetic:...); its names must not appear.")
+              help="The private source set (identity folder, RecordIO, synthetic:...): its names must not appear "
+              "and no released image may be one of its photos.")
 @click.option("--state-dir", "state_dir", default=None, type=click.Path(file_okay=False, path_type=str),
-              help="The publisher's state dir: also checks label order, its mode (0700) and that it is outside the release.")
-def release_lint(directory: str, private: str | None, state_dir: str | None) -> None:
+              help="The publisher's state dir: also checks label order, the modes of its whole tree (0700/0600) "
+              "and that it is outside the release.")
+@click.option("--model", default=None, metavar="CKPT",
+              help="Face model of the embedding near-duplicate check with --private (default: STATE_DIR/public_model.pt).")
+@click.option("--skip-bad", is_flag=True, help="Skip and list unreadable images of --private.")
+def release_lint(directory: str, private: str | None, state_dir: str | None, model: str | None, skip_bad: bool) -> None:
     """Fail (exit 1) if DIRECTORY leaks anything about its source.
 
-    Checks: only manifest.json and <label>/<k>.png files; no state files; PNGs without metadata
-    chunks; sha256 of every file as in the manifest; no source identity or file names in paths or
-    in the manifest; with --state-dir, labels not in source order and a private (0700) state dir
-    outside the release.
+    Checks: only manifest.json and <label>/<k>.png plain files (no symlinks, no hard links,
+    0644 in 0755 folders), at least one image; PNGs that are 8-bit RGB of the manifest's size
+    with nothing but pixel data; the manifest's schema and sha256 of every file; no source
+    identity or file names; with --private, no released image that is a private photo (exact,
+    perceptual hash, embedding cosine); with --state-dir, labels not in source order and a
+    private (0700/0600) state tree outside the release.
 
     \b
     Examples:
       pfd release lint release
       pfd release lint release --private faces/ --state-dir state
     """
+    from pathlib import Path
+
     from pfd.data.release_lint import format_findings, lint_release
 
-    faces = None
+    faces = net = None
     if private:
         from pfd.data.sources import open_faces
 
-        faces = open_faces(private)
-    findings = lint_release(directory, private=faces, state_dir=state_dir)
+        faces = open_faces(private, skip_bad=skip_bad)
+        ckpt = model or (str(Path(state_dir) / "public_model.pt") if state_dir and (Path(state_dir) / "public_model.pt").is_file() else None)
+        if ckpt:
+            from pfd.nn.checkpoints import load_backbone
+
+            net = load_backbone(ckpt)
+    elif model:
+        raise PfdError("--model is used with --private (the images to compare against); pass both")
+    findings = lint_release(directory, private=faces, state_dir=state_dir, model=net)
     if findings:
         click.echo(format_findings(findings))
         click.echo(f"FAIL: {directory}: {len(findings)} problem(s); do not publish it as is.")
@@ -364,6 +389,7 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--size", type=int, help="Image size in pixels (must match the public model).")
 @click.option("--backbone", help="Expected backbone of --public (ir50, adaface_ir50, ...); another one is an error.")
 @click.option("--min-images", type=int, help="Drop identities with fewer images first (else each needs >= --ipc).")
+@click.option("--skip-bad", is_flag=True, default=None, help="Skip and list unreadable private images instead of stopping.")
 @click.option("--mixed-precision", type=click.Choice(["auto", "no", "bf16", "fp16"]))
 @click.option("--workers", type=int, help="DataLoader worker processes for fine-tuning.")
 @click.option("--threads", type=int, help="CPU threads per process (0: torch's default; 1 on a busy shared CPU).")
@@ -392,7 +418,7 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--dp-cell", type=int, help="[baseline] dp-pix cell side b in pixels (0: 16 at 112 px, scaled).")
 @click.option("--dp-pixels", type=int, help="[baseline] dp-pix m, pixels neighbouring images may differ in (0: 16 at 112 px, scaled).")
 @click.option("--blur-sigma", type=float, help="[baseline] blur σ in pixels (0: image side / 14).")
-@click.option("--progress/--no-progress", default=True, help="Progress bars.")
+@click.option("--progress/--no-progress", default=True, help="Progress bars (only on a terminal; a line per stage otherwise).")
 def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> None:
     """Distill a private face set into a publishable proxy release (OGP -> prototypes -> RTA).
 
@@ -415,10 +441,12 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     Private state goes to --state-dir (mode 0700; never publish it); see docs/distill.md.
     """
     from pfd.config import DistillConfig, build_config, load_recipe
+    from pfd.config_checks import ignored_options
     from pfd.distill.gate import PublicationRefused
     from pfd.distill.pipeline import distill
     from pfd.distill.summary import format_summary
 
+    given = {k for k, v in kw.items() if v is not None}
     r = load_recipe(recipe)
     ogp = {k: kw.pop(f"ogp_{k}") for k in ("head", "epochs", "batch_size", "lr")}
     ogp["max_steps"] = kw.pop("ogp_steps")
@@ -437,6 +465,9 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
         DistillConfig, {"pretrain": r.get("train", {})}, r.get("distill", {}),
         _flags(**kw), _nested(ogp=ogp, rta=rta, release=release, baseline=baseline),
     )  # fmt: skip
+    unused = ignored_options(cfg.method, given)
+    if unused:
+        logging.getLogger("pfd.cli").warning("--method %s ignores %s", cfg.method, ", ".join(unused))
     try:
         result = distill(cfg, progress=progress)
     except PublicationRefused as e:

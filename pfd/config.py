@@ -47,6 +47,7 @@ __all__ = [
     "config_to_dict",
     "dump_toml",
     "save_config",
+    "validate_config",
 ]
 
 C = TypeVar("C")
@@ -91,6 +92,8 @@ class TrainConfig:
         workers: DataLoader worker processes.
         min_images: Drop identities with fewer images than this.
         flip: Random horizontal flip augmentation.
+        skip_bad: Skip (and list) unreadable images and unusable entries of identity folders
+            instead of stopping at the first one.
         threads: CPU intra-op threads of this process (``torch.set_num_threads``); 0 leaves
             torch's setting alone (``OMP_NUM_THREADS`` if set, else one per physical core;
             ``accelerate launch`` divides the cores between its processes).
@@ -121,6 +124,7 @@ class TrainConfig:
     workers: int = 0
     min_images: int = 2
     flip: bool = True
+    skip_bad: bool = False
     threads: int = 0
 
 
@@ -139,6 +143,7 @@ class EvalConfig:
         batch_size: Embedding batch size.
         seed: Pair-generation seed.
         out: Where to write ``eval.json`` (empty: next to the model).
+        skip_bad: Skip (and list) unreadable images of an identity-folder ``data``.
     """
 
     model: str = ""
@@ -150,6 +155,7 @@ class EvalConfig:
     batch_size: int = 256
     seed: int = 0
     out: str = ""
+    skip_bad: bool = False
 
 
 @dataclass
@@ -308,6 +314,7 @@ class DistillConfig:
             an error.
         min_images: Drop identities with fewer images than this first (0: keep all; every
             identity left needs at least K = ``rta.ipc`` images, else an error).
+        skip_bad: Skip (and list) unreadable images of an identity-folder ``private`` set.
         mixed_precision: ``auto`` (bf16 on CUDA, none on CPU), ``no``, ``bf16`` or ``fp16``.
         workers: DataLoader worker processes for fine-tuning.
         threads: CPU intra-op threads of each process (``torch.set_num_threads``); 0 leaves
@@ -330,6 +337,7 @@ class DistillConfig:
     size: int = 112
     backbone: str = ""
     min_images: int = 0
+    skip_bad: bool = False
     mixed_precision: str = "auto"
     workers: int = 0
     threads: int = 0
@@ -412,6 +420,27 @@ class AttackConfig:
     seed: int = 0
 
 
+def validate_config(cfg: Any) -> Any:
+    """Check every numeric (and choice) setting of a stage config before any work starts.
+
+    :func:`build_config` calls it for the top-level config; the stages call it again for
+    configs built in Python. The rules are in :mod:`pfd.config_checks`.
+
+    Args:
+        cfg: A config dataclass.
+
+    Returns:
+        ``cfg`` (unchanged).
+
+    Raises:
+        PfdError: ``"--ipc (rta.ipc) = 0: must be at least 1"``: the flag, the setting, the value.
+    """
+    from pfd.config_checks import check_config
+
+    check_config(cfg)
+    return cfg
+
+
 # --------------------------------------------------------------------------------------------
 # Recipes
 # --------------------------------------------------------------------------------------------
@@ -469,7 +498,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return value
         if not isinstance(value, Mapping):
             raise PfdError(f"{where}: expected a table, got {value!r}")
-        return build_config(tp, value, where=where)
+        return build_config(tp, value, where=where, validate=False)
     if origin in (list, tuple):
         if isinstance(value, str):
             value = [value]
@@ -520,7 +549,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def build_config(cls: type[C], *layers: Mapping[str, Any] | None, where: str | None = None) -> C:
+def build_config(cls: type[C], *layers: Mapping[str, Any] | None, where: str | None = None, validate: bool = True) -> C:
     """Build a stage dataclass from defaults overlaid with recipe/CLI layers.
 
     Later layers win; ``None`` values in a layer mean "not given" (so unset CLI flags do not
@@ -530,12 +559,15 @@ def build_config(cls: type[C], *layers: Mapping[str, Any] | None, where: str | N
         cls: The config dataclass.
         *layers: Mappings from field name to value, lowest priority first.
         where: Name used in error messages (defaults to the class name).
+        validate: Check the values (:func:`validate_config`); nested tables are checked with
+            their parent.
 
     Returns:
         An instance of ``cls``.
 
     Raises:
-        PfdError: On an unknown key (listing the valid ones) or a value of the wrong type.
+        PfdError: On an unknown key (listing the valid ones), a value of the wrong type or out
+            of range.
     """
     where = where or cls.__name__
     hints = typing.get_type_hints(cls)
@@ -565,7 +597,8 @@ def build_config(cls: type[C], *layers: Mapping[str, Any] | None, where: str | N
             else:
                 merged[name] = value
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in merged.items()}
-    return cls(**kwargs)
+    cfg = cls(**kwargs)
+    return validate_config(cfg) if validate else cfg
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:

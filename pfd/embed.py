@@ -40,11 +40,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
 from pfd.data.faceset import FaceSet, FaceSubset
 from pfd.errors import PfdError
 from pfd.io import atomic_torch_save
+from pfd.progress import progress_bar
 
 __all__ = ["Embedder", "default_device"]
 
@@ -237,7 +237,7 @@ class Embedder:
         chunks: list[torch.Tensor] = []
         lo = hi = None  # running min/max of the pixels, on the device; checked once (no per-batch sync)
         try:
-            with torch.inference_mode(), tqdm(total=n, unit="img", disable=not self.progress, desc="embed") as bar:
+            with torch.inference_mode(), progress_bar(total=n, unit="img", enabled=self.progress, desc="embed") as bar:
                 for images in self._batches(x):
                     images = images.to(self.device, torch.float32, non_blocking=True)  # (b, 3, S, S)
                     if self.device.type == "cuda":

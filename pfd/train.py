@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
-from pfd.config import TrainConfig, config_to_dict, save_config
+from pfd.config import TrainConfig, config_to_dict, save_config, validate_config
+from pfd.data.faces import check_min_identities
 from pfd.data.faceset import ConcatFaces, FaceSet
 from pfd.errors import PfdError
 from pfd.io import atomic_open
@@ -83,13 +84,26 @@ def global_batches(n: int, *, batch_size: int, seed: int, epoch: int) -> np.ndar
     return perm[: nb * batch_size].reshape(nb, batch_size)
 
 
-def open_training_data(specs: Sequence[str], *, size: int, min_images: int) -> FaceSet:
-    """Open and join the training sources (disjoint label spaces)."""
+def open_training_data(specs: Sequence[str], *, size: int, min_images: int, skip_bad: bool = False) -> FaceSet:
+    """Open and join the training sources (disjoint label spaces).
+
+    A folder that looks like a pfd release (:func:`~pfd.data.release.looks_like_release`) is used
+    only when its manifest is there and verifies: a release whose writer was killed would
+    otherwise train on a fraction of its images without a word.
+
+    Raises:
+        PfdError: No data, an incomplete release, or a size mismatch.
+    """
+    from pfd.data.release import check_complete_release, looks_like_release
     from pfd.data.sources import open_faces
 
     if not specs:
         raise PfdError("no training data given; pass --data SPEC (e.g. --data synthetic:public)")
-    sources = [open_faces(s, size=size, min_images=min_images) for s in specs]
+    for spec in specs:
+        path = Path(spec).expanduser()
+        if not str(spec).startswith("synthetic") and path.is_dir() and looks_like_release(path):
+            check_complete_release(path)
+    sources = [open_faces(s, size=size, min_images=min_images, skip_bad=skip_bad) for s in specs]
     for spec, src in zip(specs, sources):
         if src.size != size:
             raise PfdError(f"{spec}: images are {src.size}px but the model expects {size}px; set size consistently")
@@ -182,7 +196,9 @@ class Trainer:
         self.final_path = Path(final_path) if final_path is not None else self.out / "model.pt"
         self.acc = accelerator if accelerator is not None else make_accelerator(cfg.mixed_precision)
         self.progress = progress
-        self.faces = faces if faces is not None else open_training_data(cfg.data, size=cfg.size, min_images=cfg.min_images)
+        self.faces = faces if faces is not None else open_training_data(
+            cfg.data, size=cfg.size, min_images=cfg.min_images, skip_bad=cfg.skip_bad)
+        check_min_identities(self.faces, 2, what="training", where=", ".join(cfg.data))
         if cfg.batch_size % self.acc.num_processes:
             raise PfdError(
                 f"batch size {cfg.batch_size} is not divisible by {self.acc.num_processes} processes; "
@@ -364,18 +380,18 @@ class Trainer:
 
     def fit(self) -> Path:
         """Run (or continue) training to ``total_steps``; return the final model path."""
-        from tqdm.auto import tqdm
+        from pfd.progress import progress_bar
 
         cfg = self.cfg
         if self.acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
             save_config(cfg, self.out / "config.toml", section="train")
         self.model.train()
-        bar = tqdm(
+        bar = progress_bar(
             total=self.total_steps,
             initial=self.step,
             desc=self.desc,
-            disable=not (self.progress and self.acc.is_local_main_process),
+            enabled=self.progress and self.acc.is_local_main_process,
             dynamic_ncols=True,
         )
         metrics_path = self.out / "metrics.jsonl"
@@ -504,6 +520,7 @@ def train(cfg: TrainConfig, *, faces: FaceSet | None = None, progress: bool = Tr
             a run made with other settings (:func:`_check_resume`), or on bad data or a
             non-finite loss.
     """
+    validate_config(cfg)
     out = Path(cfg.out)
     final = out / "model.pt"
     found = sorted((out / "checkpoints").glob("step_*.pt"))

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
-from pfd.config import EvalConfig
+from pfd.config import EvalConfig, validate_config
 from pfd.errors import PfdError
 
 __all__ = [
@@ -368,7 +368,7 @@ def format_metrics_table(metrics: Mapping[str, Any]) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def evaluate(cfg: EvalConfig, *, model: Any | None = None) -> dict[str, Any]:
+def evaluate(cfg: EvalConfig, *, model: Any | None = None, progress: bool = False) -> dict[str, Any]:
     """``pfd eval``: verification metrics of a model on a pairs file, a ``.bin`` or generated pairs.
 
     Args:
@@ -377,6 +377,7 @@ def evaluate(cfg: EvalConfig, *, model: Any | None = None) -> dict[str, Any]:
             ``cfg.pairs`` is empty, ``cfg.num_pairs`` genuine and as many impostor pairs are drawn
             from ``cfg.data`` with ``cfg.seed``.
         model: An already loaded backbone (skips loading ``cfg.model``).
+        progress: Show an embedding progress bar (on a terminal only).
 
     Returns:
         The metrics of :func:`verification_metrics` plus ``model``, ``pairs`` and ``data``; also
@@ -393,6 +394,7 @@ def evaluate(cfg: EvalConfig, *, model: Any | None = None) -> dict[str, Any]:
     from pfd.io import atomic_write_json
     from pfd.nn.checkpoints import load_backbone
 
+    validate_config(cfg)
     if model is None:
         if not cfg.model:
             raise PfdError("no model given; pass --model PATH (a pfd, insightface or AdaFace checkpoint)")
@@ -407,9 +409,9 @@ def evaluate(cfg: EvalConfig, *, model: Any | None = None) -> dict[str, Any]:
                 raise PfdError(f"{p}: a pairs.txt needs its image folder; pass --data ROOT")
             pairs = read_pairs_txt(p, root=cfg.data, size=size)
     else:
-        faces = open_faces(cfg.data, size=size, min_images=2)
+        faces = open_faces(cfg.data, size=size, min_images=2, skip_bad=cfg.skip_bad)
         pairs = generate_pairs(faces, num_pairs=cfg.num_pairs, seed=cfg.seed)
-    embedder = Embedder(model, batch_size=cfg.batch_size, flip=cfg.flip)
+    embedder = Embedder(model, batch_size=cfg.batch_size, flip=cfg.flip, progress=progress)
     metrics = evaluate_pairs(embedder, pairs, folds=cfg.folds)
     metrics.update(model=str(cfg.model), pairs=str(cfg.pairs or f"generated:{cfg.num_pairs}:seed{cfg.seed}"),
                    data=str(cfg.data), flip=bool(cfg.flip))

@@ -6,13 +6,16 @@ import pytest
 
 from pfd.config import (
     DistillConfig,
+    EvalConfig,
     TrainConfig,
     build_config,
     config_to_dict,
     load_recipe,
     recipe_path,
     save_config,
+    validate_config,
 )
+from pfd.config_checks import ignored_options
 from pfd.errors import PfdError
 
 
@@ -63,3 +66,61 @@ def test_partial_nested_table_keeps_the_fields_own_defaults():
 
     cfg = build_config(Outer, {"inner": {"epochs": 7}})
     assert cfg.inner.backbone == "ir18" and cfg.inner.epochs == 7
+
+
+# -- validation before any work (issue 12) -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cls, table, flag",
+    [
+        (DistillConfig, {"rta": {"ipc": 0}}, "--ipc"),
+        (DistillConfig, {"rta": {"ipc": -2}}, "--ipc"),
+        (DistillConfig, {"rta": {"batch_size": 0}}, "--rta-batch-size"),
+        (DistillConfig, {"rta": {"batch_size": -4}}, "--rta-batch-size"),
+        (DistillConfig, {"rta": {"iterations": 0}}, "--iterations"),
+        (DistillConfig, {"ogp": {"max_steps": -1}}, "--ogp-steps"),
+        (DistillConfig, {"ogp": {"rep_margin": 5.0}}, "--rep-margin"),
+        (DistillConfig, {"ogp": {"rep_margin": -1.0}}, "--rep-margin"),
+        (DistillConfig, {"threads": -3}, "--threads"),
+        (DistillConfig, {"min_images": -5}, "--min-images"),
+        (DistillConfig, {"baseline": {"epsilon": 0.0}}, "--epsilon"),
+        (TrainConfig, {"batch_size": 0}, "--batch-size"),
+        (TrainConfig, {"epochs": 0}, "--epochs"),
+        (TrainConfig, {"lr": -0.1}, "--lr"),
+        (EvalConfig, {"num_pairs": -5}, "--num-pairs"),
+        (EvalConfig, {"folds": 1}, "--folds"),
+    ],
+)
+def test_out_of_range_settings_are_one_line_errors_naming_the_flag(cls, table, flag):
+    with pytest.raises(PfdError, match=rf"^{flag} \("):
+        build_config(cls, table)
+
+
+def test_settings_in_range_pass_and_python_built_configs_are_checked_too():
+    cfg = build_config(DistillConfig, {"ogp": {"rep_margin": -0.5, "max_steps": 3}, "rta": {"ipc": 1}})
+    assert cfg.ogp.rep_margin == -0.5
+    bad = DistillConfig()
+    bad.rta.iterations = 0
+    with pytest.raises(PfdError, match="--iterations"):
+        validate_config(bad)
+
+
+def test_outputs_that_are_existing_files_are_refused(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(PfdError, match="existing file"):
+        build_config(TrainConfig, {"out": str(f)})
+    with pytest.raises(PfdError, match="not an existing file"):
+        build_config(DistillConfig, {"out": str(f)})
+    with pytest.raises(PfdError, match="existing folder"):
+        build_config(EvalConfig, {"out": str(tmp_path)})
+    with pytest.raises(PfdError, match="same folder"):
+        build_config(DistillConfig, {"out": str(tmp_path / "a"), "state_dir": str(tmp_path / "a")})
+
+
+def test_options_a_method_ignores():
+    assert ignored_options("pfd", {"epsilon", "ipc"}) == ["--epsilon"]
+    assert ignored_options("dp-pix", {"epsilon", "iterations"}) == ["--iterations"]
+    assert ignored_options("rta-only", {"rep_margin"}) == ["--rep-margin"]
+    assert ignored_options("pfd", {"rep_margin", "iterations"}) == []

@@ -421,3 +421,36 @@ def test_make_loader_with_a_worker_matches_main_process(tmp_path):
     x0 = torch.cat([x for x, _ in make_loader(faces, batch_size=2, shuffle=True, workers=0, seed=7)])
     assert torch.equal(x0, x1)
     del loader
+
+
+# -- folders skipped for their names, symlinked identities, too few identities ----------------
+def test_folders_skipped_for_their_names_are_listed_at_info(tmp_path, caplog):
+    make_folder(tmp_path, {"alice": 2, "bob": 2})
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / "__MACOSX").mkdir()
+    with caplog.at_level(logging.INFO, logger="pfd.data.faces"):
+        faces = FaceFolder(tmp_path, size=8)
+    assert faces.identities == ["alice", "bob"]
+    text = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
+    assert ".cache/ (hidden name)" in text and "__MACOSX/ (operating-system folder)" in text
+
+
+def test_symlinked_identity_to_a_listed_identity_is_an_error(tmp_path):
+    make_folder(tmp_path / "set", {"alice": 2, "bob": 2})
+    (tmp_path / "set" / "alice_again").symlink_to(tmp_path / "set" / "alice", target_is_directory=True)
+    with pytest.raises(PfdError, match=r"alice_again: a symlink to the same folder as identity 'alice'"):
+        FaceFolder(tmp_path / "set", size=8)
+    # A symlink to a folder outside the set is an identity like any other.
+    make_folder(tmp_path / "elsewhere", {"carol": 2})
+    (tmp_path / "set" / "alice_again").unlink()
+    (tmp_path / "set" / "carol").symlink_to(tmp_path / "elsewhere" / "carol", target_is_directory=True)
+    assert FaceFolder(tmp_path / "set", size=8).identities == ["alice", "bob", "carol"]
+
+
+def test_check_min_identities():
+    from pfd.data.faces import check_min_identities
+
+    one = TensorFaces(torch.rand(3, 3, 8, 8), [0, 0, 0], identities=["solo"])
+    with pytest.raises(PfdError, match="a release needs at least 2 identities, the data has 1"):
+        check_min_identities(one, 2, what="a release")
+    check_min_identities(TensorFaces(torch.rand(2, 3, 8, 8), [0, 1], identities=["a", "b"]), 2)

@@ -93,10 +93,55 @@ def test_label_permutation_never_looks_ordered():
 
 
 def test_in_class_order_is_shuffled(tmp_path):
-    x, cls = _proxies(n_cls=1, k=12)
+    x, cls = _proxies(n_cls=2, k=12)
     w = write_release(tmp_path / "rel", x, cls, method="pfd", label_seed=0)
-    ks = [int(f.split("/")[1].split(".")[0]) for f in w.files]
+    ks = [int(f.split("/")[1].split(".")[0]) for f in w.files[:12]]  # the first class
     assert sorted(ks) == list(range(12)) and ks != list(range(12))
+
+
+def test_a_release_of_one_identity_is_an_error(tmp_path):
+    x, cls = _proxies(n_cls=1, k=4)
+    with pytest.raises(PfdError, match="at least 2 identities"):
+        write_release(tmp_path / "rel", x, cls, method="pfd", label_seed=0)
+    assert not (tmp_path / "rel").exists()
+
+
+def test_release_is_world_readable_whatever_the_umask(tmp_path):
+    x, cls = _proxies()
+    old = os.umask(0o077)
+    try:
+        write_release(tmp_path / "rel", x, cls, method="pfd", label_seed=0)
+    finally:
+        os.umask(old)
+    rel = tmp_path / "rel"
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in rel.rglob("*") if p.is_file()}
+    dirs = {stat.S_IMODE(p.stat().st_mode) for p in [rel, *rel.rglob("*")] if p.is_dir()}
+    assert modes == {0o644} and dirs == {0o755}
+
+
+def test_one_writer_per_release_folder(tmp_path):
+    import fcntl
+
+    x, cls = _proxies()
+    rel = tmp_path / "rel"
+    rel.mkdir()
+    fd = os.open(rel, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another writer
+    try:
+        with pytest.raises(PfdError, match="another process is writing a release"):
+            write_release(rel, x, cls, method="pfd", label_seed=0)
+    finally:
+        os.close(fd)
+    write_release(rel, x, cls, method="pfd", label_seed=0)
+
+
+def test_manifest_names_the_run_and_resume_keeps_to_it(tmp_path):
+    x, cls = _proxies()
+    w = write_release(tmp_path / "rel", x, cls, method="pfd", label_seed=0, run_id="abc")
+    assert w.manifest["run_id"] == "abc"
+    with pytest.raises(PfdError, match="another run"):
+        write_release(tmp_path / "rel", x, cls, method="pfd", label_seed=0, run_id="xyz", resume=True)
+    write_release(tmp_path / "rel", x, cls, method="pfd", label_seed=0, run_id="abc", resume=True)
 
 
 def test_refuses_foreign_or_existing_release_without_resume(tmp_path):

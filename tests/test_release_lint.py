@@ -34,7 +34,7 @@ def release(tmp_path):
     prepare_state_dir(sd, release=rel)
     write_proxy_map(sd, w, proxy_source=cls, identities=NAMES, label_seed=0)
     private = TensorFaces(
-        torch.rand(12, 3, S, S), cls, identities=NAMES, names=[f"{NAMES[c]}/IMG_{i:04d}.jpg" for i, c in enumerate(cls)]
+        torch.rand(12, 3, S, S, generator=torch.Generator().manual_seed(1)), cls, identities=NAMES, names=[f"{NAMES[c]}/IMG_{i:04d}.jpg" for i, c in enumerate(cls)]
     )
     return rel, sd, private, w
 
@@ -65,7 +65,7 @@ def test_clean_release_passes(release):
 
 def test_source_names_that_are_release_vocabulary_do_not_fire(release):
     rel, _, _, _ = release
-    odd = TensorFaces(torch.rand(2, 3, S, S), [0, 1], identities=["png", "method"], names=["png/a.jpg", "method/b.jpg"])
+    odd = TensorFaces(torch.rand(2, 3, S, S, generator=torch.Generator().manual_seed(2)), [0, 1], identities=["png", "method"], names=["png/a.jpg", "method/b.jpg"])
     assert lint_release(rel, private=odd) == []
 
 
@@ -91,7 +91,8 @@ def test_source_file_name_in_manifest(release):
     m = json.loads((rel / MANIFEST).read_text())
     m["extra"] = {"origin": "IMG_0003"}
     (rel / MANIFEST).write_text(json.dumps(m))
-    assert lint_release(rel) == []  # no file-like pattern: only the private names reveal it
+    # Not in the schema: a finding of its own; no file-like pattern: only the private names reveal the name.
+    assert [(x.kind, x.path) for x in lint_release(rel)] == [("manifest", "manifest.json:extra")]
     f = lint_release(rel, private=private)
     assert any(x.kind == "source-name" and "img_0003" in x.detail for x in f)
     m["extra"] = {"origin": "bob_jones/IMG_0002.jpg"}
@@ -180,3 +181,204 @@ def test_cli_exit_codes(release):
     assert "state-file" in bad.output and "config.toml" in bad.output and "FAIL" in bad.output
     missing = runner.invoke(main, ["release", "lint", str(rel / "nope")])
     assert missing.exit_code == 2 and "no such release folder" in missing.output
+
+
+# -- private photos in the release (issue 12) ---------------------------------------------------
+from pfd.data.release import encode_png  # noqa: E402
+from pfd.data.sources import open_faces  # noqa: E402
+
+FACES = "synthetic:private,ids=4,imgs=3,size=32"
+
+
+@pytest.fixture
+def face_release(tmp_path):
+    """A 32 px release of noise-like proxies and the synthetic private set it stands for."""
+    private = open_faces(FACES)
+    x = (0.5 + 0.2 * torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(3))).clamp(0, 1)
+    w = write_release(tmp_path / "release", x, np.repeat(np.arange(4), 2), method="pfd", label_seed=0)
+    return tmp_path / "release", private, w
+
+
+def _private_pixels(private, i: int) -> np.ndarray:
+    return np.rint(private.load(i).permute(1, 2, 0).numpy() * 255).astype(np.uint8)
+
+
+def _plant(rel, relpath, img: np.ndarray):
+    (rel / relpath).write_bytes(encode_png(img))
+    _restamp(rel, relpath)
+
+
+def test_genuine_proxies_are_not_private_copies(face_release):
+    rel, private, _ = face_release
+    assert lint_release(rel, private=private) == []
+
+
+def test_copied_private_photo_is_flagged_with_both_paths(face_release):
+    rel, private, w = face_release
+    _plant(rel, w.files[0], _private_pixels(private, 4))
+    f = lint_release(rel, private=private)
+    assert [(x.kind, x.path) for x in f] == [("private-image", w.files[0])]
+    assert "exact copy" in f[0].detail and private.names[4] in f[0].detail
+
+
+@pytest.mark.parametrize("edit", ["brighter", "jpeg", "resized"])
+def test_edited_private_photo_is_a_near_duplicate(face_release, edit):
+    from PIL import Image
+
+    rel, private, w = face_release
+    img = _private_pixels(private, 7)
+    if edit == "brighter":
+        img = np.clip(img.astype(int) + 12, 0, 255).astype(np.uint8)
+    elif edit == "jpeg":
+        import io
+
+        buf = io.BytesIO()
+        Image.fromarray(img).save(buf, format="JPEG", quality=80)
+        img = np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB"))
+    else:  # the private set is 64 px; the copy was downscaled by another resampler than the lint's
+        private = open_faces(FACES.replace("size=32", "size=64"))
+        img = np.asarray(Image.fromarray(_private_pixels(private, 7)).resize((32, 32), Image.Resampling.LANCZOS))
+    _plant(rel, w.files[3], img)
+    f = lint_release(rel, private=private)
+    assert [(x.kind, x.path) for x in f] == [("private-image", w.files[3])], f
+    assert private.names[7] in f[0].detail
+
+
+def test_hard_linked_private_file_is_flagged(face_release, tmp_path):
+    rel, private, w = face_release
+    src = tmp_path / "private_copy.png"
+    src.write_bytes(encode_png(_private_pixels(private, 2)))
+    os.chmod(src, 0o644)
+    (rel / w.files[1]).unlink()
+    os.link(src, rel / w.files[1])
+    _restamp(rel, w.files[1])
+    kinds = {(x.kind, x.path) for x in lint_release(rel, private=private)}
+    assert {("link", w.files[1]), ("private-image", w.files[1])} <= kinds
+
+
+def test_embedding_check_catches_a_copy_the_hash_misses(face_release):
+    """A mirrored copy flips every gradient (the hash misses it); a flip-invariant model does not."""
+    from pfd.data.private_copies import cosine_threshold, find_private_copies
+
+    rel, private, w = face_release
+    mirrored = _private_pixels(private, 5)[:, ::-1].copy()
+    _plant(rel, w.files[2], mirrored)
+    assert lint_release(rel, private=private) == []  # pixels alone: not caught
+
+    def model(x):  # (B, 3, S, S) -> (B, D), invariant to a horizontal flip, centred
+        return (x + x.flip(-1) - 1.0).flatten(1)
+
+    f = lint_release(rel, private=private, model=model)
+    assert [(x.kind, x.path) for x in f] == [("private-image", w.files[2])] and "embedding cosine" in f[0].detail
+    released = [(p, np.asarray(__import__("PIL.Image", fromlist=["Image"]).open(rel / p).convert("RGB"))) for p in w.files]
+    hits = find_private_copies(released, private, model=model)
+    assert [(h.file, h.private, h.how) for h in hits] == [(w.files[2], private.names[5], "embedding")]
+    assert cosine_threshold(np.r_[np.full(50, 0.3), 1.0]) == pytest.approx(0.9)  # the floor
+    assert cosine_threshold(np.linspace(0.9, 1.0, 20)) == pytest.approx(0.99)  # the ceiling
+
+
+# -- manifest schema, links, emptiness, sizes, hidden PNG data, modes ----------------------------
+
+
+def test_manifest_keys_beyond_the_schema_fail(release):
+    rel, *_ = release
+    m = json.loads((rel / MANIFEST).read_text())
+    m["extra"] = {"rotation": [[0.1, 0.2]], "label_seed": 0, "label_source": {"0003": 1}}
+    m["num_images"] = 11
+    (rel / MANIFEST).write_text(json.dumps(m))
+    f = lint_release(rel)
+    assert ("manifest", "manifest.json:extra") in {(x.kind, x.path) for x in f}
+    assert any(x.kind == "manifest" and "counts" in x.detail for x in f)
+
+
+def test_symlinked_manifest_fails(release, tmp_path):
+    rel, *_ = release
+    real = tmp_path / "elsewhere.json"
+    real.write_text((rel / MANIFEST).read_text())
+    (rel / MANIFEST).unlink()
+    (rel / MANIFEST).symlink_to(real)
+    assert ("link", MANIFEST) in {(x.kind, x.path) for x in lint_release(rel)}
+
+
+def test_empty_release_fails(tmp_path):
+    rel = tmp_path / "empty"
+    rel.mkdir(mode=0o755)
+    os.chmod(rel, 0o755)
+    m = {"format": "pfd-release", "format_version": 1, "method": "pfd", "image_size": 8, "num_classes": 0,
+         "num_images": 0, "images_per_class": {}, "files": {}}
+    (rel / MANIFEST).write_text(json.dumps(m))
+    os.chmod(rel / MANIFEST, 0o644)
+    assert [x.kind for x in lint_release(rel)] == ["empty"]
+
+
+def test_release_of_one_identity_fails(release):
+    import shutil
+
+    rel, _, _, w = release
+    keep = w.labels[0]
+    m = json.loads((rel / MANIFEST).read_text())
+    for lab in set(w.labels) - {keep}:
+        shutil.rmtree(rel / lab)
+    m["files"] = {k: v for k, v in m["files"].items() if k.startswith(keep + "/")}
+    m["images_per_class"] = {keep: m["images_per_class"][keep]}
+    m["num_classes"], m["num_images"] = 1, len(m["files"])
+    (rel / MANIFEST).write_text(json.dumps(m))
+    f = lint_release(rel)
+    assert [x.kind for x in f] == ["empty"] and "one identity" in f[0].detail
+
+
+def test_image_of_another_size_fails(release):
+    rel, _, _, w = release
+    (rel / w.files[0]).write_bytes(encode_png(np.zeros((2 * S, 2 * S, 3), np.uint8)))
+    _restamp(rel, w.files[0])
+    assert [(x.kind, x.path) for x in lint_release(rel)] == [("image-size", w.files[0])]
+
+
+def _chunk(ctype: bytes, payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload)) + ctype + payload + struct.pack(">I", zlib.crc32(ctype + payload) & 0xFFFFFFFF)
+
+
+def _rebuild(data: bytes, *, split_idat_with: bytes | None = None, idat_suffix: bytes = b"") -> bytes:
+    """Re-assemble a PNG: its IDAT data in two chunks (an ancillary chunk between them) and/or
+    extra bytes after the zlib stream inside IDAT."""
+    chunks, pos = [], 8
+    while pos < len(data):
+        n, t = struct.unpack(">I4s", data[pos : pos + 8])
+        chunks.append((t, data[pos + 8 : pos + 8 + n]))
+        pos += 12 + n
+    idat = b"".join(p for t, p in chunks if t == b"IDAT") + idat_suffix
+    body = [_chunk(b"IDAT", idat[: len(idat) // 2])]
+    if split_idat_with:
+        body.append(_chunk(split_idat_with, b"alice_smith"))
+    body.append(_chunk(b"IDAT", idat[len(idat) // 2 :]))
+    return data[:8] + _chunk(b"IHDR", chunks[0][1]) + b"".join(body) + _chunk(b"IEND", b"")
+
+
+def test_hidden_data_in_idat_position_fails(release):
+    rel, _, _, w = release
+    p = rel / w.files[0]
+    clean = p.read_bytes()
+    p.write_bytes(_rebuild(clean))  # two IDAT chunks: still just pixels
+    _restamp(rel, w.files[0])
+    assert lint_release(rel) == []
+    p.write_bytes(_rebuild(clean, split_idat_with=b"prVt"))  # a private chunk between the IDATs
+    _restamp(rel, w.files[0])
+    f = lint_release(rel)
+    assert {x.kind for x in f} == {"png-metadata"} and "prVt" in f[0].detail
+    p.write_bytes(_rebuild(clean, idat_suffix=b"label_seed=0"))  # bytes after the zlib stream
+    _restamp(rel, w.files[0])
+    f = lint_release(rel)
+    assert [x.kind for x in f] == ["png-metadata"] and "beyond the image" in f[0].detail
+
+
+def test_release_and_state_modes(release):
+    rel, sd, _, w = release
+    os.chmod(rel / w.files[0], 0o600)
+    assert [(x.kind, x.path) for x in lint_release(rel)] == [("release-mode", w.files[0])]
+    os.chmod(rel / w.files[0], 0o644)
+    (sd / "batches").mkdir(mode=0o755)
+    os.chmod(sd / "batches", 0o755)
+    (sd / "summary.json").write_text("{}")
+    os.chmod(sd / "summary.json", 0o644)
+    f = lint_release(rel, state_dir=sd)
+    assert sorted((x.kind, os.path.basename(x.path)) for x in f) == [("state-dir-mode", "batches"), ("state-dir-mode", "summary.json")]

@@ -49,6 +49,7 @@ __all__ = [
     "split_identities",
     "split_images",
     "check_min_images",
+    "check_min_identities",
     "drop_small_identities",
     "make_loader",
 ]
@@ -128,8 +129,8 @@ class FaceFolder(FaceSet):
                                len(self.dropped), min_images, _short_list(self.dropped))
             listing = {k: v for k, v in listing.items() if len(v) >= min_images}
         if self.skipped:
-            logger.warning("%s: skipped %d bad entries (skip_bad): %s", self.root, len(self.skipped),
-                           _short_list(self.skipped, 5))
+            logger.warning("%s: skipped %d bad entries (--skip-bad): %s", self.root, len(self.skipped),
+                           _short_list(self.skipped, 50))
         if not listing:
             if self.dropped:
                 raise PfdError(f"{self.root}: no identity has at least {min_images} images (largest has "
@@ -160,9 +161,12 @@ class FaceFolder(FaceSet):
             raise PfdError(f"{root}: not a folder; an identity folder dataset is root/<identity>/<image> "
                            "(a RecordIO .rec file is opened with open_faces / --data)")
         ids, root_images = [], []
+        ignored: dict[str, str] = {}
         with os.scandir(root) as it:
             for e in it:
                 if _is_junk(e.name):
+                    if e.is_dir():
+                        ignored[e.name + "/"] = "hidden name" if e.name.startswith(".") else "operating-system folder"
                     continue
                 if e.is_dir():
                     ids.append(e.name)
@@ -177,6 +181,10 @@ class FaceFolder(FaceSet):
                                f"{root}/<identity>/")
             raise PfdError(f"{root}: no identity folders found; expected root/<identity>/<image> "
                            f"with images of type {_ACCEPTED}")
+        if ignored:
+            logger.info("%s: not identity folders, skipped for their names: %s", root,
+                        _short_list(dict(sorted(ignored.items())), 20))
+        _check_symlinked_identities(root, ids)
         for name in root_images:
             self._bad(name, "image outside any identity folder", "move it into root/<identity>/ or delete it")
         listing: dict[str, list[str]] = {}
@@ -256,6 +264,23 @@ class FaceFolder(FaceSet):
         return len(self)
 
 
+def _check_symlinked_identities(root: Path, ids: list[str]) -> None:
+    """A symlinked identity folder that resolves to another listed identity would count one
+    person twice under two labels.
+
+    Raises:
+        PfdError: Naming both folders.
+    """
+    seen: dict[Path, str] = {}
+    for ident in sorted(ids, key=lambda n: ((root / n).is_symlink(), natural_key(n))):  # real folders first
+        target = (root / ident).resolve()
+        if target in seen:
+            link, other = (ident, seen[target])
+            raise PfdError(f"{root / link}: a symlink to the same folder as identity {other!r} (one person under two "
+                           f"labels); remove the link")
+        seen[target] = ident
+
+
 def _read_attributes(path: Path, identities: list[str]) -> dict[str, dict[str, int]] | None:
     """Integer attributes per identity from a CSV whose first column names the identity."""
     if not path.is_file():
@@ -318,6 +343,19 @@ def check_min_images(faces: FaceSet, k: int, *, need: str | None = None, fix: st
     remedies = ", ".join(x for x in ("add images", fix) if x)
     raise PfdError(f"identity {name!r} has {n} image{'s' if n != 1 else ''} but {need or f'at least {k} are required'}"
                    f"{others}; {remedies}, or pass --min-images {k} to drop it")
+
+
+def check_min_identities(faces: FaceSet, n: int = 2, *, what: str = "training", where: object = None) -> None:
+    """Require at least ``n`` identities: with one, a classifier learns nothing and a release says
+    which single person it is about.
+
+    Raises:
+        PfdError: Naming the dataset and the count.
+    """
+    got = int(faces.num_classes)
+    if got < n:
+        src = f"{where}: " if where else ""
+        raise PfdError(f"{src}{what} needs at least {n} identities, the data has {got}; add identity folders")
 
 
 # -- splits ------------------------------------------------------------------------------------

@@ -9,8 +9,12 @@ A release is an ImageFolder tree ``OUT/<label>/<k>.png`` plus ``OUT/manifest.jso
 * PNGs carry pixels only: PIL writes IHDR, IDAT and IEND for an RGB image without ``pnginfo``
   (no tEXt/iTXt/zTXt/tIME/pHYs/eXIf); ``optimize=False`` and a fixed compression level make the
   bytes a function of the pixels, so a resumed run writes byte-identical files.
-* ``manifest.json`` holds the format, counts, image size, the method and a sha256 per file --
-  no names, no seeds, no rotation, no model, no timestamps.
+* ``manifest.json`` holds the format, counts, image size, the method, the run id (a random id
+  that ties the release to the state dir of the run that wrote it, for ``--resume``) and a
+  sha256 per file -- no names, no seeds, no rotation, no model, no timestamps, nothing else
+  (:data:`MANIFEST_KEYS`; the lint fails any other key).
+* The release is the public artefact: files are 0644, folders 0755, whatever the umask. Only one
+  process writes into a release folder at a time (an ``flock`` on the folder).
 
 The label seed, the proxy->source map and everything else private go to the state dir
 (:func:`prepare_state_dir`, mode 0700, never inside the release nor containing it;
@@ -19,13 +23,14 @@ The label seed, the proxy->source map and everything else private go to the stat
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -39,6 +44,8 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "MANIFEST",
+    "MANIFEST_KEYS",
+    "CHECK_NAMES",
     "PROXY_MAP",
     "WrittenRelease",
     "ReleaseFaces",
@@ -51,6 +58,9 @@ __all__ = [
     "looks_ordered",
     "check_separate",
     "prepare_state_dir",
+    "secure_state_dir",
+    "looks_like_release",
+    "check_complete_release",
     "write_proxy_map",
     "read_proxy_map",
 ]
@@ -61,6 +71,21 @@ MANIFEST = "manifest.json"
 #: The proxy -> source map in the state dir.
 PROXY_MAP = "proxy_map.json"
 _TMP = re.compile(r"^\..+\.tmp$")  # leftovers of pfd.io.atomic_open after a kill
+#: Every key a manifest may hold (the documented schema).
+#: Names of the publication gate's checks (:mod:`pfd.distill.gate`), the only keys of ``checks``.
+CHECK_NAMES = frozenset({"ogp_margin", "insider_vismatch", "insider_reid", "public_vismatch", "public_reid"})
+
+MANIFEST_KEYS = frozenset(
+    {"format", "format_version", "method", "run_id", "image_size", "num_classes", "num_images", "images_per_class", "files",
+     "checks"}
+)
+#: Modes of the published files and folders (readable by everyone: it is the public artefact).
+RELEASE_FILE_MODE, RELEASE_DIR_MODE = 0o644, 0o755
+#: Modes of everything in the state dir.
+STATE_FILE_MODE, STATE_DIR_MODE = 0o600, 0o700
+#: How pfd names release folders and files (``0007/003.png``).
+_LABEL_NAME = re.compile(r"^\d{4,}$")
+_PNG_NAME = re.compile(r"^\d{3,}\.png$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,7 +188,7 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 
-def _prepare_release_dir(out: Path, resume: bool) -> dict[str, Any] | None:
+def _prepare_release_dir(out: Path, resume: bool, run_id: str | None = None) -> dict[str, Any] | None:
     """Check ``out`` can receive a release; return the previous manifest when resuming."""
     if out.exists() and not out.is_dir():
         raise PfdError(f"{out}: exists and is not a folder; choose another --out")
@@ -174,6 +199,8 @@ def _prepare_release_dir(out: Path, resume: bool) -> dict[str, Any] | None:
         raise PfdError(f"{out}: not empty and not a pfd release; choose an empty or new folder for --out")
     if not resume:
         raise PfdError(f"{out}: already holds a pfd release; pass --resume to continue that run or choose another --out")
+    if run_id is not None and old.get("run_id") != run_id:
+        raise PfdError(f"{out}: holds the release of another run; it is left untouched: choose another --out")
     listed = set(old.get("files", {})) | {MANIFEST}
     for dirpath, dirnames, filenames in os.walk(out):
         for name in filenames:
@@ -192,7 +219,8 @@ def write_release(
     *,
     method: str,
     label_seed: int,
-    extra_manifest: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
+    checks: Mapping[str, bool] | None = None,
     state_dir: str | os.PathLike | None = None,
     resume: bool = False,
 ) -> WrittenRelease:
@@ -209,7 +237,10 @@ def write_release(
         method: Method name recorded in the manifest (``pfd``, ``rta-only``, ``sre2l``, ``raw``).
         label_seed: Seed of the label permutation and in-class shuffles (not written to the
             release; keep it in the state dir).
-        extra_manifest: Extra non-identifying fields, stored under ``"extra"``.
+        run_id: The run id of the state dir (:mod:`pfd.distill.lock`), recorded in the manifest;
+            with ``resume`` a previous release must carry the same one.
+        checks: The publication gate's verdicts (:data:`CHECK_NAMES` -> passed), recorded in the
+            manifest so that a reader sees which of pfd's own checks the release passed.
         state_dir: If given, refuse when it lies inside the release or contains it.
         resume: Allow replacing a previous pfd release in ``out``.
 
@@ -217,7 +248,8 @@ def write_release(
         The manifest and the proxy -> (label, file) mapping.
 
     Raises:
-        PfdError: If ``out`` is not usable or overlaps ``state_dir``.
+        PfdError: If ``out`` is not usable, overlaps ``state_dir``, is being written by another
+            process, or the proxies make fewer than two classes.
     """
     out = Path(out)
     if state_dir is not None:
@@ -226,8 +258,37 @@ def write_release(
     cls = np.asarray(proxy_class.cpu() if isinstance(proxy_class, torch.Tensor) else proxy_class, dtype=np.int64)
     if len(cls) != len(imgs):
         raise ValueError(f"{len(imgs)} proxies but {len(cls)} classes")
-    old = _prepare_release_dir(out, resume)
+    if len(np.unique(cls)) < 2:
+        raise PfdError(f"{out}: a release needs at least 2 identities, got {len(np.unique(cls))}; add identities to the private set")
+    _prepare_release_dir(out, resume, run_id)
     out.mkdir(parents=True, exist_ok=True)
+    with _folder_lock(out):
+        old = _prepare_release_dir(out, resume, run_id)  # again, now that no one else writes here
+        return _write_release(out, imgs, cls, method=method, label_seed=label_seed, run_id=run_id, old=old,
+                              checks=checks)
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on the folder itself (nothing is added to a release)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no lock
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise PfdError(f"{folder}: another process is writing a release here; wait for it or choose another --out") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str, label_seed: int, run_id: str | None,
+                   old: dict[str, Any] | None, checks: Mapping[str, bool] | None = None) -> WrittenRelease:
 
     rng = np.random.default_rng(int(label_seed))
     classes = np.unique(cls)  # internal order
@@ -265,9 +326,17 @@ def write_release(
         "images_per_class": dict(sorted(per_class.items())),
         "files": dict(sorted(sums.items())),
     }
-    if extra_manifest:
-        manifest["extra"] = dict(extra_manifest)
+    if run_id is not None:
+        manifest["run_id"] = str(run_id)
+    if checks is not None:
+        unknown = set(checks) - CHECK_NAMES
+        if unknown:
+            raise ValueError(f"unknown publication checks {sorted(unknown)}")
+        manifest["checks"] = {str(k): bool(v) for k, v in sorted(checks.items())}
+    for rel in sums:
+        os.chmod(out / rel, RELEASE_FILE_MODE)  # mkstemp made them 0600
     atomic_write_json(out / MANIFEST, manifest)
+    os.chmod(out / MANIFEST, RELEASE_FILE_MODE)
     # Files of a previous release that this one does not have (and kill leftovers) go.
     stale = set(old.get("files", {})) - set(sums) if old else set()
     for rel in stale:
@@ -279,6 +348,9 @@ def write_release(
     for d in sorted((p for p in out.iterdir() if p.is_dir()), reverse=True):
         if not any(d.iterdir()):
             d.rmdir()
+        else:
+            os.chmod(d, RELEASE_DIR_MODE)
+    os.chmod(out, RELEASE_DIR_MODE)
     return WrittenRelease(out, manifest, files, labels, class_label)
 
 
@@ -327,26 +399,69 @@ def read_release(path: str | os.PathLike, *, verify: bool = False, size: int | N
 
     Args:
         path: Release folder.
-        verify: Check every file's sha256 against the manifest (and that none is missing).
+        verify: Check the release is complete (:func:`check_complete_release`).
         size: Resize images to this side (default: as stored).
 
     Raises:
-        PfdError: If the folder holds no images, or ``verify`` finds a missing/altered file.
+        PfdError: If the folder holds no images, or ``verify`` finds a missing, unlisted or
+            altered file.
     """
     root = Path(path)
     if not root.is_dir():
         raise PfdError(f"{root}: no such release folder")
     if verify:
-        manifest = read_manifest(root)
-        if manifest is None:
-            raise PfdError(f"{root}: no pfd manifest.json to verify against; open it without verify")
-        for rel, digest in manifest.get("files", {}).items():
-            p = root / rel
-            if not p.is_file():
-                raise PfdError(f"{p}: listed in the manifest but missing; re-download the release")
-            if sha256_file(p) != digest:
-                raise PfdError(f"{p}: sha256 differs from the manifest (altered or corrupt); re-download the release")
+        check_complete_release(root)
     return ReleaseFaces(root, size=size)
+
+
+def looks_like_release(path: str | os.PathLike) -> bool:
+    """Whether a folder looks like a pfd release: it has a ``manifest.json``, or its folders and
+    files are all named as pfd names them (``0007/003.png``), a release cut short before its
+    manifest (the manifest is written last)."""
+    root = Path(path)
+    if (root / MANIFEST).exists() or (root / MANIFEST).is_symlink():
+        return True
+    dirs = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")] if root.is_dir() else []
+    if not dirs or not all(_LABEL_NAME.match(d.name) for d in dirs):
+        return False
+    files = [f for d in dirs for f in d.iterdir() if not f.name.startswith(".")]
+    return bool(files) and all(_PNG_NAME.match(f.name) for f in files)
+
+
+def check_complete_release(path: str | os.PathLike) -> dict[str, Any]:
+    """Refuse a release that is not complete and intact, before anything trains on it.
+
+    Complete means: a pfd ``manifest.json`` (written last, so a killed writer leaves none),
+    every listed file present with its sha256, and no image the manifest does not list.
+
+    Returns:
+        The manifest.
+
+    Raises:
+        PfdError: Naming the folder or file and the fix.
+    """
+    root = Path(path)
+    manifest = read_manifest(root)
+    if manifest is None:
+        raise PfdError(
+            f"{root}: looks like a pfd release but has no valid manifest.json (its writer was stopped?); "
+            "finish it with pfd distill --resume or re-download it"
+        )
+    listed = manifest.get("files")
+    if not isinstance(listed, dict) or not listed:
+        raise PfdError(f"{root / MANIFEST}: lists no files; re-download the release")
+    for rel, digest in listed.items():
+        p = root / rel
+        if not p.is_file():
+            raise PfdError(f"{p}: listed in the manifest but missing; re-download the release")
+        if sha256_file(p) != digest:
+            raise PfdError(f"{p}: sha256 differs from the manifest (altered or corrupt); re-download the release")
+    for d in (p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for f in d.iterdir():
+            rel = f"{d.name}/{f.name}"
+            if f.suffix.lower() == ".png" and rel not in listed:
+                raise PfdError(f"{root / rel}: not listed in the manifest; remove it or re-download the release")
+    return manifest
 
 
 # --------------------------------------------------------------------------------------------
@@ -393,8 +508,26 @@ def prepare_state_dir(state_dir: str | os.PathLike, *, release: str | os.PathLik
     if p.exists() and not p.is_dir():
         raise PfdError(f"{p}: exists and is not a folder; choose another --state-dir")
     p.mkdir(parents=True, exist_ok=True)
-    os.chmod(p, 0o700)
+    os.chmod(p, STATE_DIR_MODE)
     return p
+
+
+def secure_state_dir(state_dir: str | os.PathLike) -> None:
+    """Make every folder of the state dir 0700 and every file 0600, whatever the umask was.
+
+    Symlinks are not followed (their targets are not pfd's to change).
+    """
+    root = Path(state_dir)
+    os.chmod(root, STATE_DIR_MODE)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for d in dirnames:
+            p = Path(dirpath, d)
+            if not p.is_symlink():
+                os.chmod(p, STATE_DIR_MODE)
+        for f in filenames:
+            p = Path(dirpath, f)
+            if not p.is_symlink():
+                os.chmod(p, STATE_FILE_MODE)
 
 
 def write_proxy_map(

@@ -1,10 +1,15 @@
 """``pfd release lint``: check a release folder for anything that links it back to its source.
 
-A clean release holds ``manifest.json`` and ``<digits>/<digits>.png`` files only, each PNG made of
-IHDR/PLTE/IDAT/IEND/tRNS chunks (pixels, palette, transparency), every file listed in the manifest
-with a matching sha256, and no name of a source identity or source file anywhere. With the state
-dir, labels must not follow the source identity order and the state dir must be private (0700) and
-outside the release.
+A clean release holds ``manifest.json`` and ``<digits>/<digits>.png`` files only -- plain files,
+no symlinks, no hard links, mode 0644 in 0755 folders -- and at least one image. Each PNG is what
+pfd writes: an 8-bit RGB image of the manifest's size, made of IHDR, IDAT and IEND chunks only,
+whose IDAT data is exactly one zlib stream of exactly the image's pixel rows (nothing hidden after
+it, nothing after IEND). Every file is listed in the manifest with a matching sha256; the manifest
+holds the documented keys only (:data:`~pfd.data.release.MANIFEST_KEYS`) with consistent counts;
+no name of a source identity or source file appears anywhere. With ``private``, no released
+image may be a private photo, exact or near-duplicate (:mod:`pfd.data.private_copies`). With
+the state dir, labels must not follow the source identity order, and the state dir must be
+outside the release with every folder 0700 and every file 0600.
 
 Each problem is a :class:`Finding`; an empty list means the release passed.
 """
@@ -24,15 +29,28 @@ from typing import Any, Iterator
 import numpy as np
 
 from pfd.data.faceset import FaceSet
-from pfd.data.release import FORMAT, MANIFEST, PROXY_MAP, check_separate, looks_ordered
+from pfd.data.release import (
+    FORMAT,
+    MANIFEST,
+    CHECK_NAMES,
+    MANIFEST_KEYS,
+    PROXY_MAP,
+    RELEASE_DIR_MODE,
+    RELEASE_FILE_MODE,
+    check_separate,
+    looks_ordered,
+)
 from pfd.errors import PfdError
 from pfd.io import sha256_file
 
-__all__ = ["Finding", "lint_release", "format_findings", "png_chunks", "ALLOWED_PNG_CHUNKS", "STATE_SUFFIXES"]
+__all__ = [
+    "Finding", "lint_release", "format_findings", "png_chunks", "check_png", "ALLOWED_PNG_CHUNKS", "STATE_SUFFIXES",
+]  # fmt: skip
 
-#: Chunks that carry pixels only. Everything else (tEXt, zTXt, iTXt, tIME, pHYs, eXIf, iCCP, gAMA,
-#: sRGB, cHRM, sBIT, bKGD, hIST, sPLT, private chunks...) is metadata and fails the lint.
-ALLOWED_PNG_CHUNKS = frozenset({b"IHDR", b"PLTE", b"IDAT", b"IEND", b"tRNS"})
+#: Chunks pfd writes: pixels only. Everything else (tEXt, zTXt, iTXt, tIME, pHYs, eXIf, iCCP, gAMA,
+#: sRGB, cHRM, sBIT, bKGD, hIST, sPLT, PLTE and tRNS in an RGB image, private chunks...) can carry
+#: data that is not the image and fails the lint.
+ALLOWED_PNG_CHUNKS = frozenset({b"IHDR", b"IDAT", b"IEND"})
 #: File suffixes of private state (checkpoints, arrays, configs, tables).
 STATE_SUFFIXES = frozenset(
     {".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".npy", ".npz", ".pkl", ".pickle", ".json", ".toml",
@@ -43,7 +61,7 @@ _LABEL = re.compile(r"^\d+$")
 _FILE = re.compile(r"^\d+\.png$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _FILEISH = re.compile(r"(\.(jpe?g|png|bmp|webp|tiff?|gif|heic)$)|[/\\]", re.IGNORECASE)
-_MANIFEST_KEYS = {"format", "format_version", "method", "image_size", "num_classes", "num_images", "images_per_class", "files", "extra"}
+_MANIFEST_KEYS = set(MANIFEST_KEYS)
 #: Words every release contains; a source name inside one of them (``png``, ``raw``) says nothing.
 _VOCAB = " ".join(sorted(_MANIFEST_KEYS | {FORMAT, "png", "pfd", "rta-only", "sre2l", "raw", "dp-pix", "blur", "manifest.json"}))
 
@@ -53,9 +71,10 @@ class Finding:
     """One leak or defect.
 
     Attributes:
-        kind: ``state-file``, ``unexpected-file``, ``png-metadata``, ``png-corrupt``,
-            ``checksum``, ``unlisted-file``, ``missing-file``, ``manifest``, ``source-name``,
-            ``label-order``, ``state-dir-inside`` or ``state-dir-mode``.
+        kind: ``state-file``, ``unexpected-file``, ``link``, ``png-metadata``, ``png-corrupt``,
+            ``image-size``, ``checksum``, ``unlisted-file``, ``missing-file``, ``manifest``,
+            ``empty`` (no image, or one identity), ``release-mode``, ``source-name``, ``private-image``, ``label-order``,
+            ``state-dir-inside`` or ``state-dir-mode``.
         path: The offending path (relative to the release where possible).
         detail: What is wrong and what to do.
     """
@@ -90,6 +109,51 @@ def png_chunks(data: bytes) -> list[tuple[bytes, int]]:
             break
     if pos < len(data):
         out.append((b"<trailing>", len(data) - pos))
+    return out
+
+
+def check_png(data: bytes, *, size: int | None = None) -> list[tuple[str, str]]:
+    """Everything in a PNG that is not an 8-bit RGB image as pfd writes it: ``[(kind, detail)]``.
+
+    Besides chunks other than IHDR/IDAT/IEND and bytes after IEND (``png-metadata``), data can
+    hide where pixels belong: IDAT chunks that are not contiguous, a zlib stream followed by more
+    bytes, or more (or fewer) decompressed bytes than the image's rows. Those are
+    ``png-metadata`` too; a header of another size than ``size`` is ``image-size``.
+
+    Raises:
+        ValueError: The file is not a readable PNG (see :func:`png_chunks`).
+    """
+    chunks = png_chunks(data)
+    out: list[tuple[str, str]] = []
+    extra = sorted({c.decode("latin-1") for c, _ in chunks if c not in ALLOWED_PNG_CHUNKS})
+    if extra:
+        out.append(("png-metadata", f"chunks that are not image data: {', '.join(extra)}; re-encode without them"))
+    types = [c for c, _ in chunks]
+    if types[0] != b"IHDR":
+        raise ValueError("first chunk is not IHDR")
+    w, h, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", data[16:29])
+    if size is not None and (w, h) != (size, size):
+        out.append(("image-size", f"{w}x{h} pixels, the manifest says {size}x{size}; rewrite the release"))
+    if (depth, colour, interlace) != (8, 2, 0):
+        out.append(("png-metadata", f"not the 8-bit RGB, non-interlaced PNG pfd writes (depth {depth}, colour type "
+                                    f"{colour}, interlace {interlace}); re-encode it"))
+        return out
+    idat = [i for i, c in enumerate(types) if c == b"IDAT"]
+    if not idat or idat != list(range(idat[0], idat[0] + len(idat))):
+        out.append(("png-metadata", "IDAT chunks are not one contiguous run; re-encode it"))
+        return out
+    pos, stream = len(_PNG_SIG), b""
+    for c, length in chunks:
+        if c == b"IDAT":
+            stream += data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+    z = zlib.decompressobj()
+    try:
+        raw = z.decompress(stream, h * (1 + 3 * w) + 1)
+    except zlib.error as e:
+        raise ValueError(f"IDAT data is not a zlib stream ({e})") from None
+    if len(raw) != h * (1 + 3 * w) or not z.eof or z.unused_data or z.unconsumed_tail:
+        out.append(("png-metadata", "IDAT holds data beyond the image's pixel rows; re-encode it"))
     return out
 
 
@@ -130,30 +194,56 @@ def _source_tokens(private: FaceSet) -> tuple[set[str], set[str]]:
     return {t for t in tokens if t not in _VOCAB}, plain
 
 
-def _check_tree(root: Path, manifest: dict[str, Any] | None, findings: list[Finding]) -> list[str]:
-    """File-level checks; returns the release-relative paths seen."""
-    listed: dict[str, str] = manifest.get("files", {}) if manifest else {}
+def _link_finding(p: Path, rel: str) -> Finding | None:
+    """A symlink or a hard link: a release holds plain files that are nothing else too."""
+    if p.is_symlink():
+        return Finding("link", rel, "symlink; a release holds plain files only (copy the content in)")
+    st = p.lstat()
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        return Finding("link", rel, f"hard link ({st.st_nlink} names for one file; it may be a private file); "
+                                    "replace it with a copy of its own")
+    return None
+
+
+def _check_tree(root: Path, manifest: dict[str, Any] | None, findings: list[Finding]) -> tuple[list[str], list[str]]:
+    """File-level checks; returns the release-relative paths seen and the PNGs whose pixels are sound."""
+    listed: dict[str, str] = manifest.get("files", {}) if manifest and isinstance(manifest.get("files"), dict) else {}
+    size = manifest.get("image_size") if manifest and isinstance(manifest.get("image_size"), int) else None
     seen: list[str] = []
+    images: list[str] = []
+    rmode = stat.S_IMODE(root.stat().st_mode)
+    if rmode != RELEASE_DIR_MODE:
+        findings.append(Finding("release-mode", "./", f"folder mode {rmode:04o}; a release folder is 0755 (chmod 755)"))
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
         depth = len(here.relative_to(root).parts)
         for d in sorted(dirnames):
             rel = (here / d).relative_to(root).as_posix()
             if (here / d).is_symlink():
-                findings.append(Finding("unexpected-file", rel + "/", "symlinked folder; a release holds plain files only"))
-            elif depth > 0:
+                findings.append(Finding("link", rel + "/", "symlinked folder; a release holds plain files only"))
+                continue
+            if depth > 0:
                 findings.append(Finding("unexpected-file", rel + "/", "nested folder; a release is <label>/<k>.png only"))
             elif not _LABEL.match(d):
                 findings.append(Finding("source-name", rel + "/", "label folder is not a number; names can identify the source"))
+            dmode = stat.S_IMODE((here / d).stat().st_mode)
+            if dmode != RELEASE_DIR_MODE:
+                findings.append(Finding("release-mode", rel + "/", f"folder mode {dmode:04o}; release folders are 0755"))
         for f in sorted(filenames):
             p = here / f
             rel = p.relative_to(root).as_posix()
             seen.append(rel)
             suffix = p.suffix.lower()
+            link = _link_finding(p, rel)
+            if link is not None:
+                findings.append(link)  # and check what it holds too: a link to a private photo is two problems
+                if not p.exists():
+                    continue  # a dangling symlink holds nothing
+            fmode = stat.S_IMODE(p.stat().st_mode)
+            if fmode != RELEASE_FILE_MODE:
+                findings.append(Finding("release-mode", rel, f"file mode {fmode:04o}; release files are 0644 (readable by "
+                                                             "everyone, writable by the owner only)"))
             if rel == MANIFEST:
-                continue
-            if p.is_symlink():
-                findings.append(Finding("unexpected-file", rel, "symlink; a release holds plain files only"))
                 continue
             if suffix in STATE_SUFFIXES or f == PROXY_MAP:
                 findings.append(Finding("state-file", rel, "private state file inside the release; delete it and keep state in --state-dir"))
@@ -165,23 +255,61 @@ def _check_tree(root: Path, manifest: dict[str, Any] | None, findings: list[Find
                 findings.append(Finding("source-name", rel, "image file name is not a number; names can identify the source"))
             data = p.read_bytes()
             try:
-                extra = sorted({c.decode("latin-1") for c, _ in png_chunks(data) if c not in ALLOWED_PNG_CHUNKS})
+                problems = check_png(data, size=size)
             except ValueError as e:
                 findings.append(Finding("png-corrupt", rel, f"unreadable PNG ({e}); rewrite the release"))
                 continue
-            if extra:
-                findings.append(Finding("png-metadata", rel, f"metadata chunks {', '.join(extra)}; re-encode without metadata"))
+            findings.extend(Finding(kind, rel, detail) for kind, detail in problems)
+            if not problems:
+                images.append(rel)
             if rel not in listed:
                 findings.append(Finding("unlisted-file", rel, "not in manifest.json; remove it or rewrite the release"))
             elif sha256_file(p) != listed[rel]:
                 findings.append(Finding("checksum", rel, "sha256 differs from manifest.json; the file was altered"))
     for rel in sorted(set(listed) - set(seen)):
         findings.append(Finding("missing-file", rel, "listed in manifest.json but missing"))
-    return seen
+    return seen, images
+
+
+def _check_schema(manifest: dict[str, Any], findings: list[Finding]) -> None:
+    """Only the documented keys, of the documented types, with counts that add up."""
+    for key in sorted(set(manifest) - _MANIFEST_KEYS):
+        findings.append(Finding("manifest", f"{MANIFEST}:{key}", "not in the manifest schema (counts, size, method, run id, "
+                                                               "checksums); it may carry private data: remove it"))
+    ints = ("format_version", "image_size", "num_classes", "num_images")
+    for key in ints:
+        if key in manifest and (not isinstance(manifest[key], int) or isinstance(manifest[key], bool) or manifest[key] < 0):
+            findings.append(Finding("manifest", f"{MANIFEST}:{key}", f"not a count ({manifest[key]!r})"))
+    for key in ("method", "run_id"):
+        if key in manifest and not isinstance(manifest[key], str):
+            findings.append(Finding("manifest", f"{MANIFEST}:{key}", "not a string"))
+    if "run_id" in manifest and isinstance(manifest["run_id"], str) and not re.fullmatch(r"[0-9a-f]{8,64}", manifest["run_id"]):
+        findings.append(Finding("manifest", f"{MANIFEST}:run_id", "not a random hex run id; it may carry data: rewrite the release"))
+    checks = manifest.get("checks")
+    if "checks" in manifest and not (isinstance(checks, dict) and set(checks) <= CHECK_NAMES
+                                     and all(isinstance(v, bool) for v in checks.values())):
+        findings.append(Finding("manifest", f"{MANIFEST}:checks", "not a table of the publication checks -> true/false; "
+                                                                 "it may carry data: rewrite the release"))
+    files, per = manifest.get("files"), manifest.get("images_per_class")
+    if not isinstance(files, dict) or not all(isinstance(v, str) and _HEX64.match(v) for v in files.values()):
+        findings.append(Finding("manifest", f"{MANIFEST}:files", "not a table of file -> sha256"))
+        return
+    if not isinstance(per, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in per.values()):
+        findings.append(Finding("manifest", f"{MANIFEST}:images_per_class", "not a table of label -> count"))
+        return
+    counted = {}
+    for rel in files:
+        counted[rel.split("/", 1)[0]] = counted.get(rel.split("/", 1)[0], 0) + 1
+    if (counted != per or manifest.get("num_images") != len(files) or manifest.get("num_classes") != len(per)):
+        findings.append(Finding("manifest", MANIFEST, "counts (num_images, num_classes, images_per_class) do not match "
+                                                      "the files listed; rewrite the release"))
 
 
 def _check_manifest(root: Path, findings: list[Finding]) -> dict[str, Any] | None:
     p = root / MANIFEST
+    if p.is_symlink():
+        findings.append(Finding("link", MANIFEST, "symlink; the manifest must be a plain file of the release"))
+        return None
     if not p.is_file():
         findings.append(Finding("manifest", MANIFEST, "missing; write the release with pfd distill"))
         return None
@@ -193,9 +321,8 @@ def _check_manifest(root: Path, findings: list[Finding]) -> dict[str, Any] | Non
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         findings.append(Finding("manifest", MANIFEST, f"not a {FORMAT} manifest"))
         return manifest if isinstance(manifest, dict) else None
-    for key in sorted(set(manifest) - _MANIFEST_KEYS):
-        findings.append(Finding("manifest", f"{MANIFEST}:{key}", "unexpected field; the manifest holds counts, size, method and checksums only"))
-    files = manifest.get("files", {})
+    _check_schema(manifest, findings)
+    files = manifest.get("files", {}) if isinstance(manifest.get("files"), dict) else {}
     for loc, s in _strings(manifest):
         if loc.startswith("files.") and (s in files or _HEX64.match(s)):
             continue  # a listed release path or its checksum
@@ -206,16 +333,47 @@ def _check_manifest(root: Path, findings: list[Finding]) -> dict[str, Any] | Non
     return manifest
 
 
+def _decode(path: Path) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB"), dtype=np.uint8)
+
+
+def _check_state_tree(sd: Path, findings: list[Finding]) -> None:
+    """Every folder of the state dir 0700 and every file 0600: it holds the proxy -> source map."""
+    mode = stat.S_IMODE(sd.stat().st_mode)
+    if mode & 0o077:
+        findings.append(Finding("state-dir-mode", str(sd), f"mode {mode:04o} lets others read private state; chmod 700 {sd}"))
+    for dirpath, dirnames, filenames in os.walk(sd):
+        for name in sorted(dirnames) + sorted(filenames):
+            p = Path(dirpath, name)
+            if p.is_symlink():
+                continue
+            m = stat.S_IMODE(p.stat().st_mode)
+            if m & 0o077:
+                want = "700" if p.is_dir() else "600"
+                findings.append(Finding("state-dir-mode", str(p), f"mode {m:04o} lets others read private state; chmod {want} {p}"))
+
+
 def lint_release(
-    path: str | os.PathLike, *, private: FaceSet | None = None, state_dir: str | os.PathLike | None = None
+    path: str | os.PathLike,
+    *,
+    private: FaceSet | None = None,
+    state_dir: str | os.PathLike | None = None,
+    model: Any | None = None,
 ) -> list[Finding]:
     """All leaks and defects of a release (empty: fit to publish).
 
     Args:
         path: Release folder.
-        private: The private source set; its identity and file names must appear nowhere.
+        private: The private source set: its identity and file names must appear nowhere, and
+            no released image may be one of its photos (exact or near-duplicate).
         state_dir: The publisher's state dir: enables the label-order check against the
-            proxy -> source map, the 0700 mode check and the overlap check.
+            proxy -> source map, the mode checks of the whole state tree (0700 / 0600) and the
+            overlap check.
+        model: A face model for the embedding near-duplicate check (with ``private``); the CLI
+            passes the state dir's ``public_model.pt``.
 
     Returns:
         The findings, in a stable order.
@@ -227,10 +385,16 @@ def lint_release(
     if not root.is_dir():
         raise PfdError(f"{root}: no such release folder")
     findings: list[Finding] = []
+    if root.is_symlink():
+        findings.append(Finding("link", "./", "the release folder is a symlink; publish the folder itself"))
     manifest = _check_manifest(root, findings)
-    seen = _check_tree(root, manifest, findings)
+    seen, images = _check_tree(root, manifest, findings)
+    if not any(rel.endswith(".png") for rel in seen) or (manifest is not None and not manifest.get("files")):
+        findings.append(Finding("empty", "./", "the release holds no images; write it with pfd distill"))
 
     labels = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if len(labels) == 1:
+        findings.append(Finding("empty", "./", "the release holds one identity: it says who it is about; distill at least 2"))
     if private is not None:
         tokens, plain = _source_tokens(private)
         texts = [(rel, rel) for rel in seen] + [(rel + "/", rel) for rel in labels]
@@ -246,6 +410,7 @@ def lint_release(
             findings.append(
                 Finding("source-name", "./", f"{len(same)} of {len(labels)} labels equal source identity names; relabel the release")
             )
+        _check_private_images(root, images, private, model, findings)
 
     if state_dir is not None:
         sd = Path(state_dir)
@@ -255,11 +420,24 @@ def lint_release(
             check_separate(root, sd)
         except PfdError as e:
             findings.append(Finding("state-dir-inside", str(sd), str(e)))
-        mode = stat.S_IMODE(sd.stat().st_mode)
-        if mode & 0o077:
-            findings.append(Finding("state-dir-mode", str(sd), f"mode {mode:04o} lets others read private state; chmod 700 {sd}"))
+        _check_state_tree(sd, findings)
         _check_label_order(sd, private, findings)
     return findings
+
+
+def _check_private_images(root: Path, images: list[str], private: FaceSet, model: Any | None,
+                          findings: list[Finding]) -> None:
+    """Released images that are private photos (:func:`pfd.data.private_copies.find_private_copies`)."""
+    from pfd.data.private_copies import find_private_copies
+
+    released = [(rel, _decode(root / rel)) for rel in images]
+    if len({img.shape for _, img in released}) > 1:
+        return  # sizes differ: already an image-size finding; compare nothing rather than guess
+    for c in find_private_copies(released, private, model=model):
+        how = {"exact": "an exact copy", "near-duplicate": f"a near-duplicate (dHash distance {c.score:.0f} of {c.bits} bits "
+               f"<= {c.threshold:.0f})", "embedding": f"a near-duplicate (embedding cosine {c.score:.3f} > {c.threshold:.3f}, "
+               "calibrated on this release)"}[c.how]  # fmt: skip
+        findings.append(Finding("private-image", c.file, f"{how} of private image {c.private}; remove it and distill again"))
 
 
 def _check_label_order(state_dir: Path, private: FaceSet | None, findings: list[Finding]) -> None:

@@ -40,14 +40,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pfd.config import DistillConfig, config_to_dict, save_config
-from pfd.data.faces import check_min_images
+from pfd.config import DistillConfig, config_to_dict, save_config, validate_config
+from pfd.data.faces import check_min_identities, check_min_images
 from pfd.data.faceset import FaceSet, to_memory
-from pfd.data.release import check_separate, prepare_state_dir, to_uint8, write_proxy_map, write_release
+from pfd.data.release import check_separate, to_uint8, write_proxy_map, write_release
+from pfd.distill.lock import is_main_rank
 from pfd.distill.state import (
     StateDir,
     check_outputs,
     check_same_settings,
+    claim_state_dir,
     clear_interrupted_release,
     load_batch,
     save_batch,
@@ -55,6 +57,7 @@ from pfd.distill.state import (
 from pfd.distill.summary import build_summary
 from pfd.errors import PfdError
 from pfd.io import atomic_torch_save, atomic_write_bytes, atomic_write_json
+from pfd.progress import progress_bar, stage_line
 
 __all__ = ["METHODS", "REAL_IMAGE_METHODS", "DistillResult", "Distillation", "distill", "identity_centers", "raw_selection"]
 
@@ -162,6 +165,7 @@ class Distillation:
 
         if cfg.method not in METHODS:
             raise PfdError(f"unknown method {cfg.method!r}; choose one of {', '.join(METHODS)}")
+        validate_config(cfg)  # every numeric setting, before any work
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         self.cfg = cfg
@@ -173,12 +177,18 @@ class Distillation:
         if cfg.resume:
             check_same_settings(self.state, cfg)
         if faces is None:
-            faces = to_memory(open_faces(cfg.private, size=cfg.size, min_images=max(1, cfg.min_images)))
+            faces = to_memory(open_faces(cfg.private, size=cfg.size, min_images=max(1, cfg.min_images), skip_bad=cfg.skip_bad))
         self.faces = faces
         if self.faces.size != cfg.size:
             raise PfdError(f"{cfg.private}: images are {self.faces.size}px but size is {cfg.size}; set --size consistently")
         k = cfg.rta.ipc
         check_min_images(self.faces, k, need=f"K = {k} proxies per class (rta.ipc) need at least {k}", fix="lower --ipc")
+        check_min_identities(self.faces, 2, what="a release", where=cfg.private)
+        if len(self.faces) < cfg.ogp.batch_size:
+            raise PfdError(f"{cfg.private}: {len(self.faces)} private images, fewer than one fine-tuning batch of "
+                           f"{cfg.ogp.batch_size}; lower --ogp-batch-size")
+        # One writer per state dir (a lock held by the main process until close()), checked again under it.
+        self.claim = claim_state_dir(self.state, self.out, resume=cfg.resume, main=is_main_rank())
         self.acc = accelerator if accelerator is not None else make_accelerator(cfg.mixed_precision)
         self.progress = progress
         self.times: dict[str, float] = {}
@@ -187,7 +197,7 @@ class Distillation:
         # Every process has checked the folders above before the main process writes to them.
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
-            prepare_state_dir(self.state.root, release=self.out)
+            self.claim.begin()  # 0700 and the marker, before anything else
             save_config(cfg, self.state.config, section="distill")
         self.acc.wait_for_everyone()
 
@@ -195,10 +205,17 @@ class Distillation:
     def rotated(self) -> bool:
         return self.cfg.method == "pfd"
 
+    def close(self) -> None:
+        """Tighten the state dir's modes and release its lock (main process)."""
+        self.claim.close()
+
     def _timed(self, stage: str, t0: float, skipped: bool) -> None:
         self.times[stage] = 0.0 if skipped else time.perf_counter() - t0
         if skipped:
             self.skipped.append(stage)
+        if self.acc.is_main_process:
+            stage_line(stage, self.times[stage], skipped=skipped)
+            self.claim.secure()  # 0700/0600 whatever the umask, also if the run is killed later
 
     # -- stage 0: the public model -----------------------------------------------------------
     def public(self) -> Path:
@@ -357,8 +374,6 @@ class Distillation:
 
     def proxies(self, backbone: torch.nn.Module, head: torch.nn.Module, protos: dict[str, Any]) -> None:
         """Distill (or, for ``raw``, select) this process's unfinished batches into batch files."""
-        from tqdm.auto import tqdm
-
         from pfd.distill.rta import ProxyDistiller
 
         t0, cfg, st = time.perf_counter(), self.cfg, self.state
@@ -373,7 +388,7 @@ class Distillation:
             backbone, head, P, size=cfg.size, cfg=cfg.rta, device=self.acc.device,
             amp=self.acc.mixed_precision == "bf16", progress=False,
         )  # fmt: skip
-        bar = tqdm(mine, desc=f"RTA [{rank}]" if world > 1 else "RTA", disable=not (self.progress and self.acc.is_local_main_process))
+        bar = progress_bar(mine, desc=f"RTA [{rank}]" if world > 1 else "RTA", enabled=self.progress and self.acc.is_local_main_process)
         for b in bar:
             rows = batches[b]
             if cfg.method in REAL_IMAGE_METHODS:
@@ -475,8 +490,8 @@ class Distillation:
                     clear_interrupted_release(self.out)
                 written = write_release(
                     self.out, proxies, source, method=cfg.method, label_seed=cfg.release.label_seed,
-                    state_dir=st.root, resume=cfg.resume,
-                    extra_manifest={"checks": {c["name"]: bool(c["passed"]) for c in checks}},
+                    state_dir=st.root, resume=cfg.resume, run_id=self.claim.run_id,
+                    checks={c["name"]: bool(c["passed"]) for c in checks},
                 )  # fmt: skip
                 write_proxy_map(
                     st.root, written, proxy_source=source, identities=self.faces.identities,
@@ -544,12 +559,15 @@ def distill(
             non-finite loss (finished batches are kept; fix and rerun with ``--resume``).
     """
     run = Distillation(cfg, faces=faces, accelerator=accelerator, progress=progress)
-    run.public()
-    ogp_losses = run.adapt()
-    backbone, head, M = run.load_adapted()
-    protos = run.prototypes(backbone, M)
-    run.proxies(backbone, head, protos)
-    summary = run.release(protos, ogp_losses, backbone)
+    try:
+        run.public()
+        ogp_losses = run.adapt()
+        backbone, head, M = run.load_adapted()
+        protos = run.prototypes(backbone, M)
+        run.proxies(backbone, head, protos)
+        summary = run.release(protos, ogp_losses, backbone)
+    finally:
+        run.close()
     if summary is None:
         summary = json.loads(run.state.summary.read_text(encoding="utf-8"))
     return DistillResult(run.out, run.state.root, summary, run.acc.is_main_process)

@@ -1,0 +1,197 @@
+"""The range rules of every stage config: checked before any stage runs.
+
+:func:`pfd.config.validate_config` (called by :func:`pfd.config.build_config` and again by the
+stages) applies them; a broken rule is one :class:`~pfd.errors.PfdError` line that names the CLI
+flag, the setting and the value, e.g. ``--ipc (rta.ipc) = 0: must be at least 1``.
+:func:`ignored_options` lists the ``pfd distill`` options a method does not use (a warning).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from pfd.config import BaselineConfig, DistillConfig, EvalConfig, OGPConfig, RTAConfig, TrainConfig
+from pfd.errors import PfdError
+
+__all__ = ["check_config", "ignored_options"]
+
+#: CLI flag of a setting where it is not ``--`` + the name with dashes (``pfd distill``'s nested tables).
+_FLAGS = {
+    "ogp.max_steps": "--ogp-steps", "ogp.min_steps": "--ogp-min-steps", "ogp.epochs": "--ogp-epochs", "ogp.batch_size": "--ogp-batch-size",
+    "ogp.lr": "--ogp-lr", "ogp.head": "--ogp-head", "rta.batch_size": "--rta-batch-size", "rta.lr": "--rta-lr",
+    "baseline.cell": "--dp-cell", "baseline.pixels": "--dp-pixels",
+}  # fmt: skip
+_CHOICES = {"mixed_precision": ("auto", "no", "bf16", "fp16"), "schedule": ("cosine", "poly")}
+_METHODS = ("pfd", "rta-only", "sre2l", "raw", "dp-pix", "blur")  # pfd.distill.pipeline.METHODS
+
+
+class _Checker:
+    """Collects the rules of one dataclass; raises on the first broken one, naming the flag."""
+
+    def __init__(self, cfg: Any, prefix: str, flags: bool) -> None:
+        self.cfg, self.prefix, self.flags = cfg, prefix, flags
+
+    def _name(self, field: str) -> str:
+        key = f"{self.prefix}{field}"
+        flag = _FLAGS.get(key, "--" + field.replace("_", "-")) if self.flags else None
+        return f"{flag} ({key})" if flag else key
+
+    def __call__(self, field: str, ok: Any, need: str) -> None:
+        value = getattr(self.cfg, field)
+        if value is None:
+            return
+        try:
+            good = bool(ok(value))
+        except TypeError:
+            good = False
+        if not good:
+            raise PfdError(f"{self._name(field)} = {value!r}: {need}")
+
+    def at_least(self, field: str, low: float) -> None:
+        self(field, lambda v: v >= low, f"must be at least {low}")
+
+    def positive(self, field: str) -> None:
+        self(field, lambda v: v > 0 and math.isfinite(v), "must be a positive number")
+
+    def non_negative(self, field: str) -> None:
+        self(field, lambda v: v >= 0 and math.isfinite(v), "must be 0 or more")
+
+    def choice(self, field: str, options: tuple[str, ...]) -> None:
+        self(field, lambda v: v in options, f"must be one of {', '.join(options)}")
+
+    def not_a_file(self, field: str, what: str) -> None:
+        self(field, lambda v: not v or not Path(v).expanduser().is_file(), f"is an existing file; {what} is a folder, choose another path")
+
+
+def _check_train(cfg: TrainConfig, prefix: str = "", flags: bool = True) -> None:
+    c = _Checker(cfg, prefix, flags)
+    c("size", lambda v: v >= 0, "must be a positive multiple of 16")  # 0: set later (the scorecard's release size)
+    c.positive("width")
+    c.at_least("embedding_dim", 1)
+    c.positive("scale")
+    c.non_negative("margin")
+    c.at_least("epochs", 1)
+    c.at_least("max_steps", 1)
+    c.at_least("batch_size", 1)
+    c.positive("lr")
+    c("momentum", lambda v: 0 <= v < 1, "must be in [0, 1)")
+    c.non_negative("weight_decay")
+    c.non_negative("warmup_epochs")
+    c.non_negative("grad_clip")
+    c.choice("mixed_precision", _CHOICES["mixed_precision"])
+    c.choice("schedule", _CHOICES["schedule"])
+    c.at_least("checkpoint_every", 0)
+    c.at_least("workers", 0)
+    c.at_least("min_images", 0)
+    c.at_least("threads", 0)
+    c.not_a_file("out", "the training output")
+
+
+def _check_eval(cfg: EvalConfig, prefix: str = "", flags: bool = True) -> None:
+    c = _Checker(cfg, prefix, flags)
+    c.at_least("num_pairs", 1)
+    c.at_least("folds", 2)
+    c.at_least("batch_size", 1)
+    c("out", lambda v: not v or not Path(v).expanduser().is_dir(), "is an existing folder; --out names the JSON file to write")
+
+
+def _check_ogp(cfg: OGPConfig, prefix: str = "ogp.", flags: bool = True) -> None:
+    c = _Checker(cfg, prefix, flags)
+    c.positive("scale")
+    c.non_negative("margin")
+    c("rep_margin", lambda v: -1 < v < 1, "must lie strictly between -1 and 1 (a cosine margin; L_rep is off outside)")
+    c.non_negative("lambda_rep")
+    c.non_negative("lambda_iso")
+    c.at_least("epochs", 1)
+    c.at_least("max_steps", 1)
+    c.at_least("min_steps", 0)
+    c("target_below_margin", lambda v: 0 <= v <= 1, "must be a share in [0, 1]")
+    c.at_least("step_cap", 0)
+    c.at_least("batch_size", 1)
+    c.positive("lr")
+    c.non_negative("rotation_lr")
+    c("momentum", lambda v: 0 <= v < 1, "must be in [0, 1)")
+    c.non_negative("weight_decay")
+    c.non_negative("warmup_epochs")
+    c.non_negative("grad_clip")
+    c.positive("init_scale")
+    c.at_least("checkpoint_every", 0)
+
+
+def _check_rta(cfg: RTAConfig, prefix: str = "rta.", flags: bool = True) -> None:
+    c = _Checker(cfg, prefix, flags)
+    c.at_least("ipc", 1)
+    c.at_least("iterations", 1)
+    c.at_least("batch_size", 1)
+    c.positive("lr")
+    c("betas", lambda v: all(0 <= b < 1 for b in v), "must be two numbers in [0, 1)")
+    c.non_negative("lambda_rta")
+    c.non_negative("lambda_bn")
+    c.non_negative("first_bn_multiplier")
+    c("crop_scale", lambda v: 0 < v[0] <= v[1] <= 1, "must be [low, high] with 0 < low <= high <= 1")
+    c.at_least("shift", 0)
+    c.at_least("kmeans_n_init", 1)
+    c.non_negative("init_std")
+
+
+def _check_baseline(cfg: BaselineConfig, prefix: str = "baseline.", flags: bool = True) -> None:
+    c = _Checker(cfg, prefix, flags)
+    c.positive("epsilon")
+    c.at_least("cell", 0)
+    c.at_least("pixels", 0)
+    c.non_negative("blur_sigma")
+
+
+def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> None:
+    c = _Checker(cfg, prefix, flags)
+    c.choice("method", _METHODS)
+    c("size", lambda v: v >= 16 and v % 16 == 0, "must be a positive multiple of 16")
+    c.at_least("min_images", 0)
+    c.choice("mixed_precision", _CHOICES["mixed_precision"])
+    c.at_least("workers", 0)
+    c.at_least("threads", 0)
+    c("out", lambda v: bool(v) and not Path(v).expanduser().is_file(), "must name a folder (not an existing file)")
+    c("state_dir", lambda v: bool(v) and not Path(v).expanduser().is_file(), "must name a folder (not an existing file)")
+    if cfg.out and cfg.state_dir and Path(cfg.out).expanduser().resolve() == Path(cfg.state_dir).expanduser().resolve():
+        raise PfdError(f"--out and --state-dir are the same folder ({cfg.out}); the state must never be published")
+    _check_train(cfg.pretrain, "pretrain.", flags=False)
+    _check_ogp(cfg.ogp, "ogp.", flags)
+    _check_rta(cfg.rta, "rta.", flags)
+    _check_baseline(cfg.baseline, "baseline.", flags)
+
+
+_VALIDATORS: dict[type, Any] = {
+    TrainConfig: _check_train, EvalConfig: _check_eval, OGPConfig: _check_ogp, RTAConfig: _check_rta,
+    BaselineConfig: _check_baseline, DistillConfig: _check_distill,
+}  # fmt: skip
+
+
+def check_config(cfg: Any) -> None:
+    """Apply the rules of ``cfg``'s dataclass (none for dataclasses without rules).
+
+    Raises:
+        PfdError: Naming the flag, the setting and the value.
+    """
+    check = _VALIDATORS.get(type(cfg))
+    if check is not None:
+        check(cfg)
+
+
+#: Settings each ``pfd distill`` method does not use: giving them is probably a mistake.
+_UNUSED_BY_METHOD: dict[str, tuple[str, ...]] = {
+    "pfd": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma"),
+    "rta-only": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso"),
+    "sre2l": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "lambda_rta"),
+    "raw": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "iterations",
+            "rta_lr", "lambda_rta", "lambda_bn"),
+    "dp-pix": ("blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "iterations", "rta_lr", "lambda_rta", "lambda_bn"),
+    "blur": ("epsilon", "dp_cell", "dp_pixels", "rep_margin", "lambda_rep", "lambda_iso", "iterations", "rta_lr",
+             "lambda_rta", "lambda_bn"),
+}  # fmt: skip
+
+
+def ignored_options(method: str, given: set[str] | frozenset[str]) -> list[str]:
+    """The ``pfd distill`` options in ``given`` (parameter names) that ``method`` ignores, as flags."""
+    return ["--" + k.replace("_", "-") for k in _UNUSED_BY_METHOD.get(method, ()) if k in given]

@@ -1,0 +1,144 @@
+"""Released images that are private photos: exact copies and near-duplicates.
+
+A sha256 in the manifest proves only that a file is the one the manifest lists: someone who
+copies a private photo into a release and updates the manifest passes every file-level check.
+:func:`find_private_copies` compares every released image with every private image, twice:
+
+* **pixels**: an exact copy (identical pixels once the private image is resized to the release
+  size) or a perceptual near-duplicate (:func:`pfd.data.phash.dhash` within 12.5 % of its bits:
+  a re-encoded, brightened or resized copy);
+* **embeddings** (with a model, normally the publisher's public model): the cosine of each
+  released image to its nearest private image, flagged above a threshold calibrated on the
+  release itself (:func:`cosine_threshold`): genuine proxies form the bulk of that distribution,
+  a copied photo sits far above it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pfd.data.faceset import FaceSet
+from pfd.data.phash import dhash, grid_for, near_duplicate_bits, nearest
+
+__all__ = ["PrivateCopy", "find_private_copies", "cosine_threshold", "COSINE_FLOOR", "COSINE_CEILING"]
+
+#: The calibrated cosine threshold never drops below this (a release of near-identical proxies
+#: must not turn ordinary similarity into findings) ...
+COSINE_FLOOR = 0.9
+#: ... nor rises above this (a release made mostly of copies must still flag them).
+COSINE_CEILING = 0.99
+#: Robust standard deviations above the release's median nearest-private cosine.
+COSINE_SIGMAS = 6.0
+
+
+@dataclass(frozen=True)
+class PrivateCopy:
+    """A released image that matches a private one.
+
+    Attributes:
+        file: The released file (relative to the release).
+        private: The private image's name.
+        how: ``exact``, ``near-duplicate`` or ``embedding``.
+        score: Hash distance in bits (``exact``/``near-duplicate``) or the cosine (``embedding``).
+        threshold: The threshold it crossed.
+        bits: Bits of the hash (``near-duplicate``).
+    """
+
+    file: str
+    private: str
+    how: str
+    score: float
+    threshold: float
+    bits: int = 0
+
+
+def cosine_threshold(nearest_cos: np.ndarray) -> float:
+    """The embedding threshold of a release: median + 6 robust SDs of its nearest-private cosines,
+    clipped to [:data:`COSINE_FLOOR`, :data:`COSINE_CEILING`].
+
+    Args:
+        nearest_cos: Each released image's cosine to its nearest private image ``(n,)``.
+    """
+    c = np.asarray(nearest_cos, dtype=np.float64)
+    if c.size == 0:
+        return COSINE_CEILING
+    med = float(np.median(c))
+    mad = 1.4826 * float(np.median(np.abs(c - med)))
+    return float(np.clip(med + COSINE_SIGMAS * mad, COSINE_FLOOR, COSINE_CEILING))
+
+
+def _uint8(x: torch.Tensor) -> np.ndarray:
+    return np.clip(np.round(x.detach().cpu().float().numpy() * 255.0), 0, 255).astype(np.uint8).transpose(1, 2, 0)
+
+
+def _resize(x: torch.Tensor, size: int) -> torch.Tensor:
+    """``(3, S, S)`` -> ``(3, size, size)`` (bilinear, as the decoders resize)."""
+    if x.shape[-1] == size:
+        return x
+    return F.interpolate(x[None], size=(size, size), mode="bilinear", align_corners=False, antialias=True)[0].clamp(0, 1)
+
+
+def find_private_copies(
+    released: Sequence[tuple[str, np.ndarray]],
+    private: FaceSet,
+    *,
+    model: Any | None = None,
+    batch_size: int = 64,
+) -> list[PrivateCopy]:
+    """Released images that are copies or near-duplicates of private images.
+
+    Args:
+        released: ``(file, pixels (S, S, 3) uint8)`` of every released image.
+        private: The private set.
+        model: A face model (``(B, 3, S, S)`` in [0, 1] -> ``(B, D)``) for the embedding check;
+            ``None`` skips it. Images are resized to ``model.arch["size"]`` when it declares one.
+        batch_size: Embedding batch size.
+
+    Returns:
+        One :class:`PrivateCopy` per flagged released image (the strongest reason), in input order.
+    """
+    if not released or len(private) == 0:
+        return []
+    size = int(released[0][1].shape[0])
+    grid = grid_for(size)
+    limit = near_duplicate_bits(grid)
+    rel_hash = np.stack([dhash(img, size=grid) for _, img in released])  # (n, grid² / 8)
+    priv_hash, exact_index = [], {}
+    for i in range(len(private)):
+        x = _resize(private.load(i), size)
+        px = _uint8(x)
+        priv_hash.append(dhash(px, size=grid))
+        exact_index.setdefault(px.tobytes(), i)
+    idx, dist = nearest(rel_hash, np.stack(priv_hash))
+    names = private.names
+    found: dict[int, PrivateCopy] = {}
+    for k, (f, img) in enumerate(released):
+        j = exact_index.get(img.tobytes())
+        if j is not None:
+            found[k] = PrivateCopy(f, names[j], "exact", 0.0, 0.0)
+        elif dist[k] <= limit:
+            found[k] = PrivateCopy(f, names[int(idx[k])], "near-duplicate", float(dist[k]), float(limit), grid * grid)
+    if model is not None:
+        from pfd.embed import Embedder
+
+        side = int(getattr(model, "arch", {}).get("size", size)) if hasattr(model, "arch") else size
+        emb = Embedder(model, batch_size=batch_size, device="cpu")
+        rel_x = torch.stack([_resize(torch.from_numpy(img.copy()).permute(2, 0, 1).float().div(255.0), side)
+                             for _, img in released])  # (n, 3, s, s)
+        e_rel = emb(rel_x)  # (n, D)
+        e_priv = torch.cat([
+            emb(torch.stack([_resize(private.load(i), side) for i in range(lo, min(lo + 512, len(private)))]))
+            for lo in range(0, len(private), 512)
+        ])  # (m, D)  # fmt: skip
+        cos = e_rel @ e_priv.T  # (n, m)
+        best, arg = cos.max(dim=1)
+        t = cosine_threshold(best.numpy())
+        for k in np.flatnonzero(best.numpy() > t):
+            if k not in found:
+                found[int(k)] = PrivateCopy(released[k][0], names[int(arg[k])], "embedding", float(best[k]), t)
+    return [found[k] for k in sorted(found)]

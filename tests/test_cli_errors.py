@@ -1,0 +1,150 @@
+"""Bad options are one-line errors before any work; messages name flags that exist."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from pfd.cli import main
+from pfd.data.release import MANIFEST, write_release
+from pfd.errors import PfdError
+from pfd.train import open_training_data
+
+PRIVATE = "synthetic:private,ids=6,imgs=8,size=32"
+
+
+def _run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def _is_clean_error(res, *words: str) -> None:
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and res.exception is None or isinstance(res.exception, SystemExit)
+    for w in words:
+        assert w in res.output, (w, res.output)
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--ipc", "0"], "--ipc"),
+        (["--ipc", "-2"], "--ipc"),
+        (["--rta-batch-size", "0"], "--rta-batch-size"),
+        (["--rta-batch-size", "-4"], "--rta-batch-size"),
+        (["--iterations", "0"], "--iterations"),
+        (["--ogp-steps", "-1"], "--ogp-steps"),
+        (["--threads", "-3"], "--threads"),
+        (["--min-images", "-5"], "--min-images"),
+        (["--rep-margin", "5"], "--rep-margin"),
+    ],
+)
+def test_distill_numeric_options_are_checked_first(tmp_path, args, flag):
+    res = _run("distill", "--out", str(tmp_path / "r"), "--state-dir", str(tmp_path / "s"), *args)
+    _is_clean_error(res, f"Error: {flag} (")
+    assert not (tmp_path / "r").exists() and not (tmp_path / "s").exists()
+
+
+def test_outputs_that_are_files(tmp_path):
+    f = tmp_path / "taken"
+    f.write_text("x")
+    _is_clean_error(_run("distill", "--out", str(f), "--state-dir", str(tmp_path / "s")), "--out", "existing file")
+    _is_clean_error(_run("train", "--out", str(f)), "--out", "existing file")
+    _is_clean_error(_run("eval", "--model", str(f), "--out", str(tmp_path)), "--out", "existing folder")
+
+
+def test_train_and_eval_numeric_options(tmp_path):
+    _is_clean_error(_run("train", "--batch-size", "0", "--out", str(tmp_path / "t")), "Error: --batch-size (")
+    _is_clean_error(_run("train", "--epochs", "0", "--out", str(tmp_path / "t")), "Error: --epochs (")
+    _is_clean_error(_run("eval", "--num-pairs", "-5", "--model", "m.pt"), "Error: --num-pairs (")
+    assert not (tmp_path / "t").exists()
+
+
+def test_ignored_options_warn(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="pfd.cli"):
+        res = _run("distill", "--epsilon", "2", "--private", str(tmp_path / "nope"), "--out", str(tmp_path / "r"),
+                   "--state-dir", str(tmp_path / "s"))
+    _is_clean_error(res, "no such file or folder")
+    assert any("--method pfd ignores --epsilon" in r.getMessage() for r in caplog.records)
+
+
+def test_distill_messages_name_its_own_flags(tmp_path):
+    base = ["distill", "--size", "32", "--ipc", "2", "--out", str(tmp_path / "r"), "--state-dir", str(tmp_path / "s")]
+    res = _run(*base, "--private", PRIVATE, "--ogp-batch-size", "64")  # 48 private images
+    _is_clean_error(res, "lower --ogp-batch-size")
+    one = _run(*base, "--private", "synthetic:private,ids=1,imgs=8,size=32")
+    _is_clean_error(one, "at least 2 identities")
+    assert not (tmp_path / "s").exists() and not (tmp_path / "r").exists()
+
+
+def test_every_face_reading_command_takes_skip_bad_and_no_progress():
+    for name in ("distill", "train", "eval"):
+        opts = {o for p in main.commands[name].params for o in p.opts + p.secondary_opts}
+        assert {"--skip-bad", "--no-progress"} <= opts, name
+    lint = main.commands["release"].commands["lint"]
+    assert "--skip-bad" in {o for p in lint.params for o in p.opts}
+
+
+def test_skip_bad_skips_and_lists_unreadable_images(tmp_path, caplog):
+    from PIL import Image
+
+    for ident in ("a", "b"):
+        (tmp_path / "faces" / ident).mkdir(parents=True)
+        for k in range(3):
+            Image.fromarray(np.full((32, 32, 3), 40 * k, np.uint8)).save(tmp_path / "faces" / ident / f"{k}.png")
+    (tmp_path / "faces" / "b" / "9.png").write_bytes(b"not a png")
+    with pytest.raises(PfdError, match="9.png.*--skip-bad"):
+        open_training_data([str(tmp_path / "faces")], size=32, min_images=1, skip_bad=False).verify()
+    with caplog.at_level(logging.WARNING):
+        faces = open_training_data([str(tmp_path / "faces")], size=32, min_images=1, skip_bad=True)
+    assert len(faces) == 6 and "b/9.png" in faces.skipped
+    assert any("b/9.png" in r.getMessage() for r in caplog.records)
+
+
+# -- half-written releases are never used (item 7) ---------------------------------------------
+
+
+@pytest.fixture
+def release(tmp_path):
+    x = torch.rand(12, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    write_release(tmp_path / "rel", x, np.repeat(np.arange(4), 3), method="pfd", label_seed=0)
+    return tmp_path / "rel"
+
+
+def test_complete_release_trains(release):
+    faces = open_training_data([str(release)], size=32, min_images=1)
+    assert len(faces) == 12 and faces.num_classes == 4
+
+
+def test_release_without_manifest_is_refused(release):
+    (release / MANIFEST).unlink()  # killed before the manifest (written last)
+    with pytest.raises(PfdError, match="looks like a pfd release but has no valid manifest"):
+        open_training_data([str(release)], size=32, min_images=1)
+    res = _run("train", "--data", str(release), "--size", "32", "--out", str(release.parent / "t"))
+    _is_clean_error(res, "no valid manifest")
+
+
+def test_release_missing_or_extra_images_are_refused(release):
+    import json
+
+    files = sorted(json.loads((release / MANIFEST).read_text())["files"])
+    (release / files[0]).unlink()
+    with pytest.raises(PfdError, match="listed in the manifest but missing"):
+        open_training_data([str(release)], size=32, min_images=1)
+    (release / files[0]).write_bytes((release / files[1]).read_bytes())
+    with pytest.raises(PfdError, match="sha256 differs"):
+        open_training_data([str(release)], size=32, min_images=1)
+
+
+def test_a_training_set_of_one_identity_is_an_error(tmp_path):
+    from pfd.config import TrainConfig
+    from pfd.data.faceset import TensorFaces
+    from pfd.train import Trainer
+
+    one = TensorFaces(torch.rand(8, 3, 32, 32), [0] * 8, identities=["solo"])
+    cfg = TrainConfig(backbone="ir18", width=0.125, size=32, embedding_dim=16, batch_size=4, out=str(tmp_path / "t"))
+    with pytest.raises(PfdError, match="training needs at least 2 identities"):
+        Trainer(cfg, faces=one, progress=False)

@@ -18,10 +18,12 @@ from pfd.errors import PfdError
 __all__ = ["check_config", "ignored_options"]
 
 #: CLI flag of a setting where it is not ``--`` + the name with dashes (``pfd distill``'s nested tables).
-_FLAGS = {
+_FLAGS: dict[str, str | None] = {
     "ogp.max_steps": "--ogp-steps", "ogp.min_steps": "--ogp-min-steps", "ogp.epochs": "--ogp-epochs", "ogp.batch_size": "--ogp-batch-size",
     "ogp.lr": "--ogp-lr", "ogp.head": "--ogp-head", "rta.batch_size": "--rta-batch-size", "rta.lr": "--rta-lr",
     "baseline.cell": "--dp-cell", "baseline.pixels": "--dp-pixels",
+    # recipe-only settings (no flag): the message names the recipe key alone
+    "ogp.target_below_margin": None, "ogp.step_cap": None,
 }  # fmt: skip
 _CHOICES = {"mixed_precision": ("auto", "no", "bf16", "fp16"), "schedule": ("cosine", "poly")}
 _METHODS = ("pfd", "rta-only", "sre2l", "raw", "dp-pix", "blur")  # pfd.distill.pipeline.METHODS

@@ -128,8 +128,9 @@ def test_after_ogp_most_rotations_are_below_the_repulsion_margin(runs):
 def test_gate_refuses_a_release_below_the_margin_target_and_resume_with_more_ogp_steps_publishes(public, tmp_path):
     from pfd.distill.gate import PublicationRefused
 
-    # A fixed 24-step schedule with no extension against an unreachable target: refused.
-    cfg = tiny_distill_config(public, tmp_path, ogp={"target_below_margin": 1.01, "step_cap": 0})
+    # A fixed 24-step schedule with no extension against a target it does not reach (0.54-0.77 of
+    # the embeddings are below the margin after 24 steps, depending on the CPU): refused.
+    cfg = tiny_distill_config(public, tmp_path, ogp={"target_below_margin": 1.0, "step_cap": 0})
     with pytest.raises(PublicationRefused, match="not published: OGP left .*--ogp-steps"):
         distill(cfg, progress=False)
     st = tmp_path / "state"
@@ -323,7 +324,7 @@ def test_cli_prints_the_summary_and_the_release_passes_lint(public, tmp_path):
     assert res.exit_code == 0, res.output
     assert "published with --allow-linkable" in res.output and "adapt skipped" in res.output
     manifest = json.loads((tmp_path / "release" / "manifest.json").read_text())
-    assert manifest["extra"]["checks"]["insider_reid"] is False  # the release says which checks failed
+    assert manifest["checks"]["insider_reid"] is False  # the release says which checks failed
     cfg = load_recipe(tmp_path / "state" / "config.toml")["distill"]
     assert (cfg["method"], cfg["rta"]["iterations"], cfg["threads"]) == ("rta-only", 5, 1)  # flags reach the config
     for word in ("time", "counts", "6 identities", "12 proxies", "own prototype", "release lint", "pfd attack"):

@@ -25,7 +25,8 @@ from pfd.errors import PfdError
 __all__ = ["public_cache_dir", "pretrain_key", "pretrained_public_model", "check_public_arch"]
 
 #: Settings that do not change the trained weights.
-_NOT_HASHED = ("out", "workers", "checkpoint_every")
+# skip_bad: the images it skips change the data summary hashed below, not the model settings.
+_NOT_HASHED = ("out", "workers", "checkpoint_every", "skip_bad")
 
 
 def public_cache_dir() -> Path:

@@ -60,7 +60,9 @@ _EXPORTS: dict[str, str] = {
     **{n: "pfd.distill.ogp" for n in ("Rotation", "OGPStep", "ogp_loss", "rotate")},
     **{n: "pfd.distill.rta" for n in ("kmeans_prototypes", "rta_loss", "distill_loss", "ProxyDistiller")},
     # attacks
-    **{n: "pfd.attacks.metrics" for n in ("wilson_interval", "oriented_auc", "tpr_at_fpr")},
+    **{n: "pfd.attacks.metrics" for n in ("wilson_interval", "oriented_auc", "tpr_at_fpr", "clopper_pearson",
+                                          "clustered_interval", "composition_chance")},
+    "max_auc_permutation_test": "pfd.attacks.permutation",
     **{n: "pfd.attacks.membership" for n in ("identity_statistics", "membership_report")},
     "fusion_cv": "pfd.attacks.fusion",
     **{n: "pfd.attacks.dataset_mia" for n in ("dataset_membership", "most_likely")},

@@ -10,8 +10,14 @@ its reconstruction) back to the identity it was distilled from.
   gallery (template ``t_c = Σ_{i∈c} e_i / ‖Σ_{i∈c} e_i‖`` over unit embeddings ``e_i``).
 
 With every one of the ``N`` private identities as a candidate, random assignment succeeds with
-probability ``1/N`` (the paper: 1/150 = 0.67 %). Each result carries the count, rate, that chance
-level and a 95 % Wilson interval. The proxy -> source map is used only for scoring.
+probability ``1/N`` when identities are balanced (the paper: 1/150 = 0.67 %). In general chance
+comes from the gallery's composition, :func:`~pfd.attacks.metrics.composition_chance`:
+``Σ_c (share of proxies of c) × (share of gallery rows of c)``, gallery rows being images for
+VisMatch and one template per identity for Re-ID. The ``K`` proxies of one source identity share
+it and its prototypes, so their successes are clustered: the 95 % interval is the exact binomial
+interval at the effective sample size of :func:`~pfd.attacks.metrics.clustered_interval`
+(cluster = source identity), never narrower than the plain exact interval and up to ``√K`` wider.
+The proxy -> source map is used only for scoring.
 
 Nearest neighbours are exact and streamed over gallery chunks (:func:`streamed_top1`), so
 memory is ``query_chunk × chunk`` whatever the gallery size.
@@ -25,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pfd.attacks.metrics import wilson_interval
+from pfd.attacks.metrics import clustered_interval, composition_chance
 from pfd.errors import PfdError
 
 __all__ = ["streamed_top1", "LinkabilityResult", "visual_matching", "rank1_reid"]
@@ -113,9 +119,14 @@ class LinkabilityResult:
         count: Successful links.
         n: Proxies attacked.
         rate: ``count / n``.
-        chance: ``1 / n_identities`` (random assignment).
-        ci95: 95 % Wilson interval of ``rate``.
+        chance: Random assignment's success rate from the gallery's composition
+            (:func:`~pfd.attacks.metrics.composition_chance`; ``1 / n_identities`` when balanced).
+        ci95: 95 % interval of ``rate`` respecting the clustering of proxies by source identity
+            (:func:`~pfd.attacks.metrics.clustered_interval`).
         n_identities: Candidate identities in the private gallery.
+        n_eff: Effective number of independent trials behind ``ci95``.
+        design_effect: ``n / n_eff``.
+        clusters: Source identities among the proxies.
         predicted: ``(n,)`` predicted source label per proxy.
         match_index: ``(n,)`` nearest private image (VisMatch) or identity (Re-ID, index into
             ``np.unique(private_labels)``), e.g. for a grid of proxies beside their matches.
@@ -130,6 +141,9 @@ class LinkabilityResult:
     chance: float
     ci95: tuple[float, float]
     n_identities: int
+    n_eff: float
+    design_effect: float
+    clusters: int
     predicted: np.ndarray = field(repr=False)
     match_index: np.ndarray = field(repr=False)
     score: np.ndarray = field(repr=False)
@@ -160,12 +174,15 @@ def _check_sources(proxy_source: np.ndarray, private_labels: np.ndarray, n_proxi
 
 
 def _result(attack: str, predicted: np.ndarray, source: np.ndarray, index: np.ndarray, score: np.ndarray,
-            n_ids: int) -> LinkabilityResult:
+            gallery_rows: np.ndarray) -> LinkabilityResult:
     success = predicted == source
     k, n = int(success.sum()), int(success.size)
+    ci = clustered_interval(success, source)
     return LinkabilityResult(
-        attack=attack, count=k, n=n, rate=k / n if n else 0.0, chance=1.0 / n_ids, ci95=wilson_interval(k, n),
-        n_identities=n_ids, predicted=predicted, match_index=index, score=score, success=success,
+        attack=attack, count=k, n=n, rate=k / n if n else 0.0, chance=composition_chance(source, gallery_rows),
+        ci95=ci["ci95"], n_identities=int(np.unique(gallery_rows).size), n_eff=ci["n_eff"],
+        design_effect=ci["design_effect"], clusters=ci["clusters"], predicted=predicted, match_index=index,
+        score=score, success=success,
     )
 
 
@@ -192,7 +209,7 @@ def visual_matching(
         raise PfdError(f"{len(private_emb)} private embeddings but {lab.shape[0]} labels; pass one per image")
     _check_sources(src, lab, len(proxy_emb))
     idx, score = streamed_top1(proxy_emb, private_emb, chunk=chunk)
-    return _result("vismatch", lab[idx], src, idx, score, len(np.unique(lab)))
+    return _result("vismatch", lab[idx], src, idx, score, lab)
 
 
 def rank1_reid(
@@ -223,4 +240,4 @@ def rank1_reid(
     templates = torch.zeros(len(uniq), e.shape[1], dtype=e.dtype).index_add_(0, torch.as_tensor(inv), e)  # (C, D)
     q = _as_tensor(proxy_emb, "proxy embeddings")
     idx, score = streamed_top1(q, templates.to(q.dtype), chunk=chunk)
-    return _result("reid", uniq[idx], src, idx, score, len(uniq))
+    return _result("reid", uniq[idx], src, idx, score, uniq)

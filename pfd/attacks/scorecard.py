@@ -231,7 +231,7 @@ def _membership(run: _Run, private_spec: str) -> dict[str, Any]:
     holdout = open_faces(cfg.holdout, size=model.size)
     rep = run.clock.run("membership", lambda: membership_audit(
         model, run.sets.private(model.size), holdout, head=kind, scale=s, margin=m, folds=cfg.mia_folds,
-        seed=cfg.seed))
+        seed=cfg.seed, permutations=cfg.permutations))
     rep.update(members=private_spec, nonmembers=cfg.holdout, downstream=config_to_dict(dcfg), downstream_reused=reused)
     return rep
 

@@ -63,6 +63,8 @@ _EXPORTS: dict[str, str] = {
     **{n: "pfd.attacks.metrics" for n in ("wilson_interval", "oriented_auc", "tpr_at_fpr", "clopper_pearson",
                                           "clustered_interval", "composition_chance")},
     "max_auc_permutation_test": "pfd.attacks.permutation",
+    **{n: "pfd.attacks.models" for n in ("load_attacker", "load_outside_attacker")},
+    **{n: "pfd.attacks.outside" for n in ("AttackerSpec", "InputConvention")},
     **{n: "pfd.attacks.membership" for n in ("identity_statistics", "membership_report")},
     "fusion_cv": "pfd.attacks.fusion",
     **{n: "pfd.attacks.dataset_mia" for n in ("dataset_membership", "most_likely")},

@@ -152,10 +152,22 @@ def _setup_section(data: Mapping[str, Any]) -> list[str]:
            f"({priv['source_identities']} of them are sources of proxies). Linkability chance: "
            "Σ over identities of (share of proxies) × (share of the gallery: images for VisMatch, templates "
            f"for Re-ID); 1/{priv['identities']} = {100 / priv['identities']:.2f}% when balanced.",
-           "", "| attacker | model | kind | input | D |", "|---|---|---|---|---|"]
+           "", "| attacker | model | kind | input | D | distance |", "|---|---|---|---|---|---|"]
     for a in data["attackers"]:
-        out.append(f"| {a['role']} | `{a['path']}` | {a['kind']} | {a['size']} px | {a['embedding_dim']} |")
+        conv = a.get("convention")
+        inp = f"{a['size']} px"
+        if conv:  # an outside attacker: its own input convention
+            h, w = conv["size"]
+            inp = (f"{h}×{w} {conv['resize']}, {conv['channels'].upper()}, (x − {_num(conv['mean'])}) / "
+                   f"{_num(conv['std'])}")
+        out.append(f"| {a['role']} | `{a['path']}` | {a['kind']} | {inp} | {a['embedding_dim']} | "
+                   f"{a.get('distance', 'cosine')} |")
     return out
+
+
+def _num(v: Any) -> str:
+    vals = list(v) if isinstance(v, (list, tuple)) else [v]
+    return f"{vals[0]:g}" if len(set(vals)) == 1 else "(" + ", ".join(f"{x:g}" for x in vals) + ")"
 
 
 def _linkability_section(data: Mapping[str, Any]) -> list[str]:
@@ -163,7 +175,8 @@ def _linkability_section(data: Mapping[str, Any]) -> list[str]:
            "VisMatch: is a proxy's nearest private image of its source identity? Rank-1 Re-ID: is the "
            "nearest identity template (normalised mean embedding) its source? The public attacker holds a "
            "public model and the private gallery; the insider also holds the publisher's adapted model "
-           "(worst case)."]
+           "(worst case); other rows are the auditor's own models. Intervals: exact, at the effective sample "
+           "size of proxies clustered by source identity (report.json: n_eff, design_effect)."]
     rec = data.get("reconstruction") or {}
     if rec:
         extra = (f", final cosine to the targets {rec['final_cosine_mean']:.3f}" if "final_cosine_mean" in rec else "")

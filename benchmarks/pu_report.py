@@ -193,7 +193,8 @@ def markdown(doc: Mapping[str, Any]) -> str:
             f"{_link(r, 'public', 'vismatch')} | {_link(r, 'public', 'reid')} | {_link(r, 'insider', 'vismatch')} | "
             f"{_link(r, 'insider', 'reid')} | {_auc(pair)} | {_auc(_fused(r))} | {r['times_s']['total']:.0f} |"
         )
-    lines += ["", "Linkability with 95 % Wilson intervals and counts:", "",
+    lines += ["", "Linkability with the 95 % intervals as stored (Wilson on proxies for rows run before the clustered "
+              "intervals; see the calibrated verdicts below) and counts:", "",
               "| Row | VisMatch (public) | Re-ID (public) | VisMatch (insider) | Re-ID (insider) |", "|---|---|---|---|---|"]
     for r in rows:
         if r.get("linkability"):

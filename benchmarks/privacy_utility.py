@@ -251,7 +251,7 @@ class Bench:
         kind, s, margin, _ = resolve_head(model_path, None, None, None)
         rep = membership_audit(load_attacker(model_path, role="downstream", progress=False), self.private, self.test,
                                head=kind, scale=s, margin=margin, folds=m["folds"], seed=m["seed"])
-        rep.pop("scores", None)
+        # The per-identity statistics ("scores") stay: they let a later verdict be recomputed.
         for st in rep["statistics"].values():
             st.pop("roc", None)
         return rep

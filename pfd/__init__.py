@@ -65,7 +65,11 @@ _EXPORTS: dict[str, str] = {
     **{n: "pfd.distill.gate" for n in ("publication_checks", "PublicationRefused")},
     "OGPTrainer": "pfd.distill.ogp_trainer",
     # attacks
-    **{n: "pfd.attacks.metrics" for n in ("wilson_interval", "oriented_auc", "tpr_at_fpr")},
+    **{n: "pfd.attacks.metrics" for n in ("wilson_interval", "oriented_auc", "tpr_at_fpr", "clopper_pearson",
+                                          "clustered_interval", "composition_chance")},
+    "max_auc_permutation_test": "pfd.attacks.permutation",
+    **{n: "pfd.attacks.models" for n in ("load_attacker", "load_outside_attacker")},
+    **{n: "pfd.attacks.outside" for n in ("AttackerSpec", "InputConvention")},
     **{n: "pfd.attacks.membership" for n in ("identity_statistics", "membership_report")},
     "fusion_cv": "pfd.attacks.fusion",
     **{n: "pfd.attacks.dataset_mia" for n in ("dataset_membership", "most_likely")},

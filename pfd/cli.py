@@ -237,6 +237,19 @@ def _load_reconstructor(spec: str | None) -> Any:
     return fn
 
 
+def _floats(value: str | None, flag: str) -> list[float] | None:
+    """``"127.5"`` or ``"123.7,116.3,103.5"`` -> floats (None when the flag is absent)."""
+    if value is None:
+        return None
+    try:
+        vals = [float(v) for v in value.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{flag} takes one number or three comma-separated (R,G,B), got {value!r}") from None
+    if len(vals) not in (1, 3):
+        raise click.BadParameter(f"{flag} takes one number or three comma-separated (R,G,B), got {value!r}")
+    return vals
+
+
 @main.group("attack", invoke_without_command=True)
 @click.option("--recipe", help="TOML recipe; its [attack] table (and [attack.downstream]) is used.")
 @click.option("--release", help="The release folder to score.")
@@ -247,6 +260,17 @@ def _load_reconstructor(spec: str | None) -> Any:
               "(default: STATE_DIR/public_model.pt).")
 @click.option("--public-model-size", type=int, help="Input size of a TorchScript public model.")
 @click.option("--insider/--no-insider", default=None, help="Also attack with the adapted model (default on).")
+@click.option("--attacker", "attackers", multiple=True, help="An outside attacker model (repeatable): .onnx, "
+              "TorchScript, .toml attacker spec or module:callable; each adds rows beside public and insider.")
+@click.option("--attacker-size", type=int, help="Input side of the --attacker models (default: declared, else 112).")
+@click.option("--attacker-mean", callback=lambda c, p, v: _floats(v, "--attacker-mean"),
+              help="Their input mean on 0..255: one value or R,G,B (default 127.5, insightface).")
+@click.option("--attacker-std", callback=lambda c, p, v: _floats(v, "--attacker-std"),
+              help="Their input std on 0..255: one value or R,G,B (default 127.5).")
+@click.option("--attacker-resize", type=click.Choice(["stretch", "pad"]),
+              help="Resize to their input by stretching (default) or padding to its aspect (dlib, face-api).")
+@click.option("--attacker-distance", type=click.Choice(["cosine", "euclidean"]),
+              help="How they compare embeddings (default cosine).")
 @click.option("--public", help="Public data for the downstream membership test (with --holdout).")
 @click.option("--holdout", help="Same-domain held-out identities: non-members of the membership test.")
 @click.option("--attr-data", help="Labelled auxiliary set (attributes.csv) for the attribute probe.")
@@ -278,6 +302,7 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
       pfd attack --release release --private faces/ --state-dir state --report report
       pfd attack --release release --state-dir state --public-model r50.pt --no-reconstruct
       pfd attack --release release --state-dir state --public synthetic:public --holdout synthetic:test
+      pfd attack --release release --state-dir state --attacker w600k_r50.onnx --attacker facenet.toml
       pfd attack mia --model model.pt --members members/ --nonmembers heldout/
       pfd attack dataset --model model.pt --candidates setA/ setB/ setC/ setD/
     """
@@ -303,14 +328,15 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
 
 
 @attack_group.command("mia")
-@click.option("--model", required=True, help="Model to audit: pfd/insightface/AdaFace checkpoint or TorchScript.")
+@click.option("--model", required=True, help="Model to audit: pfd/insightface/AdaFace checkpoint, TorchScript, "
+              ".onnx (insightface convention), .toml attacker spec or module:callable.")
 @click.option("--members", required=True, help="Identities believed to be in its training set (>= 2 images each).")
 @click.option("--nonmembers", required=True, help="Identities known not to be, of the same domain.")
 @click.option("--head", type=click.Choice(["arcface", "cosface", "adaface", "magface"]),
               help="Head of PenLogit/ProtoCE (default: the checkpoint's head, else arcface).")
 @click.option("--scale", type=float, help="Head scale s (default: the checkpoint's, else 64).")
 @click.option("--margin", type=float, help="Head margin m (default: the checkpoint's, else the head's usual).")
-@click.option("--model-size", type=int, help="Input size of a TorchScript model.")
+@click.option("--model-size", type=int, help="Input size of a TorchScript, ONNX or Python model.")
 @click.option("--folds", type=int, default=5, show_default=True, help="Cross-validation folds of the fused classifier.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--batch-size", type=int, default=256, show_default=True)
@@ -339,13 +365,14 @@ def attack_mia(model: str, members: str, nonmembers: str, **kw: Any) -> None:
 
 
 @attack_group.command("dataset")
-@click.option("--model", required=True, help="Model to audit: pfd/insightface/AdaFace checkpoint or TorchScript.")
+@click.option("--model", required=True, help="Model to audit: pfd/insightface/AdaFace checkpoint, TorchScript, "
+              ".onnx (insightface convention), .toml attacker spec or module:callable.")
 @click.option("--candidates", "candidates_flag", is_flag=True, help="Marks the candidate list (optional).")
 @click.argument("candidates", nargs=-1, required=True)
 @click.option("--n", type=int, default=500, show_default=True, help="Gallery (= probe) identities per candidate.")
 @click.option("--per-identity", type=click.Choice(["mean", "sample"]), default="mean", show_default=True,
               help="One embedding per identity: the mean template or one random image.")
-@click.option("--model-size", type=int, help="Input size of a TorchScript model.")
+@click.option("--model-size", type=int, help="Input size of a TorchScript, ONNX or Python model.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--batch-size", type=int, default=256, show_default=True)
 @click.option("--report", help="Folder for dataset.json.")

@@ -391,6 +391,15 @@ class AttackConfig:
             laid over :data:`ATTACK_DOWNSTREAM_DEFAULTS`; ``data`` and ``out`` are set by the
             scorecard.
         seed: Seed.
+        attackers: Outside attacker models, each adding linkability rows: ``.onnx``, TorchScript,
+            ``.toml`` attacker spec or ``module:callable`` (:mod:`pfd.attacks.outside`).
+        attacker_size: Input side of the outside attackers (0: declared by the model, else 112).
+        attacker_mean: Their input mean on the 0..255 scale, one value or R, G, B (insightface: 127.5).
+        attacker_std: Their input std on the 0..255 scale (insightface: 127.5).
+        attacker_resize: ``stretch`` or ``pad`` (letterbox, as dlib / face-api).
+        attacker_distance: ``cosine`` or ``euclidean``.
+        attacker_channels: ``rgb`` or ``bgr``.
+        (A ``.toml`` attacker spec carries its own convention; these apply to the other kinds.)
     """
 
     release: str = ""
@@ -418,6 +427,13 @@ class AttackConfig:
     grid_rows: int = 8
     downstream: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
+    attackers: list[str] = field(default_factory=list)
+    attacker_size: int = 0
+    attacker_mean: list[float] = field(default_factory=lambda: [127.5])
+    attacker_std: list[float] = field(default_factory=lambda: [127.5])
+    attacker_resize: str = "stretch"
+    attacker_distance: str = "cosine"
+    attacker_channels: str = "rgb"
 
 
 def validate_config(cfg: Any) -> Any:

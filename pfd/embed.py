@@ -2,7 +2,8 @@
 
 Input is either a :class:`~pfd.data.faceset.FaceSet` or a float tensor ``(n, 3, S, S)`` of RGB
 values in ``[0, 1]``; the model applies its own normalisation inside ``forward`` (see
-``pfd.nn.iresnet``). Output is always ``float32 (n, D)`` on the CPU with unit rows.
+``pfd.nn.iresnet``). Output is always ``float32 (n, D)`` on the CPU with unit rows
+(raw rows with ``normalize=False``).
 
 Flip fusion follows insightface's evaluation (arcface_torch ``eval/verification.py``, ``test``):
 the *raw* (un-normalised) outputs of the image and of its horizontal mirror are summed and the sum
@@ -81,6 +82,8 @@ class Embedder:
         cache_dir: Folder for cached embeddings (see module docstring); ``None`` disables it.
         workers: DataLoader worker processes for FaceSet input.
         progress: Show a tqdm bar.
+        normalize: L2-normalise the output rows (default); False returns the raw features (flip-fused
+            when ``flip``), e.g. for an attacker that compares embeddings by Euclidean distance.
 
     Example:
         >>> emb = Embedder(backbone, flip=True)(faces)   # (len(faces), 512), unit rows
@@ -96,12 +99,14 @@ class Embedder:
         cache_dir: str | os.PathLike | None = None,
         workers: int = 0,
         progress: bool = False,
+        normalize: bool = True,
     ) -> None:
         if batch_size < 1:
             raise PfdError(f"Embedder: batch_size must be >= 1, got {batch_size}")
         self.model = model
         self.batch_size = int(batch_size)
         self.flip = bool(flip)
+        self.normalize = bool(normalize)  # False: raw features, for attackers that match by Euclidean distance
         self.device = torch.device(device) if device is not None else default_device()
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.workers = int(workers)
@@ -143,7 +148,10 @@ class Embedder:
         h.update(_CACHE_VERSION.encode())
         self._hash_model(h)
         precision = "bf16" if self.device.type == "cuda" else "fp32"
-        h.update(json.dumps({"flip": self.flip, "device": self.device.type, "precision": precision}).encode())
+        settings = {"flip": self.flip, "device": self.device.type, "precision": precision}
+        if not self.normalize:  # only when set, so that existing cache keys stay valid
+            settings["normalize"] = False
+        h.update(json.dumps(settings).encode())
         if isinstance(x, torch.Tensor):
             h.update(f"tensor {x.dtype} {tuple(x.shape)}".encode())
             h.update(_tensor_bytes(x))
@@ -245,7 +253,7 @@ class Embedder:
                     feats = self._forward(images)  # (b, D)
                     if self.flip:
                         feats = feats + self._forward(images.flip(3))  # raw sum, normalised below
-                    chunks.append(F.normalize(feats, dim=1))
+                    chunks.append(F.normalize(feats, dim=1) if self.normalize else feats)
                     b_lo, b_hi = torch.aminmax(images)
                     lo = b_lo if lo is None else torch.minimum(lo, b_lo)
                     hi = b_hi if hi is None else torch.maximum(hi, b_hi)

@@ -61,3 +61,30 @@ def test_light_angle_reads_yale_b_names_and_subsets_follow_it(bench_modules):
     lit = yd.moderate_light(faces)
     assert [lit.name(i) for i in range(len(lit))] == [names[0], names[2]]
     assert float(lit.load(1)[0, 0, 0]) == 2.0
+
+
+def test_rescore_bounds_the_membership_p_exactly_and_widens_clustered_links(bench_modules):
+    """The stored-row re-score: exact Mann-Whitney tail, and `base` (never saw the private people) not flagged."""
+    import json
+
+    import numpy as np
+    from scipy.stats import mannwhitneyu
+
+    _, report = bench_modules
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=28) + 0.4, rng.normal(size=10)
+    auc = float((a[:, None] > b[None, :]).mean())
+    assert report.mann_whitney_tail(auc, 28, 10) == pytest.approx(
+        mannwhitneyu(a, b, alternative="greater", method="exact").pvalue, rel=1e-9)
+    doc = json.loads((BENCH / "results" / "privacy_utility.json").read_text())
+    base = report.rescore_membership(doc["rows"]["base"]["membership"])
+    # Its oriented AUC 0.71 was "LEAKS" under the old rule; a priori members are looser (AUC 0.29).
+    assert doc["rows"]["base"]["membership"]["best_single"]["auc"] > 0.7
+    assert base["verdict"] == "≈ chance" and base["p_lower_bound"] > 0.05
+    # A planted member/non-member split far in the tail is not called chance.
+    strong = {"counts": {"members": 28, "nonmembers": 10},
+              "statistics": {"pair_cos": {"auc_a_priori": 0.95}}, "fusion": {}}
+    assert report.rescore_membership(strong)["verdict"].startswith("undetermined")
+    # Linkability: 0/140 with K = 5 is 0/28 effective trials, so no longer "below chance" 1/28.
+    link = report.rescore_link({"rate": 0.0, "n": 140, "count": 0, "ci95": [0.0, 0.026], "chance": 1 / 28}, 5)
+    assert link["n_eff"] == 28 and link["ci95"][1] == pytest.approx(1 - 0.025 ** (1 / 28)) and link["verdict"] == "≈ chance"

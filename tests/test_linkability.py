@@ -59,7 +59,11 @@ def test_leaked_private_images_link_perfectly():
     assert vm.rate == 1.0 and vm.count == 60 and vm.n_identities == 30
     assert vm.chance == pytest.approx(1 / 30)
     np.testing.assert_array_equal(vm.match_index, pick)  # each proxy finds itself
-    assert vm.ci95[0] > 0.9 and vm.ci95[1] == 1.0
+    # 60/60 successes: the exact interval's lower end at the effective sample size (p̂ = 1 gives
+    # the perfectly-correlated design effect Σ n_c² / n).
+    sizes = np.bincount(labels[pick])
+    assert vm.design_effect == pytest.approx((sizes**2).sum() / 60)
+    assert vm.ci95[0] == pytest.approx(0.025 ** (1 / vm.n_eff)) and vm.ci95[1] == 1.0 and vm.ci95[0] > 0.8
     reid = rank1_reid(emb[pick], labels[pick], emb, labels, chunk=7)
     assert reid.rate == 1.0 and reid.attack == "reid"
     d = reid.as_dict()

@@ -192,3 +192,24 @@ def test_fusion_deterministic_and_validates():
         fusion_cv(x[:25], np.r_[np.ones(4), np.zeros(21)].astype(bool))
     small = membership_report(x[:8, :3], np.repeat(np.arange(4), 2), x[8:16, :3], np.repeat(np.arange(4), 2))
     assert "skipped" in small["fusion"]
+
+
+def test_permutation_test_matches_the_exact_mann_whitney_tail_for_one_score():
+    from scipy.stats import mannwhitneyu
+
+    from pfd.attacks.permutation import max_auc_permutation_test
+
+    rng = np.random.default_rng(4)
+    x = np.r_[rng.normal(0.5, 1, 12), rng.normal(0, 1, 10)]
+    y = np.r_[np.ones(12), np.zeros(10)].astype(bool)
+    r = max_auc_permutation_test({"s": x}, y, permutations=20000, seed=1)
+    exact = mannwhitneyu(x[y], x[~y], alternative="greater", method="exact").pvalue
+    assert r["auc"] == pytest.approx(float((x[y][:, None] > x[~y][None, :]).mean()))
+    assert abs(r["p"] - exact) < 4 * math.sqrt(exact * (1 - exact) / 20000) + 1e-4
+    # A second, independent score can only raise p (the max of two AUCs is larger under the null).
+    r2 = max_auc_permutation_test({"s": x, "noise": rng.normal(size=22)}, y, permutations=20000, seed=1)
+    assert r2["p"] >= r["p"] - 0.01 and r2["null95"] > r["null95"]
+    # Reversed separation is not a leak in the a-priori direction.
+    assert max_auc_permutation_test({"s": -x - 3 * y}, y, permutations=500)["p"] > 0.5
+    with pytest.raises(PfdError, match="members and non-members"):
+        max_auc_permutation_test({"s": x}, np.ones(22, bool))

@@ -102,3 +102,40 @@ def test_roc_points_span_corners():
     assert roc["fpr"][0] == 0 and roc["tpr"][0] == 0
     assert roc["fpr"][-1] == 1 and roc["tpr"][-1] == 1
     assert np.all(np.diff(roc["fpr"]) >= 0) and np.all(np.diff(roc["tpr"]) >= 0)
+
+
+def test_clopper_pearson_matches_the_beta_quantiles_and_covers():
+    from scipy.stats import binom
+
+    from pfd.attacks.metrics import clopper_pearson
+
+    lo, hi = clopper_pearson(3, 28)
+    # By definition P(X >= 3 | lo) = 0.025 and P(X <= 3 | hi) = 0.025.
+    assert binom.sf(2, 28, lo) == pytest.approx(0.025, rel=1e-6)
+    assert binom.cdf(3, 28, hi) == pytest.approx(0.025, rel=1e-6)
+    assert clopper_pearson(0, 10) == (0.0, pytest.approx(1 - 0.025 ** 0.1))
+    assert clopper_pearson(0, 0) == (0.0, 1.0)
+
+
+def test_clustered_interval_widens_with_correlated_clusters_and_not_without():
+    from pfd.attacks.metrics import clopper_pearson, clustered_interval
+
+    cluster = np.repeat(np.arange(40), 5)
+    together = np.repeat(np.arange(40) < 10, 5)  # whole clusters succeed: deff = K = 5
+    r = clustered_interval(together, cluster)
+    assert r["design_effect"] == pytest.approx(5.0) and r["n_eff"] == pytest.approx(40.0)
+    assert r["ci95"] == pytest.approx(clopper_pearson(10, 40))
+    spread = np.zeros(200, dtype=bool)
+    spread[np.arange(40) * 5] = True  # one success in every cluster: less variable than binomial
+    r1 = clustered_interval(spread, cluster)
+    assert r1["design_effect"] == 1.0 and r1["ci95"] == pytest.approx(clopper_pearson(40, 200))
+    assert clustered_interval(np.zeros(200, bool), cluster)["n_eff"] == pytest.approx(40.0)  # p̂ = 0: worst case
+
+
+def test_composition_chance_weights_gallery_shares_by_proxy_shares():
+    from pfd.attacks.metrics import composition_chance
+
+    gallery = np.array([0] * 8 + [1] * 2)  # identity 0 holds 80 % of the images
+    assert composition_chance([0, 0, 1, 1], gallery) == pytest.approx(0.5 * 0.8 + 0.5 * 0.2)
+    assert composition_chance([0, 0, 0], gallery) == pytest.approx(0.8)
+    assert composition_chance([1], [0, 1, 2, 3]) == pytest.approx(0.25)

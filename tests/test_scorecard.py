@@ -103,7 +103,10 @@ def test_pfd_attack_writes_json_markdown_and_plots(world, tmp_path):
         assert len(cells) == 6 and cells[0] == row["attack"]
         chance = f"{row['chance']:.3f}" if row["kind"] == "auc" else f"{100 * row['chance']:.1f}%"
         assert cells[3] == chance and cells[5].strip("*") == row["verdict"]
-        assert row["ci95"][0] <= row["value"] <= row["ci95"][1] or row["kind"] == "score"
+        if row["ci95"] is None:  # the membership test: p instead of an interval
+            assert row["attacker"] == "downstream" and 0 < row["p"] <= 1 and f"p = {row['p']:.3g}" in cells[4]
+        else:
+            assert row["ci95"][0] <= row["value"] <= row["ci95"][1] or row["kind"] == "score"
     assert "| VisMatch (proxies) | insider | 100.0% (40/40) | 5.0% |" in md
     assert "report  " in res.output and "| attack | attacker |" in res.output
     # A second run reuses the downstream model trained with the same settings.

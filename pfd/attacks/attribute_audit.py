@@ -13,10 +13,11 @@ seed and image size (disjoint people, same kind of images, ground-truth attribut
 other private set the user passes one (``--attr-data SPEC``: an identity folder with an
 ``attributes.csv``, or a synthetic spec). Without one, attribute recovery is skipped with a note.
 
-Each figure also gets a 95 % bootstrap interval over proxies (percentile method, resampling
-proxies with replacement), so the scorecard can show "figure, chance, interval" as for the other
-attacks; the chance level and its one-sided p-value come from the permutation null of
-:func:`~pfd.attacks.attributes.attribute_recovery`.
+Each figure also gets a 95 % cluster-bootstrap interval (percentile method, resampling *source
+identities* with replacement and keeping all their proxies, since the proxies of one source are
+not independent), so the scorecard can show "figure, chance, interval" as for the other attacks;
+the chance level and the one-sided p-value that decides the verdict come from the identity-level
+permutation null of :func:`~pfd.attacks.attributes.attribute_recovery`.
 """
 
 from __future__ import annotations
@@ -68,14 +69,17 @@ def default_aux_spec(private: FaceSet, *, identities: int | None = None, images:
 
 
 def bootstrap_recovery(
-    y_true: np.ndarray, y_pred: np.ndarray, *, num_classes: int, resamples: int = BOOTSTRAP, seed: int = 0
+    y_true: np.ndarray, y_pred: np.ndarray, *, num_classes: int, cluster: np.ndarray | None = None,
+    resamples: int = BOOTSTRAP, seed: int = 0
 ) -> dict[str, list[float]]:
-    """95 % percentile-bootstrap intervals of Macro-F1 and balanced accuracy over proxies.
+    """95 % percentile-bootstrap intervals of Macro-F1 and balanced accuracy.
 
     Args:
         y_true: ``(q,)`` source pseudo-labels.
         y_pred: ``(q,)`` proxy labels.
         num_classes: Number of classes.
+        cluster: ``(q,)`` source identity of each proxy: resample identities (cluster
+            bootstrap) and keep all their proxies; ``None`` resamples proxies.
         resamples: Bootstrap draws.
         seed: Seed.
 
@@ -84,14 +88,18 @@ def bootstrap_recovery(
     """
     t, p = np.asarray(y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64)
     rng = np.random.default_rng(seed)
-    k, q = int(num_classes), t.size
+    k = int(num_classes)
+    _, inv = np.unique(np.arange(t.size) if cluster is None else np.asarray(cluster).ravel(), return_inverse=True)
+    n_c = int(inv.max()) + 1 if inv.size else 0
+    # Per-cluster confusion counts (C, K*K): a resample's confusion is the sum over drawn clusters.
+    per = np.zeros((n_c, k * k), dtype=np.int64)
+    np.add.at(per, (inv, t * k + p), 1)
     f1s, bas = [], []
-    block = max(1, 2_000_000 // max(q, 1))  # bound the (block, q) index matrix
+    block = max(1, 2_000_000 // max(n_c, 1))  # bound the (block, C) draw matrix
     for lo in range(0, resamples, block):
         b = min(block, resamples - lo)
-        idx = rng.integers(0, q, size=(b, q))  # (b, q)
-        codes = t[idx] * k + p[idx] + (np.arange(b) * k * k)[:, None]
-        cm = np.bincount(codes.ravel(), minlength=b * k * k).reshape(b, k, k)
+        draws = np.stack([np.bincount(d, minlength=n_c) for d in rng.integers(0, n_c, size=(b, n_c))])  # (b, C)
+        cm = (draws @ per).reshape(b, k, k)
         f1, ba = _metrics_from_confusion(cm)
         f1s.append(f1)
         bas.append(ba)
@@ -150,7 +158,7 @@ def probe_attribute_recovery(
                                  permutations=permutations, seed=seed)
         ids, vote = majority_vote(pred_private, private_labels, num_classes=k)
         y_true = vote[np.searchsorted(ids, src)]  # source pseudo-labels (attribute_recovery checked them)
-        ci = bootstrap_recovery(y_true, pred_proxy, num_classes=k, seed=seed)
+        ci = bootstrap_recovery(y_true, pred_proxy, num_classes=k, cluster=src, seed=seed)
         res.update(ci95_macro_f1=ci["macro_f1"], ci95_balanced_accuracy=ci["balanced_accuracy"],
                    probe_train_accuracy=float((probe(aux_emb) == y_aux).mean()), aux_images=int(len(y_aux)))
         out[name] = res

@@ -13,10 +13,14 @@ Definitions (sklearn, made explicit):
 * **Macro-F1** = ``f1_score(..., labels=range(num_classes), average="macro",
   zero_division=nan)``: a class predicted for some proxy but carried by no source counts with
   F1 = 0 (a genuine error); a class absent from both is 0/0 and is left out of the average.
-* **Chance.** The null hypothesis is "the proxy's label is independent of its source". Its
-  exact distribution, given both label marginals, is that of the metric under random
-  permutations of the proxy predictions; we report its mean as ``chance_*`` (seeded Monte Carlo,
-  ``permutations`` draws), a 95 % band and a one-sided p-value. For balanced accuracy the mean is
+* **Chance.** The null hypothesis is "the proxy's label is independent of its source". The
+  ``K`` proxies of one source share it (and, distilled from the same prototypes, usually their
+  label), so the exchangeable unit is the *source identity*: the null distribution is that of
+  the metric when the source pseudo-labels are permuted among the source identities (each
+  identity's proxies stay together). We report its mean as ``chance_*`` (seeded Monte Carlo,
+  ``permutations`` draws), a 95 % band and a one-sided p-value, which decides the scorecard
+  verdict (LEAKS iff p <= 0.05; a proxy-level permutation would be too narrow by up to ``√K``).
+  For balanced accuracy with equal ``K`` the mean is
   known in closed form, ``E[BA] = |O|^{-1} Σ_{c∈O} q̂_c`` (``O`` observed pseudo-label classes,
   ``q̂_c`` the share of proxies predicted ``c``), which equals ``1/|O|`` whenever the predictor
   only outputs observed classes; both are reported (``chance_uniform = 1/|O|``). Macro-F1 has no
@@ -162,11 +166,20 @@ def attribute_recovery(
     if permutations < 1:
         raise PfdError(f"permutations must be >= 1, got {permutations}")
     rng = np.random.default_rng(seed)
+    # Identity-level null: the K proxies of one source share it (and usually their label), so
+    # the unit that is exchangeable under "labels independent of the source" is the source
+    # identity, not the proxy. Permute the pseudo-labels among source identities; each draw
+    # keeps every identity's proxies together.
+    src_ids, src_inv = np.unique(src, return_inverse=True)
+    id_true = vote[np.searchsorted(ids, src_ids)]  # (S,) pseudo-label per source identity
     block = max(1, 4_000_000 // y_pred.size)  # bound the (block, q) permutation matrix
     nulls = []
     for lo in range(0, permutations, block):
-        perm = np.stack([rng.permutation(y_pred) for _ in range(min(block, permutations - lo))])
-        nulls.append(_metrics_from_confusion(_confusions(y_true, perm, num_classes)))
+        b = min(block, permutations - lo)
+        order = np.argsort(rng.random((b, src_ids.size)), axis=1)  # (b, S) a permutation per draw
+        truths = id_true[order][:, src_inv]  # (b, q) permuted pseudo-label of each proxy
+        cm = _confusions(y_pred, truths, num_classes).transpose(0, 2, 1)  # rows = truth
+        nulls.append(_metrics_from_confusion(cm))
     null_f1 = np.concatenate([f for f, _ in nulls])
     null_ba = np.concatenate([b for _, b in nulls])
     observed = np.unique(y_true)

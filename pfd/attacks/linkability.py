@@ -10,8 +10,14 @@ its reconstruction) back to the identity it was distilled from.
   gallery (template ``t_c = Σ_{i∈c} e_i / ‖Σ_{i∈c} e_i‖`` over unit embeddings ``e_i``).
 
 With every one of the ``N`` private identities as a candidate, random assignment succeeds with
-probability ``1/N`` (the paper: 1/150 = 0.67 %). Each result carries the count, rate, that chance
-level and a 95 % Wilson interval. The proxy -> source map is used only for scoring.
+probability ``1/N`` when identities are balanced (the paper: 1/150 = 0.67 %). In general chance
+comes from the gallery's composition, :func:`~pfd.attacks.metrics.composition_chance`:
+``Σ_c (share of proxies of c) × (share of gallery rows of c)``, gallery rows being images for
+VisMatch and one template per identity for Re-ID. The ``K`` proxies of one source identity share
+it and its prototypes, so their successes are clustered: the 95 % interval is the exact binomial
+interval at the effective sample size of :func:`~pfd.attacks.metrics.clustered_interval`
+(cluster = source identity), never narrower than the plain exact interval and up to ``√K`` wider.
+The proxy -> source map is used only for scoring.
 
 Nearest neighbours are exact and streamed over gallery chunks (:func:`streamed_top1`), so
 memory is ``query_chunk × chunk`` whatever the gallery size.
@@ -25,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pfd.attacks.metrics import wilson_interval
+from pfd.attacks.metrics import clustered_interval, composition_chance
 from pfd.errors import PfdError
 
 __all__ = ["streamed_top1", "LinkabilityResult", "visual_matching", "rank1_reid"]
@@ -55,8 +61,9 @@ def streamed_top1(
     query_chunk: int = 8192,
     normalize: bool = True,
     device: str | torch.device | None = None,
+    metric: str = "cosine",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-1 gallery row by cosine similarity for every query, streamed over the gallery.
+    """Exact top-1 gallery row by cosine similarity (or Euclidean distance) for every query, streamed.
 
     For each block of ``query_chunk`` queries, the gallery is visited ``chunk`` rows at a time:
     ``S = Q Gᵀ`` (``(q, chunk)``), and the running best is replaced only by a *strictly* larger
@@ -69,9 +76,12 @@ def streamed_top1(
         query_chunk: Query rows per block.
         normalize: L2-normalise both sides first (cosine); False for already-unit inputs.
         device: Where to compute (default: the queries' device). Results come back on CPU.
+        metric: ``"cosine"``, or ``"euclidean"``: nearest by ``‖q − g‖`` on the raw rows (no
+            normalisation), ranked by ``2 q·g − ‖g‖²`` so that the same streaming applies.
 
     Returns:
-        ``(index (q,) int64, score (q,) float)``: nearest gallery row and its cosine.
+        ``(index (q,) int64, score (q,) float)``: nearest gallery row and its cosine (for
+        Euclidean: minus the distance, so that higher is still closer).
 
     Raises:
         PfdError: For mismatched dimensions, an empty gallery, non-finite values or chunk < 1.
@@ -83,6 +93,10 @@ def streamed_top1(
         raise PfdError("the gallery is empty; pass at least one private image")
     if chunk < 1 or query_chunk < 1:
         raise PfdError(f"chunk sizes must be >= 1, got chunk={chunk}, query_chunk={query_chunk}")
+    if metric not in ("cosine", "euclidean"):
+        raise PfdError(f"metric must be 'cosine' or 'euclidean', got {metric!r}")
+    euclid = metric == "euclidean"
+    normalize = normalize and not euclid
     dev = torch.device(device) if device is not None else q.device
     dtype = torch.promote_types(q.dtype, g.dtype)
     best_idx = torch.zeros(q.shape[0], dtype=torch.int64)
@@ -95,10 +109,14 @@ def streamed_top1(
         for glo in range(0, g.shape[0], chunk):
             gb = g[glo : glo + chunk].to(dev, dtype)  # (c, D)
             s = qb @ (_unit(gb) if normalize else gb).T  # (b, c)
+            if euclid:  # −‖q−g‖² + ‖q‖²: the same order as −distance for each query
+                s = 2 * s - (gb * gb).sum(1)[None, :]
             v, i = s.max(dim=1)  # first maximum within the block
             better = v > val  # strict: an earlier block keeps a tie
             val = torch.where(better, v, val)
             idx = torch.where(better, i + glo, idx)
+        if euclid:
+            val = -((qb * qb).sum(1) - val).clamp_min(0).sqrt()  # minus the distance
         best_val[qlo : qlo + qb.shape[0]] = val.cpu()
         best_idx[qlo : qlo + qb.shape[0]] = idx.cpu()
     return best_idx.numpy(), best_val.numpy()
@@ -113,9 +131,14 @@ class LinkabilityResult:
         count: Successful links.
         n: Proxies attacked.
         rate: ``count / n``.
-        chance: ``1 / n_identities`` (random assignment).
-        ci95: 95 % Wilson interval of ``rate``.
+        chance: Random assignment's success rate from the gallery's composition
+            (:func:`~pfd.attacks.metrics.composition_chance`; ``1 / n_identities`` when balanced).
+        ci95: 95 % interval of ``rate`` respecting the clustering of proxies by source identity
+            (:func:`~pfd.attacks.metrics.clustered_interval`).
         n_identities: Candidate identities in the private gallery.
+        n_eff: Effective number of independent trials behind ``ci95``.
+        design_effect: ``n / n_eff``.
+        clusters: Source identities among the proxies.
         predicted: ``(n,)`` predicted source label per proxy.
         match_index: ``(n,)`` nearest private image (VisMatch) or identity (Re-ID, index into
             ``np.unique(private_labels)``), e.g. for a grid of proxies beside their matches.
@@ -130,6 +153,9 @@ class LinkabilityResult:
     chance: float
     ci95: tuple[float, float]
     n_identities: int
+    n_eff: float
+    design_effect: float
+    clusters: int
     predicted: np.ndarray = field(repr=False)
     match_index: np.ndarray = field(repr=False)
     score: np.ndarray = field(repr=False)
@@ -160,17 +186,21 @@ def _check_sources(proxy_source: np.ndarray, private_labels: np.ndarray, n_proxi
 
 
 def _result(attack: str, predicted: np.ndarray, source: np.ndarray, index: np.ndarray, score: np.ndarray,
-            n_ids: int) -> LinkabilityResult:
+            gallery_rows: np.ndarray) -> LinkabilityResult:
     success = predicted == source
     k, n = int(success.sum()), int(success.size)
+    ci = clustered_interval(success, source)
     return LinkabilityResult(
-        attack=attack, count=k, n=n, rate=k / n if n else 0.0, chance=1.0 / n_ids, ci95=wilson_interval(k, n),
-        n_identities=n_ids, predicted=predicted, match_index=index, score=score, success=success,
+        attack=attack, count=k, n=n, rate=k / n if n else 0.0, chance=composition_chance(source, gallery_rows),
+        ci95=ci["ci95"], n_identities=int(np.unique(gallery_rows).size), n_eff=ci["n_eff"],
+        design_effect=ci["design_effect"], clusters=ci["clusters"], predicted=predicted, match_index=index,
+        score=score, success=success,
     )
 
 
 def visual_matching(
-    proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any, *, chunk: int = 4096
+    proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any, *, chunk: int = 4096,
+    metric: str = "cosine"
 ) -> LinkabilityResult:
     """VisMatch: each proxy's nearest single private image; success if it is of the source identity.
 
@@ -180,6 +210,7 @@ def visual_matching(
         private_emb: ``(g, D)`` embeddings of the private images.
         private_labels: ``(g,)`` identity labels of the private images.
         chunk: Gallery chunk of :func:`streamed_top1`.
+        metric: ``"cosine"`` or ``"euclidean"`` (the attacker model's own comparison).
 
     Returns:
         A :class:`LinkabilityResult` with ``attack="vismatch"``.
@@ -191,14 +222,18 @@ def visual_matching(
     if lab.shape[0] != len(private_emb):
         raise PfdError(f"{len(private_emb)} private embeddings but {lab.shape[0]} labels; pass one per image")
     _check_sources(src, lab, len(proxy_emb))
-    idx, score = streamed_top1(proxy_emb, private_emb, chunk=chunk)
-    return _result("vismatch", lab[idx], src, idx, score, len(np.unique(lab)))
+    idx, score = streamed_top1(proxy_emb, private_emb, chunk=chunk, metric=metric)
+    return _result("vismatch", lab[idx], src, idx, score, lab)
 
 
 def rank1_reid(
-    proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any, *, chunk: int = 4096
+    proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any, *, chunk: int = 4096,
+    metric: str = "cosine"
 ) -> LinkabilityResult:
     """Rank-1 Re-ID: top-1 identity among templates ``t_c = norm(Σ_{i∈c} e_i)`` of the gallery.
+
+    With ``metric="euclidean"`` the templates are the plain means of the raw embeddings and the
+    nearest one is by Euclidean distance (dlib / face-api style).
 
     Args:
         proxy_emb: ``(q, D)`` proxy embeddings.
@@ -206,6 +241,7 @@ def rank1_reid(
         private_emb: ``(g, D)`` private image embeddings (normalised before averaging).
         private_labels: ``(g,)`` their identity labels.
         chunk: Template chunk of :func:`streamed_top1`.
+        metric: ``"cosine"`` or ``"euclidean"``.
 
     Returns:
         A :class:`LinkabilityResult` with ``attack="reid"``; ``match_index`` indexes
@@ -215,12 +251,15 @@ def rank1_reid(
         PfdError: As :func:`visual_matching`.
     """
     src, lab = np.asarray(proxy_source).ravel(), np.asarray(private_labels).ravel()
-    e = _unit(_as_tensor(private_emb, "private embeddings").to(torch.float64))
+    e = _as_tensor(private_emb, "private embeddings").to(torch.float64)
+    e = e if metric == "euclidean" else _unit(e)
     if lab.shape[0] != e.shape[0]:
         raise PfdError(f"{e.shape[0]} private embeddings but {lab.shape[0]} labels; pass one per image")
     _check_sources(src, lab, len(proxy_emb))
     uniq, inv = np.unique(lab, return_inverse=True)
     templates = torch.zeros(len(uniq), e.shape[1], dtype=e.dtype).index_add_(0, torch.as_tensor(inv), e)  # (C, D)
+    if metric == "euclidean":  # the mean itself; for cosine the sum's direction is the template
+        templates = templates / torch.as_tensor(np.bincount(inv), dtype=e.dtype)[:, None]
     q = _as_tensor(proxy_emb, "proxy embeddings")
-    idx, score = streamed_top1(q, templates.to(q.dtype), chunk=chunk)
-    return _result("reid", uniq[idx], src, idx, score, len(uniq))
+    idx, score = streamed_top1(q, templates.to(q.dtype), chunk=chunk, metric=metric)
+    return _result("reid", uniq[idx], src, idx, score, uniq)

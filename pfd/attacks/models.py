@@ -1,6 +1,16 @@
 """Attacker models: any face-recognition model an auditor holds, as an image -> embedding map.
 
-Two kinds of files load:
+:func:`load_attacker` loads every kind; the last three go through :mod:`pfd.attacks.outside`,
+with an input convention (insightface's by default):
+
+* pfd / insightface / AdaFace **checkpoints** and pfd-convention **TorchScript** (below);
+* **ONNX** files (``*.onnx``, run with onnxruntime);
+* **TOML attacker specs** (``*.toml``: a model plus its input convention);
+* **Python entry points** ``module:callable`` (and, from Python, modules and functions);
+  :func:`load_outside_attacker` also takes TorchScript under an outside convention
+  (``pfd attack --attacker``).
+
+The built-in kinds:
 
 * **Checkpoints** (:func:`pfd.nn.checkpoints.load_backbone`): pfd checkpoints, insightface
   ``model.pt`` / ``backbone.pth`` and AdaFace ``.ckpt`` files (``weights_only=True``). The input
@@ -28,7 +38,7 @@ import json
 import os
 import warnings
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +50,7 @@ from pfd.data.faceset import FaceSet
 from pfd.embed import Embedder
 from pfd.errors import PfdError
 
-__all__ = ["Attacker", "load_attacker", "is_torchscript", "resize_images", "checkpoint_head"]
+__all__ = ["Attacker", "load_attacker", "load_outside_attacker", "is_torchscript", "resize_images", "checkpoint_head"]
 
 #: Extra file of a TorchScript archive that may carry ``{"size": S}``.
 META_FILE = "pfd.json"
@@ -77,7 +87,10 @@ class Attacker:
         model: The module (eval mode).
         size: Input side S.
         embedding_dim: D.
-        embedder: Batched embedding with the model (L2-normalised, float32, CPU output).
+        embedder: Batched embedding with the model (L2-normalised, float32, CPU output; raw
+            features for a Euclidean attacker).
+        distance: How the attacker compares embeddings: ``"cosine"`` or ``"euclidean"``.
+        convention: The input convention of an outside attacker (``None`` for pfd's own kinds).
     """
 
     role: str
@@ -87,6 +100,8 @@ class Attacker:
     size: int
     embedding_dim: int
     embedder: Embedder
+    distance: str = "cosine"
+    convention: dict[str, Any] | None = None
 
     def embed(self, x: FaceSet | torch.Tensor) -> torch.Tensor:
         """``(n, D)`` unit embeddings of a FaceSet (opened at :attr:`size`) or an image tensor.
@@ -116,7 +131,9 @@ class Attacker:
     def describe(self) -> dict[str, Any]:
         """JSON-ready description (role, path, kind, size, embedding_dim, arch when known)."""
         d: dict[str, Any] = {"role": self.role, "path": self.path, "kind": self.kind, "size": self.size,
-                             "embedding_dim": self.embedding_dim}
+                             "embedding_dim": self.embedding_dim, "distance": self.distance}
+        if self.convention is not None:
+            d["convention"] = dict(self.convention)
         arch = getattr(self.model, "arch", None)
         if isinstance(arch, dict):
             d["arch"] = dict(arch)
@@ -193,7 +210,10 @@ def load_attacker(
     """Load an attacker model from a checkpoint or a TorchScript file.
 
     Args:
-        path: pfd / insightface / AdaFace checkpoint, or a TorchScript archive.
+        path: pfd / insightface / AdaFace checkpoint, or a TorchScript archive (pfd convention:
+            RGB in [0, 1], the model normalises); or an ``.onnx`` file, a ``.toml`` attacker spec,
+            ``module:callable``, a module or a function, loaded by :func:`load_outside_attacker`
+            with the insightface convention unless the spec says otherwise.
         role: Label of the attacker in reports.
         size: Input side. TorchScript: overrides the declared size. Checkpoints: must equal the
             architecture's size (a check, since the fc layer fixes it).
@@ -210,9 +230,15 @@ def load_attacker(
         PfdError: Missing or unreadable file, a size that does not fit the model, or a model that
             does not map ``(B, 3, S, S)`` images to ``(B, D)`` features.
     """
+    from pfd.attacks.outside import is_entry_point
+
+    if not isinstance(path, (str, os.PathLike)) or is_entry_point(path) or Path(path).suffix.lower() in (".onnx", ".toml"):
+        return load_outside_attacker(path, role=None if role == "model" else role, size=size, batch_size=batch_size,
+                                     flip=flip, device=device, progress=progress)
     p = Path(path)
     if not p.is_file():
-        raise PfdError(f"{p}: no such model file; pass a pfd/insightface/AdaFace checkpoint or a TorchScript file")
+        raise PfdError(f"{p}: no such model file; pass a pfd/insightface/AdaFace checkpoint, a TorchScript, "
+                       "ONNX or .toml attacker file, or module:callable")
     if is_torchscript(p):
         model, side = _load_torchscript(p, size)
         kind = "torchscript"
@@ -230,6 +256,70 @@ def load_attacker(
     return Attacker(role=role, path=str(p), kind=kind, model=model, size=side, embedding_dim=dim, embedder=embedder)
 
 
+def load_outside_attacker(
+    spec: Any,
+    *,
+    role: str | None = None,
+    convention: Any = None,
+    size: int | None = None,
+    batch_size: int = 256,
+    flip: bool = False,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+) -> Attacker:
+    """Load an outside attacker: ONNX, TorchScript, ``module:callable``, a module/function or a TOML spec.
+
+    Args:
+        spec: An :class:`~pfd.attacks.outside.AttackerSpec`, a ``.toml`` spec, an ``.onnx`` or
+            TorchScript file, ``"module:callable"``, an ``nn.Module`` or a function
+            ``images -> embeddings``.
+        role: Row label (default: the spec's name, else the file stem / callable name).
+        convention: :class:`~pfd.attacks.outside.InputConvention` for a spec that does not carry
+            its own (a TOML spec or an ``AttackerSpec`` does); default insightface's.
+        size: Input side, overriding the convention's (``--model-size``).
+        batch_size: Embedding batch size.
+        flip: Flip-fused embeddings.
+        device: Where to embed (ONNX always runs on the CPU through onnxruntime).
+        progress: Progress bars.
+
+    Returns:
+        The :class:`Attacker`; ``kind`` is ``onnx``, ``torchscript`` or ``python``.
+
+    Raises:
+        PfdError: Unreadable model or spec, a size that contradicts the model's declared one, or
+            a model that does not return ``(B, D)`` embeddings.
+    """
+    from pfd.attacks.outside import (
+        INSIGHTFACE,
+        AttackerSpec,
+        ConventionAdapter,
+        describe_convention,
+        load_outside_model,
+        read_attacker_spec,
+    )
+
+    if isinstance(spec, (str, os.PathLike)) and Path(spec).suffix.lower() == ".toml":
+        spec = read_attacker_spec(spec)
+    if not isinstance(spec, AttackerSpec):
+        spec = AttackerSpec(model=spec, convention=convention or INSIGHTFACE)
+    raw, kind, declared, desc = load_outside_model(spec.model)
+    conv = spec.convention.checked(desc)
+    if size:
+        conv = replace(conv, size=(int(size), int(size)))
+    if conv.size is not None and declared is not None and kind == "onnx" and tuple(conv.size) != tuple(declared):
+        raise PfdError(f"{desc}: the ONNX graph takes {declared[0]}x{declared[1]} images, not "
+                       f"{conv.size[0]}x{conv.size[1]}; drop the size option or re-export the model")
+    conv = replace(conv, size=conv.size or declared or (112, 112))
+    model = ConventionAdapter(raw, conv)
+    side = max(conv.size)  # type: ignore[arg-type]
+    name = role or spec.name or (Path(str(spec.model)).stem if kind != "python" else desc.rsplit(":", 1)[-1])
+    dim = _probe_dim(model, side, Path(desc))
+    embedder = Embedder(model, batch_size=batch_size, flip=flip, device="cpu" if kind == "onnx" else device,
+                        progress=progress, normalize=conv.distance == "cosine")
+    return Attacker(role=name, path=desc, kind=kind, model=model, size=side, embedding_dim=dim, embedder=embedder,
+                    distance=conv.distance, convention=describe_convention(conv))
+
+
 def checkpoint_head(path: str | os.PathLike) -> dict[str, Any] | None:
     """``{"kind", "scale", "margin"}`` of the margin head stored in a pfd checkpoint, else ``None``.
 
@@ -237,6 +327,10 @@ def checkpoint_head(path: str | os.PathLike) -> dict[str, Any] | None:
     """
     from pfd.nn.checkpoints import load_checkpoint
 
+    from pfd.attacks.outside import is_entry_point
+
+    if not isinstance(path, (str, os.PathLike)) or is_entry_point(path) or Path(path).suffix.lower() in (".onnx", ".toml"):
+        return None
     if is_torchscript(path):
         return None
     try:

@@ -4,12 +4,22 @@ The summary table has one row per (attack, target, attacker) figure::
 
     | attack | attacker | success | chance | 95% CI | verdict |
 
-``verdict`` compares the 95 % interval of the figure with its chance level: **LEAKS** when the
-whole interval lies above chance, **≈ chance** when it contains chance, **below chance** when it
-lies below. Intervals: Wilson for linkability rates, percentile bootstrap over proxies for the
-attribute metrics, Hanley-McNeil for membership AUCs. Each row is a separate test at the 5 %
-level, so with a dozen rows one "LEAKS" at the edge of its interval can be luck; the detail
-sections give counts, p-values and settings.
+``verdict`` says whether the figure is a leak at the 5 % level, with a rule whose false-LEAKS
+rate under the null is tested by simulation (``tests/test_null_calibration.py``):
+
+* **linkability** rows (rates): **LEAKS** when the whole 95 % interval lies above chance. The
+  interval is the exact binomial interval at the effective sample size of the proxies, clustered
+  by source identity (:func:`pfd.attacks.metrics.clustered_interval`); chance comes from the
+  gallery's composition (:func:`pfd.attacks.metrics.composition_chance`).
+* **attribute** rows: **LEAKS** when the one-sided identity-level permutation p-value is
+  <= 0.05; the interval shown is a cluster bootstrap over source identities.
+* **membership**: one row, the max-T permutation test over the four statistics (a-priori
+  direction) and the fused classifier (:mod:`pfd.attacks.permutation`); **LEAKS** when p <= 0.05.
+  The cell shows p and the AUC the null exceeds 5 % of the time, and TPR at 1 % / 0.1 % FPR.
+
+Otherwise **≈ chance** (or **below chance** when a rate's interval lies below it). Each row is a
+separate test at the 5 % level, so with a dozen rows one "LEAKS" at the edge can be luck; the
+detail sections give counts, p-values and settings.
 
 ``report.json`` layout: ``{"format": "pfd-attack-report", "version": 1, "summary": [rows],
 "settings", "release", "private", "attackers", "linkability", "reconstruction", "attributes",
@@ -32,8 +42,16 @@ _NAMES = {"vismatch": "VisMatch", "reid": "Rank-1 Re-ID", "pair_cos": "PairCos",
           "pen_logit": "PenLogit", "proto_ce": "ProtoCE"}
 
 
-def verdict(ci: tuple[float, float] | list[float], chance: float) -> str:
-    """``"LEAKS"`` if the interval lies above chance, ``"below chance"`` if below, else ``"≈ chance"``."""
+def verdict(ci: tuple[float, float] | list[float] | None, chance: float, *, p: float | None = None,
+            alpha: float = 0.05) -> str:
+    """The verdict of one figure.
+
+    With a p-value (a test): ``"LEAKS"`` if ``p <= alpha``, else ``"≈ chance"``. Otherwise from the
+    interval: ``"LEAKS"`` if it lies above chance, ``"below chance"`` if below, else ``"≈ chance"``.
+    """
+    if p is not None:
+        return "LEAKS" if p <= alpha else "≈ chance"
+    assert ci is not None
     lo, hi = float(ci[0]), float(ci[1])
     if lo > chance:
         return "LEAKS"
@@ -42,9 +60,23 @@ def verdict(ci: tuple[float, float] | list[float], chance: float) -> str:
     return "≈ chance"
 
 
-def _row(attack: str, attacker: str, value: float, chance: float, ci: Any, kind: str, **extra: Any) -> dict[str, Any]:
+def _row(attack: str, attacker: str, value: float, chance: float, ci: Any, kind: str, *,
+         test_p: float | None = None, **extra: Any) -> dict[str, Any]:
     return {"attack": attack, "attacker": attacker, "value": float(value), "chance": float(chance),
-            "ci95": [float(ci[0]), float(ci[1])], "kind": kind, "verdict": verdict(ci, chance), **extra}
+            "ci95": None if ci is None else [float(ci[0]), float(ci[1])], "kind": kind,
+            "verdict": verdict(ci, chance, p=test_p), **({"p": test_p} if test_p is not None else {}), **extra}
+
+
+def membership_row(mem: Mapping[str, Any], attacker: str = "downstream") -> dict[str, Any] | None:
+    """The summary row of a membership report: its permutation-test verdict (None for old reports)."""
+    v = mem.get("verdict")
+    if not v:
+        return None
+    name = _NAMES.get(v["statistic"], v["statistic"])
+    t1, t01 = v["tpr_at_1pct_fpr"], v["tpr_at_0.1pct_fpr"]
+    return _row(f"Membership: max AUC of 4 statistics + fusion (a priori; best {name})", attacker, v["auc"], 0.5,
+                None, "auc", test_p=v["p"], null95=v["null95"], tpr_at_1pct_fpr=t1["tpr"],
+                tpr_at_01pct_fpr=t01["tpr"], tpr_resolvable=[t1["resolvable"], t01["resolvable"]])
 
 
 def summary_rows(data: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -55,33 +87,27 @@ def summary_rows(data: Mapping[str, Any]) -> list[dict[str, Any]]:
 
     Returns:
         Rows ``{"attack", "attacker", "value", "chance", "ci95", "kind", "verdict", ...}``;
-        ``kind`` is ``"rate"`` (count/n), ``"score"`` (a metric in [0, 1]) or ``"auc"``.
+        ``kind`` is ``"rate"`` (count/n), ``"score"`` (a metric in [0, 1]) or ``"auc"``. Test
+        rows carry ``p`` (their ``ci95`` is the descriptive interval, or None for membership).
     """
     rows: list[dict[str, Any]] = []
     for link in data.get("linkability", []):
         for key in ("vismatch", "reid"):
             r = link[key]
             rows.append(_row(f"{_NAMES[key]} ({link['target']})", link["attacker"], r["rate"], r["chance"],
-                             r["ci95"], "rate", count=r["count"], n=r["n"]))
+                             r["ci95"], "rate", count=r["count"], n=r["n"], n_eff=r.get("n_eff")))
     per_attr = (data.get("attributes") or {}).get("per_attribute", {})
     for name, a in per_attr.items():
         rows.append(_row(f"Attribute {name}: balanced acc.", "public probe", a["balanced_accuracy"],
-                         a["chance_balanced_accuracy"], a["ci95_balanced_accuracy"], "score", p=a["p_balanced_accuracy"]))
+                         a["chance_balanced_accuracy"], a["ci95_balanced_accuracy"], "score",
+                         test_p=a["p_balanced_accuracy"]))
         rows.append(_row(f"Attribute {name}: Macro-F1", "public probe", a["macro_f1"], a["chance_macro_f1"],
-                         a["ci95_macro_f1"], "score", p=a["p_macro_f1"]))
+                         a["ci95_macro_f1"], "score", test_p=a["p_macro_f1"]))
     mem = data.get("membership") or {}
     if mem:
-        best = mem["best_single"]["statistic"]
-        s = mem["statistics"][best]
-        rows.append(_row(f"Membership: {_NAMES[best]} AUC (best of 4)", "downstream", s["auc"], 0.5, s["auc_ci95"], "auc"))
-        fusion = mem.get("fusion", {})
-        if "auc_mean" in fusion:
-            from pfd.attacks.metrics import auc_standard_error
-
-            c = mem["counts"]
-            se = auc_standard_error(fusion["auc_mean"], c["members"], c["nonmembers"])
-            ci = (max(0.0, fusion["auc_mean"] - 1.96 * se), min(1.0, fusion["auc_mean"] + 1.96 * se))
-            rows.append(_row("Membership: fused MLP AUC (5-fold CV)", "downstream", fusion["auc_mean"], 0.5, ci, "auc"))
+        row = membership_row(mem)
+        if row is not None:
+            rows.append(row)
     return rows
 
 
@@ -93,14 +119,19 @@ def _fmt(row: Mapping[str, Any], key: str = "value") -> str:
 def _success(row: Mapping[str, Any]) -> str:
     if row["kind"] == "rate":
         return f"{_fmt(row)} ({row['count']}/{row['n']})"
+    if "tpr_at_1pct_fpr" in row:
+        flags = ["" if ok else "*" for ok in row.get("tpr_resolvable", [True, True])]
+        return (f"AUC {_fmt(row)}; TPR {row['tpr_at_1pct_fpr']:.3f}{flags[0]} @1% / "
+                f"{row['tpr_at_01pct_fpr']:.3f}{flags[1]} @0.1% FPR")
     return _fmt(row)
 
 
 def _ci(row: Mapping[str, Any]) -> str:
+    if row["ci95"] is None:
+        return f"p = {row['p']:.3g} (null 95%: {row['null95']:.3f})"
     lo, hi = row["ci95"]
-    if row["kind"] == "auc":
-        return f"[{lo:.3f}, {hi:.3f}]"
-    return f"[{100 * lo:.1f}, {100 * hi:.1f}]%"
+    text = f"[{lo:.3f}, {hi:.3f}]" if row["kind"] == "auc" else f"[{100 * lo:.1f}, {100 * hi:.1f}]%"
+    return f"{text}, p = {row['p']:.3g}" if "p" in row else text
 
 
 def summary_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -118,12 +149,25 @@ def _setup_section(data: Mapping[str, Any]) -> list[str]:
            f"- Release `{rel['path']}`: method `{rel['method']}`, {rel['num_classes']} classes, "
            f"{rel['num_images']} images of {rel['image_size']} px.",
            f"- Private set `{priv['spec']}`: {priv['identities']} identities, {priv['images']} images "
-           f"({priv['source_identities']} of them are sources of proxies). Linkability chance = "
-           f"1/{priv['identities']} = {100 / priv['identities']:.2f}%.",
-           "", "| attacker | model | kind | input | D |", "|---|---|---|---|---|"]
+           f"({priv['source_identities']} of them are sources of proxies). Linkability chance: "
+           "Σ over identities of (share of proxies) × (share of the gallery: images for VisMatch, templates "
+           f"for Re-ID); 1/{priv['identities']} = {100 / priv['identities']:.2f}% when balanced.",
+           "", "| attacker | model | kind | input | D | distance |", "|---|---|---|---|---|---|"]
     for a in data["attackers"]:
-        out.append(f"| {a['role']} | `{a['path']}` | {a['kind']} | {a['size']} px | {a['embedding_dim']} |")
+        conv = a.get("convention")
+        inp = f"{a['size']} px"
+        if conv:  # an outside attacker: its own input convention
+            h, w = conv["size"]
+            inp = (f"{h}×{w} {conv['resize']}, {conv['channels'].upper()}, (x − {_num(conv['mean'])}) / "
+                   f"{_num(conv['std'])}")
+        out.append(f"| {a['role']} | `{a['path']}` | {a['kind']} | {inp} | {a['embedding_dim']} | "
+                   f"{a.get('distance', 'cosine')} |")
     return out
+
+
+def _num(v: Any) -> str:
+    vals = list(v) if isinstance(v, (list, tuple)) else [v]
+    return f"{vals[0]:g}" if len(set(vals)) == 1 else "(" + ", ".join(f"{x:g}" for x in vals) + ")"
 
 
 def _linkability_section(data: Mapping[str, Any]) -> list[str]:
@@ -131,7 +175,8 @@ def _linkability_section(data: Mapping[str, Any]) -> list[str]:
            "VisMatch: is a proxy's nearest private image of its source identity? Rank-1 Re-ID: is the "
            "nearest identity template (normalised mean embedding) its source? The public attacker holds a "
            "public model and the private gallery; the insider also holds the publisher's adapted model "
-           "(worst case)."]
+           "(worst case); other rows are the auditor's own models. Intervals: exact, at the effective sample "
+           "size of proxies clustered by source identity (report.json: n_eff, design_effect)."]
     rec = data.get("reconstruction") or {}
     if rec:
         extra = (f", final cosine to the targets {rec['final_cosine_mean']:.3f}" if "final_cosine_mean" in rec else "")
@@ -170,14 +215,26 @@ def _membership_section(data: Mapping[str, Any]) -> list[str]:
            f"A downstream model ({ds.get('backbone')} ×{ds.get('width')}, {ds.get('size')} px) trained on "
            f"`{ds.get('data', ['?'])[0]}` + the release{' (reused)' if mem.get('downstream_reused') else ''}; members: "
            f"the {c['members']} private identities, non-members: {c['nonmembers']} identities of `{mem.get('nonmembers', '?')}` "
-           f"(same domain, or the AUC also measures domain shift). Chance AUC = 0.5. The AUC is oriented "
-           "(> 0.5 = separation in either direction) and is a lower bound on what the embeddings leak.", "",
-           "| statistic | AUC | 95% CI | members score | TPR@1%FPR |", "|---|---|---|---|---|"]
+           f"(same domain, or the AUC also measures domain shift). Chance AUC = 0.5."]
+    v = mem.get("verdict")
+    if v:
+        out += ["", f"**Verdict** (the test): the largest a-priori AUC (higher = member) over the four statistics"
+                f"{' and the fused MLP' if 'fusion' in v['scores'] else ''} is {v['auc']:.3f} ({_NAMES.get(v['statistic'], v['statistic'])}); "
+                f"permuting member/non-member labels {v['permutations']} times, the null exceeds {v['null95']:.3f} 5% of "
+                f"the time: p = {v['p']:.3g}, **{'LEAKS' if v['leaks'] else 'no evidence of a leak'}**."]
+        if v.get("reversed"):
+            out.append(f"Members are *looser* than non-members for {', '.join(_NAMES[n] for n in v['reversed'])}: "
+                       "not membership leakage in the a-priori direction; often non-members from another domain.")
+    out += ["", "Description (not a test): the oriented AUC max(A, 1 − A), chosen after looking at the data, with a "
+            "Hanley-McNeil interval; TPR at 1% / 0.1% FPR in that direction.", "",
+            "| statistic | AUC a priori | oriented AUC | 95% CI (oriented) | members score | TPR@1%FPR | TPR@0.1%FPR |",
+            "|---|---|---|---|---|---|---|"]
     for name in STATISTICS:
         s = mem["statistics"][name]
-        t = s["tpr_at_1pct_fpr"]
-        out.append(f"| {_NAMES[name]} | {s['auc']:.3f} | [{s['auc_ci95'][0]:.3f}, {s['auc_ci95'][1]:.3f}] | "
-                   f"{s['direction']} | {t['tpr']:.3f}{'' if t['resolvable'] else ' (FPR 0)'} |")
+        t, t01 = s["tpr_at_1pct_fpr"], s["tpr_at_0.1pct_fpr"]
+        out.append(f"| {_NAMES[name]} | {s['auc_a_priori']:.3f} | {s['auc']:.3f} | "
+                   f"[{s['auc_ci95'][0]:.3f}, {s['auc_ci95'][1]:.3f}] | {s['direction']} | "
+                   f"{t['tpr']:.3f}{'' if t['resolvable'] else '*'} | {t01['tpr']:.3f}{'' if t01['resolvable'] else '*'} |")
     fusion = mem.get("fusion", {})
     if "auc_mean" in fusion:
         out.append(f"\nFused MLP: {fusion['auc_mean']:.3f} ± {fusion['auc_std']:.3f} over {fusion['folds']} folds "
@@ -192,7 +249,9 @@ def format_markdown(data: Mapping[str, Any], rows: list[dict[str, Any]], plots: 
     """The ``report.md`` text: the summary table first, then short sections."""
     out = ["# pfd attack scorecard", ""]
     out += summary_table(rows) if rows else ["No attack could run; see Skipped."]
-    out += ["", "LEAKS: the 95% interval lies above chance. ≈ chance: it contains chance.", ""]
+    out += ["", "LEAKS: linkability, the 95% interval (clustered by source identity) lies above chance; attributes "
+            "and membership, a permutation test gives p <= 0.05 (see docs/attacks.md). ≈ chance: not so. "
+            "* TPR at FPR 0: fewer non-members than 1/FPR.", ""]
     out += _setup_section(data) + _linkability_section(data) + _attribute_section(data) + _membership_section(data)
     if data.get("skipped"):
         out += ["", "## Skipped", ""] + [f"- {k}: {v}" for k, v in data["skipped"].items()]

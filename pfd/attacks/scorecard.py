@@ -4,8 +4,10 @@
 which runs, in order (each only when its inputs exist; otherwise the reason goes to ``skipped``):
 
 1. **Linkability** (PFD paper, "Source-Identity Linkability"): VisMatch and Rank-1 Re-ID of the
-   proxies against the private gallery, for each attacker: ``public`` (the public model) and
-   ``insider`` (the publisher's adapted model, worst case).
+   proxies against the private gallery, for each attacker: ``public`` (the public model),
+   ``insider`` (the publisher's adapted model, worst case) and every outside attacker the auditor
+   brings (``--attacker``: ONNX, TorchScript, ``module:callable`` or a TOML spec, each with its
+   input convention and its own distance; :mod:`pfd.attacks.outside`).
 2. **Reconstruction**: each proxy's public-model embedding is turned back into an image (BN-prior
    inversion through the public model, or a user ``reconstructor``) and the reconstructions are
    linked like the proxies, by every attacker.
@@ -33,7 +35,8 @@ from pfd.attacks.attribute_audit import default_aux_spec, probe_attribute_recove
 from pfd.attacks.audit import membership_audit, resolve_head
 from pfd.attacks.downstream import downstream_config, train_downstream
 from pfd.attacks.linkability import rank1_reid, visual_matching
-from pfd.attacks.models import Attacker, load_attacker
+from pfd.attacks.models import Attacker, load_attacker, load_outside_attacker
+from pfd.attacks.outside import InputConvention
 from pfd.attacks.reconstruction import BNInversion, Reconstructor, check_reconstructions
 from pfd.attacks.state import (
     ADAPTED_MODEL,
@@ -117,6 +120,29 @@ def _attackers(cfg: AttackConfig, state: ReleaseState, progress: bool) -> list[A
     return out
 
 
+def _outside(cfg: AttackConfig, extra: list[Any], taken: list[str], progress: bool) -> list[Attacker]:
+    """The auditor's own models (``cfg.attackers`` then ``extra``), with unique row labels."""
+    conv = InputConvention(size=cfg.attacker_size or None, mean=_one_or_three(cfg.attacker_mean),
+                           std=_one_or_three(cfg.attacker_std), resize=cfg.attacker_resize,
+                           distance=cfg.attacker_distance, channels=cfg.attacker_channels)
+    out: list[Attacker] = []
+    names = list(taken)
+    for spec in [*cfg.attackers, *extra]:
+        a = load_outside_attacker(spec, convention=conv, batch_size=cfg.batch_size, flip=cfg.flip, progress=progress)
+        role, i = a.role, 2
+        while role in names:  # two files with the same stem, or a stem "public"
+            role, i = f"{a.role}#{i}", i + 1
+        a.role = role
+        names.append(role)
+        out.append(a)
+    return out
+
+
+def _one_or_three(v: Any) -> Any:
+    vals = [float(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
+    return vals[0] if len(vals) == 1 else tuple(vals)
+
+
 @dataclass
 class _Run:
     """State shared by the stages of one scorecard run."""
@@ -143,8 +169,9 @@ class _Run:
 
         def both() -> dict[str, Any]:
             return {"target": target, "attacker": attacker.role,
-                    "vismatch": visual_matching(query, source, gallery, self.labels, chunk=chunk),
-                    "reid": rank1_reid(query, source, gallery, self.labels, chunk=chunk)}
+                    "vismatch": visual_matching(query, source, gallery, self.labels, chunk=chunk,
+                                                metric=attacker.distance),
+                    "reid": rank1_reid(query, source, gallery, self.labels, chunk=chunk, metric=attacker.distance)}
 
         self.links.append(self.clock.run("linkability", both))
 
@@ -231,18 +258,23 @@ def _membership(run: _Run, private_spec: str) -> dict[str, Any]:
     holdout = open_faces(cfg.holdout, size=model.size)
     rep = run.clock.run("membership", lambda: membership_audit(
         model, run.sets.private(model.size), holdout, head=kind, scale=s, margin=m, folds=cfg.mia_folds,
-        seed=cfg.seed))
+        seed=cfg.seed, permutations=cfg.permutations))
     rep.update(members=private_spec, nonmembers=cfg.holdout, downstream=config_to_dict(dcfg), downstream_reused=reused)
     return rep
 
 
 def run_scorecard(
-    cfg: AttackConfig, *, reconstructor: Reconstructor | None = None, progress: bool = True
+    cfg: AttackConfig, *, reconstructor: Reconstructor | None = None, attackers: list[Any] | None = None,
+    progress: bool = True
 ) -> Scorecard:
     """Run every applicable attack on a release.
 
     Args:
         cfg: The attack configuration (release, state dir, private set, options).
+        attackers: Outside attackers in addition to ``cfg.attackers``: paths, ``module:callable``,
+            ``nn.Module`` objects, functions ``images (B, 3, S, S) -> embeddings`` or
+            :class:`~pfd.attacks.outside.AttackerSpec` (model + input convention). Each adds
+            linkability rows (proxies and reconstructions) beside ``public`` and ``insider``.
         reconstructor: Replaces the built-in BN-prior inversion: ``f(embeddings (n, D) unit rows,
             public-model space) -> images (n, 3, S, S) in [0, 1]`` (e.g. an Arc2Face wrapper).
         progress: Progress bars.
@@ -262,7 +294,9 @@ def run_scorecard(
         raise PfdError(f"no private set: pass --private (the state dir {state.state_dir} records none)")
     if bool(cfg.public) != bool(cfg.holdout):
         raise PfdError("the membership test needs both --public DATA and --holdout SPEC (or neither)")
-    attackers = clock.run("load", lambda: _attackers(cfg, state, progress))
+    own = clock.run("load", lambda: _attackers(cfg, state, progress))
+    outside = clock.run("load", lambda: _outside(cfg, list(attackers or []), [a.role for a in own], progress))
+    attackers = own + outside
     sets = _Sets(private_spec, state.release)
     size = attackers[0].size
     private0 = clock.run("load", lambda: sets.private(size))

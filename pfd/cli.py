@@ -287,9 +287,11 @@ def _floats(value: str | None, flag: str) -> list[float] | None:
 @click.option("--batch-size", type=int, help="Embedding batch size.")
 @click.option("--flip/--no-flip", default=None, help="Flip-fused embeddings.")
 @click.option("--seed", type=int)
+@click.option("--skip-bad", is_flag=True, default=None, help="Skip (and list) unreadable images instead of stopping.")
+@click.option("--progress/--no-progress", default=True, help="Progress bars (only on a terminal; a line per stage otherwise).")
 @click.pass_context
 def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | None, downstream_steps: int | None,
-                 **kw: Any) -> None:
+                 progress: bool, **kw: Any) -> None:
     """Audit a release (scorecard) or a model (subcommands mia, dataset).
 
     Without a subcommand, runs every applicable attack on a release and writes report.json,
@@ -319,7 +321,7 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
     if not cfg.release:
         click.echo(ctx.get_help())
         raise PfdError("pass --release RELEASE --state-dir STATE (or a subcommand: mia, dataset)")
-    card = run_scorecard(cfg, reconstructor=_load_reconstructor(reconstructor))
+    card = run_scorecard(cfg, reconstructor=_load_reconstructor(reconstructor), progress=progress)
     paths = write_report(card, cfg.report)
     click.echo("\n".join(summary_table(summary_rows(card.data))))
     for reason in card.data["skipped"].values():
@@ -341,6 +343,8 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--batch-size", type=int, default=256, show_default=True)
 @click.option("--report", help="Folder for membership.json and the ROC / density plots.")
+@click.option("--skip-bad", is_flag=True, help="Skip (and list) unreadable images instead of stopping.")
+@click.option("--progress/--no-progress", default=True, help="Progress bars (only on a terminal).")
 def attack_mia(model: str, members: str, nonmembers: str, **kw: Any) -> None:
     """Identity-level geometric membership inference on any face-recognition model.
 
@@ -376,6 +380,8 @@ def attack_mia(model: str, members: str, nonmembers: str, **kw: Any) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--batch-size", type=int, default=256, show_default=True)
 @click.option("--report", help="Folder for dataset.json.")
+@click.option("--skip-bad", is_flag=True, help="Skip (and list) unreadable images instead of stopping.")
+@click.option("--progress/--no-progress", default=True, help="Progress bars (only on a terminal).")
 def attack_dataset(model: str, candidates_flag: bool, candidates: tuple[str, ...], **kw: Any) -> None:
     """Which candidate dataset trained MODEL? (dataset-level MIA, robust z-scores).
 

@@ -370,6 +370,8 @@ class AttackConfig:
         public_model_size: Input side of a TorchScript public model (0: declared by the file).
         insider: Also attack with the publisher's adapted model (``state_dir/adapted.pt``).
         report: Output folder for report.json, report.md and plots.
+        skip_bad: Skip (and list) unreadable images of identity-folder sets (private, public,
+            holdout, attribute data) instead of stopping at the first one.
         public: Public training data of the downstream membership test (empty: skip it).
         holdout: Same-domain held-out identities (non-members) for the membership test.
         attr_data: Auxiliary labelled set the attacker fits the attribute probe on (empty: the
@@ -409,6 +411,7 @@ class AttackConfig:
     public_model_size: int = 0
     insider: bool = True
     report: str = "report"
+    skip_bad: bool = False
     public: str = ""
     holdout: str = ""
     attr_data: str = ""

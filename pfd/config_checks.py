@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pfd.config import BaselineConfig, DistillConfig, EvalConfig, OGPConfig, RTAConfig, TrainConfig
+from pfd.config import AttackConfig, BaselineConfig, DistillConfig, EvalConfig, OGPConfig, RTAConfig, TrainConfig
 from pfd.errors import PfdError
 
 __all__ = ["check_config", "ignored_options"]
@@ -164,9 +164,26 @@ def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> 
     _check_baseline(cfg.baseline, "baseline.", flags)
 
 
+def _check_attack(cfg: AttackConfig, prefix: str = "", flags: bool = True) -> None:
+    c = _Checker(cfg, prefix, flags)
+    c("report", lambda v: not v or not Path(v).expanduser().is_file(), "must name a folder (not an existing file)")
+    c.at_least("batch_size", 1)
+    c.at_least("chunk", 1)
+    c.at_least("public_model_size", 0)
+    c.at_least("attacker_size", 0)
+    c.at_least("recon_iterations", 1)
+    c.at_least("recon_batch_size", 1)
+    c.positive("recon_lr")
+    c.non_negative("recon_lambda_bn")
+    c.at_least("recon_limit", 0)
+    c.at_least("permutations", 1)
+    c.at_least("mia_folds", 2)
+    c.at_least("grid_rows", 0)
+
+
 _VALIDATORS: dict[type, Any] = {
     TrainConfig: _check_train, EvalConfig: _check_eval, OGPConfig: _check_ogp, RTAConfig: _check_rta,
-    BaselineConfig: _check_baseline, DistillConfig: _check_distill,
+    BaselineConfig: _check_baseline, DistillConfig: _check_distill, AttackConfig: _check_attack,
 }  # fmt: skip
 
 

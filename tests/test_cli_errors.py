@@ -148,3 +148,40 @@ def test_a_training_set_of_one_identity_is_an_error(tmp_path):
     cfg = TrainConfig(backbone="ir18", width=0.125, size=32, embedding_dim=16, batch_size=4, out=str(tmp_path / "t"))
     with pytest.raises(PfdError, match="training needs at least 2 identities"):
         Trainer(cfg, faces=one, progress=False)
+
+
+def test_attack_commands_refuse_a_report_that_is_a_file_before_any_work(tmp_path):
+    f = tmp_path / "taken"
+    f.write_text("x")
+    _is_clean_error(_run("attack", "--release", str(tmp_path / "rel"), "--report", str(f)), "--report", "existing file")
+    _is_clean_error(_run("attack", "--release", str(tmp_path / "rel"), "--recon-iterations", "0"), "--recon-iterations (")
+    _is_clean_error(_run("attack", "mia", "--model", str(tmp_path / "none.pt"), "--members", PRIVATE, "--nonmembers",
+                         PRIVATE, "--report", str(f)), "--report", "existing file")  # fmt: skip
+    _is_clean_error(_run("attack", "dataset", "--model", str(tmp_path / "none.pt"), "--report", str(f), "a", "b", "c"),
+                    "--report", "existing file")  # fmt: skip
+
+
+@pytest.mark.parametrize("cmd", [["attack"], ["attack", "mia"], ["attack", "dataset"]])
+def test_attack_commands_take_skip_bad_and_no_progress(cmd):
+    out = _run(*cmd, "--help").output
+    assert "--skip-bad" in out and "--no-progress" in out
+
+
+def test_attack_skip_bad_reaches_the_private_set(tmp_path):
+    """A corrupt private image stops the scorecard's loader unless --skip-bad is given."""
+    from pfd.attacks.scorecard import _Sets
+
+    folder = tmp_path / "private"
+    g = np.random.default_rng(0)
+    from PIL import Image
+
+    for ident in ("a", "b"):
+        (folder / ident).mkdir(parents=True)
+        for k in range(3):
+            Image.fromarray(g.integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(folder / ident / f"{k}.png")
+    (folder / "a" / "3.png").write_bytes(b"not a png")
+    with pytest.raises(PfdError, match="3.png"):
+        faces = _Sets(str(folder), tmp_path).private(32)
+        [faces[i] for i in range(len(faces))]
+    faces = _Sets(str(folder), tmp_path, skip_bad=True).private(32)
+    assert len(faces) == 6 and all(faces[i][0].shape == (3, 32, 32) for i in range(6))

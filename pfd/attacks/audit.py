@@ -175,6 +175,12 @@ def format_dataset_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _check_report(report: str | os.PathLike | None) -> None:
+    """Refuse a ``--report`` that is an existing file before any work (it names a folder)."""
+    if report and Path(report).expanduser().is_file():
+        raise PfdError(f"--report {report}: is an existing file; --report names the folder to write into")
+
+
 def run_mia(
     model: str | os.PathLike,
     members: str,
@@ -189,6 +195,7 @@ def run_mia(
     batch_size: int = 256,
     report: str | os.PathLike | None = None,
     progress: bool = False,
+    skip_bad: bool = False,
 ) -> dict[str, Any]:
     """``pfd attack mia``: load a model, open both sets at its size, audit, optionally write a report.
 
@@ -205,14 +212,16 @@ def run_mia(
         batch_size: Embedding batch size.
         report: Folder for ``membership.json``, ``membership_roc.png`` and ``membership_density.png``.
         progress: Progress bars.
+        skip_bad: Skip (and list) unreadable images of identity-folder sets.
 
     Returns:
         The membership report (plus ``members``/``nonmembers`` specs and ``head_source``).
     """
+    _check_report(report)
     attacker = load_attacker(model, role="model", size=model_size, batch_size=batch_size, progress=progress)
     kind, s, m, source = resolve_head(model, head, scale, margin)
-    mem = open_faces(members, size=attacker.size)
-    non = open_faces(nonmembers, size=attacker.size)
+    mem = open_faces(members, size=attacker.size, skip_bad=skip_bad)
+    non = open_faces(nonmembers, size=attacker.size, skip_bad=skip_bad)
     rep = membership_audit(attacker, mem, non, head=kind, scale=s, margin=m, folds=folds, seed=seed)
     rep.update(members=str(members), nonmembers=str(nonmembers), head_source=source)
     if report:
@@ -237,8 +246,11 @@ def run_dataset(
     batch_size: int = 256,
     report: str | os.PathLike | None = None,
     progress: bool = False,
+    skip_bad: bool = False,
 ) -> list[dict[str, Any]]:
     """``pfd attack dataset``: rank candidate dataset specs; optionally write ``dataset.json``.
+
+    ``skip_bad`` skips (and lists) unreadable images of identity-folder candidates.
 
     Raises:
         PfdError: Fewer than 3 candidates, a repeated candidate, or a bad model/dataset.
@@ -247,8 +259,9 @@ def run_dataset(
         raise PfdError(f"dataset MIA needs at least 3 candidate datasets, got {len(candidates)}; add candidates")
     if len(set(candidates)) != len(candidates):
         raise PfdError("a candidate dataset is given twice; list each once")
+    _check_report(report)
     attacker = load_attacker(model, role="model", size=model_size, batch_size=batch_size, progress=progress)
-    sets = {str(c): open_faces(c, size=attacker.size) for c in candidates}
+    sets = {str(c): open_faces(c, size=attacker.size, skip_bad=skip_bad) for c in candidates}
     rows = dataset_audit(attacker, sets, n=n, seed=seed, per_identity=per_identity)
     if report:
         doc = {"model": attacker.describe(), "n": n, "seed": seed, "per_identity": per_identity, "ranking": rows}

@@ -86,14 +86,14 @@ class _Clock:
 class _Sets:
     """The private set and the release, opened once per image size."""
 
-    def __init__(self, private_spec: str, release: Path) -> None:
-        self.private_spec, self.release = private_spec, release
+    def __init__(self, private_spec: str, release: Path, *, skip_bad: bool = False) -> None:
+        self.private_spec, self.release, self.skip_bad = private_spec, release, skip_bad
         self._private: dict[int, FaceSet] = {}
         self._release: dict[int, FaceSet] = {}
 
     def private(self, size: int) -> FaceSet:
         if size not in self._private:
-            self._private[size] = open_faces(self.private_spec, size=size)
+            self._private[size] = open_faces(self.private_spec, size=size, skip_bad=self.skip_bad)
         return self._private[size]
 
     def proxies(self, size: int) -> FaceSet:
@@ -233,7 +233,7 @@ def _attributes(run: _Run) -> tuple[str | None, dict[str, Any]]:
         run.skipped["attributes"] = ("no labelled auxiliary set for the attribute probe; pass --attr-data SPEC "
                                      "(an identity folder with attributes.csv)")
         return None, {}
-    aux = run.clock.run("load", lambda: open_faces(aux_spec, size=public.size))
+    aux = run.clock.run("load", lambda: open_faces(aux_spec, size=public.size, skip_bad=run.cfg.skip_bad))
     if not aux.attributes:
         run.skipped["attributes"] = f"{aux_spec} has no attributes (no attributes.csv)"
         return aux_spec, {}
@@ -255,7 +255,7 @@ def _membership(run: _Run, private_spec: str) -> dict[str, Any]:
     path, reused = run.clock.run("downstream", lambda: train_downstream(dcfg, progress=run.progress))
     model = load_attacker(path, role="downstream", batch_size=cfg.batch_size, flip=cfg.flip, progress=run.progress)
     kind, s, m, _ = resolve_head(path, None, None, None)
-    holdout = open_faces(cfg.holdout, size=model.size)
+    holdout = open_faces(cfg.holdout, size=model.size, skip_bad=cfg.skip_bad)
     rep = run.clock.run("membership", lambda: membership_audit(
         model, run.sets.private(model.size), holdout, head=kind, scale=s, margin=m, folds=cfg.mia_folds,
         seed=cfg.seed, permutations=cfg.permutations))
@@ -297,7 +297,7 @@ def run_scorecard(
     own = clock.run("load", lambda: _attackers(cfg, state, progress))
     outside = clock.run("load", lambda: _outside(cfg, list(attackers or []), [a.role for a in own], progress))
     attackers = own + outside
-    sets = _Sets(private_spec, state.release)
+    sets = _Sets(private_spec, state.release, skip_bad=cfg.skip_bad)
     size = attackers[0].size
     private0 = clock.run("load", lambda: sets.private(size))
     source = proxy_sources(state, clock.run("load", lambda: sets.proxies(size)).names, private0,

@@ -105,72 +105,60 @@ def batch_moments(x: torch.Tensor, *, shift: torch.Tensor | None = None) -> tupl
     return _Moments.apply(x, shift)
 
 
-def _raw_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-channel mean and biased variance of ``x`` from ``Σx`` and ``Σx²``, float32, no graph.
+def _channel_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel ``Σx`` and ``Σx²`` of ``x`` over every dimension but 1, float64 ``(C,)``, no graph.
 
     NCHW: sums over the contiguous rows of each (n, c) (on a CPU several times faster than one
     reduction over the strided (N, H, W) dimensions), then over N in float64. channels_last: the
     channel is the last, contiguous dimension, so the view ``(N·H·W, C)`` costs no copy.
     """
-    c = x.shape[1]
-    n = x.numel() // c
+    acc = torch.float64 if x.device.type in ("cpu", "cuda") else torch.float32
     if x.ndim > 2 and x.is_contiguous():
         rows = x.flatten(2)  # (N, C, H·W)
         s1 = rows.sum(2, dtype=torch.float32)  # (N, C)
-        s2 = torch.linalg.vector_norm(rows, 2, dim=2, dtype=torch.float32).square()  # (N, C)
-    elif x.ndim == 4 and x.is_contiguous(memory_format=torch.channels_last):
-        cols = x.permute(0, 2, 3, 1).reshape(-1, c)  # (N·H·W, C), a view
-        s1 = cols.sum(0, dtype=torch.float32)[None]
-        s2 = torch.linalg.vector_norm(cols, 2, dim=0, dtype=torch.float32).square()[None]
-    else:
-        dims = [0] + list(range(2, x.ndim))
-        s1 = x.sum(dims, dtype=torch.float32)[None]
-        s2 = torch.linalg.vector_norm(x, 2, dim=dims, dtype=torch.float32).square()[None]
-    acc = torch.float64 if x.device.type in ("cpu", "cuda") else torch.float32
-    m1 = s1.to(acc).sum(0) / n  # (C,)
-    m2 = s2.to(acc).sum(0) / n
-    return m1.float(), (m2 - m1 * m1).clamp_min(0.0).float()
+        s2 = torch.linalg.vector_norm(rows, 2, dim=2, dtype=torch.float32).square_()  # (N, C)
+        return s1.sum(0, dtype=acc), s2.sum(0, dtype=acc)
+    if x.ndim == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        x = x.permute(0, 2, 3, 1).reshape(-1, x.shape[1])  # (N·H·W, C), a view
+    elif x.ndim > 2:
+        x = x.transpose(0, 1).reshape(x.shape[1], -1).T  # (N·L, C) (a copy for odd layouts)
+    return x.sum(0, dtype=acc), torch.linalg.vector_norm(x, 2, dim=0, dtype=acc).square_()
 
 
-class _EvalBNWithMoments(torch.autograd.Function):
-    """Eval-mode BatchNorm of ``x`` and the batch moments of ``x``, one node, one analytic backward.
+class _EvalBNWithSums(torch.autograd.Function):
+    """Eval-mode BatchNorm of ``x`` and the per-channel sums ``S₁ = Σx``, ``S₂ = Σx²``, one node.
 
     Forward: ``y = (x − RM)/√(RV + ε)·w + b`` (the layer's own :func:`torch.batch_norm` call, bit
-    for bit) plus two read-only passes over ``x`` for ``Σx`` and ``Σx²`` per (sample, channel) row.
-    Backward: ``∂L/∂x = g_y·s + a·x + c`` per channel with ``s = w/√(RV + ε)``,
-    ``a = 2 g_σ²/n`` and ``c = g_μ/n − a μ``: one multiply (the one eval BN's own backward makes)
-    and two fused in-place passes, where a separate moment node would add its own gradient tensor
-    and autograd one more pass to sum the two.
+    for bit) plus two read-only passes over ``x``. Backward: ``∂L/∂x = g_y·s + 2 g_{S₂}·x + g_{S₁}``
+    per channel with ``s = w/√(RV + ε)``: the multiply eval BN's own backward makes, then two fused
+    in-place passes, where a separate moment node would add its own gradient tensor and autograd
+    one more pass to sum the two. The mean and variance are formed from the sums of all layers at
+    once in :meth:`BNStatistics.loss`.
     """
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, rm: torch.Tensor, rv: torch.Tensor, weight: torch.Tensor | None,  # noqa: D102
                 bias: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         y = torch.batch_norm(x, weight, bias, rm, rv, False, 0.0, eps, torch.backends.cudnn.enabled)
-        mean, var = _raw_moments(x)
-        invstd = torch.rsqrt(rv.float() + eps)  # (C,)
-        scale = invstd * weight.float() if weight is not None else invstd
-        ctx.save_for_backward(x, mean, scale, rm, invstd)
+        s1, s2 = _channel_sums(x)
+        ctx.save_for_backward(x, rm, rv, weight)
+        ctx.eps = eps
         ctx.param_dtype = weight.dtype if weight is not None else (bias.dtype if bias is not None else torch.float32)
-        return y, mean, var
+        return y, s1, s2
 
     @staticmethod
-    def backward(ctx: Any, g_y: torch.Tensor | None, g_mean: torch.Tensor | None, g_var: torch.Tensor | None):  # noqa: D102
-        x, mean, scale, rm, invstd = ctx.saved_tensors
+    def backward(ctx: Any, g_y: torch.Tensor | None, g_s1: torch.Tensor | None, g_s2: torch.Tensor | None):  # noqa: D102
+        x, rm, rv, weight = ctx.saved_tensors
         view = (1, -1) + (1,) * (x.ndim - 2)
-        n = x.numel() // x.shape[1]
+        invstd = torch.rsqrt(rv.float() + ctx.eps)  # (C,)
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
+            scale = invstd * weight.float() if weight is not None else invstd
             gx = g_y * scale.to(g_y.dtype).view(view) if g_y is not None else torch.zeros_like(x)  # (N, C, ...)
-            c = None
-            if g_var is not None:
-                a = 2.0 * g_var.float() / n  # (C,)
-                gx.addcmul_(x, a.to(gx.dtype).view(view))
-                c = -a * mean
-            if g_mean is not None:
-                c = g_mean.float() / n if c is None else c + g_mean.float() / n
-            if c is not None:
-                gx.add_(c.to(gx.dtype).view(view))
+            if g_s2 is not None:
+                gx.addcmul_(x, (2.0 * g_s2).to(gx.dtype).view(view))
+            if g_s1 is not None:
+                gx.add_(g_s1.to(gx.dtype).view(view))
         if g_y is not None and (ctx.needs_input_grad[3] or ctx.needs_input_grad[4]):
             dims = [0] + list(range(2, x.ndim))
             sum_g = g_y.float().sum(dims)  # (C,)
@@ -216,10 +204,10 @@ class BNStatistics:
             )
         self.first_multiplier = float(first_multiplier)
         self.weights = [self.first_multiplier] + [1.0] * (len(self.layers) - 1)
-        #: Per layer, the last observed ``(mean, var)`` (float32, with graph).
-        self.moments: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(self.layers)
-        self._targets: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(self.layers)
-        self._segments: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        # Per layer, the last pass's (Σx, Σx², n) (float64 sums with graph) or (mean, var, None).
+        self._stats: list[tuple[torch.Tensor, torch.Tensor, int | None] | None] = [None] * len(self.layers)
+        self._consts: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._counts: tuple[Any, torch.Tensor | None] = (None, None)
         self._patched: list[nn.Module] = []
         for i, m in enumerate(self.layers):
             if "forward" in m.__dict__:
@@ -236,39 +224,63 @@ class BNStatistics:
             rm, rv = module.running_mean, module.running_var
             if module.training or rm is None or rv is None:
                 y = native(module, x)
-                shift = rm.detach().float() if rm is not None else None
-                mean, var = batch_moments(x, shift=shift)
+                mean, var = batch_moments(x, shift=rm.detach().float() if rm is not None else None)
+                self._stats[index] = (mean, var, None)
             else:
                 module._check_input_dim(x)
-                y, mean, var = _EvalBNWithMoments.apply(x, rm, rv, module.weight, module.bias, module.eps)
-            self.moments[index] = (mean, var)  # (C,), (C,)
-            self._targets[index] = (rm.detach().float(), rv.detach().float())  # type: ignore[union-attr]
+                y, s1, s2 = _EvalBNWithSums.apply(x, rm, rv, module.weight, module.bias, module.eps)
+                self._stats[index] = (s1, s2, x.numel() // x.shape[1])
             return y
 
         return forward
 
-    def _check_ran(self) -> None:
-        if any(m is None for m in self.moments):
-            missing = sum(m is None for m in self.moments)
+    def _check_ran(self) -> list[tuple[torch.Tensor, torch.Tensor, int | None]]:
+        if any(t is None for t in self._stats):
+            missing = sum(t is None for t in self._stats)
             raise RuntimeError(f"{missing} hooked BatchNorm layer(s) did not run; call the model before loss()")
+        return self._stats  # type: ignore[return-value]
 
-    def _layer_terms(self) -> torch.Tensor:
-        """``(L,)`` per-layer ``‖μ_l − RM_l‖₂ + ‖σ²_l − RV_l‖₂``: one batched reduction over all layers."""
-        self._check_ran()
-        moments = [m for m in self.moments if m is not None]
-        targets = [t for t in self._targets if t is not None]
-        stats = torch.cat([m for m, _ in moments] + [v for _, v in moments])  # (2·ΣC,) means, then variances
-        ref = torch.cat([m for m, _ in targets] + [v for _, v in targets])
-        dev = stats.device
-        if dev not in self._segments:
-            sizes = torch.tensor([len(m) for m, _ in moments] * 2, device=dev)
-            seg = torch.repeat_interleave(torch.arange(2 * len(moments), device=dev), sizes)  # (2·ΣC,) layer of each entry
-            self._segments[dev] = (seg, torch.tensor(self.weights, device=dev))
-        seg = self._segments[dev][0]
-        sq = torch.zeros(2 * len(moments), device=dev).index_add_(0, seg, (stats - ref).square())  # (2L,)
+    @property
+    def moments(self) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+        """Per hooked layer, the last pass's batch ``(mean (C,), biased var (C,))`` in float32 (with graph)."""
+        out: list[tuple[torch.Tensor, torch.Tensor] | None] = []
+        for t in self._stats:
+            if t is None or t[2] is None:
+                out.append(None if t is None else (t[0], t[1]))
+            else:
+                mean = t[0] / t[2]
+                out.append((mean.float(), (t[1] / t[2] - mean * mean).clamp_min(0.0).float()))
+        return out
+
+    def _layer_terms(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(L,)`` per-layer ``‖μ_l − RM_l‖₂ + ‖σ²_l − RV_l‖₂``, all layers in one batched reduction, and the weights."""
+        stats = self._check_ran()
+        L = len(stats)
+        dev = stats[0][0].device
+        if dev not in self._consts:
+            sizes = torch.tensor([layer.num_features for layer in self.layers] * 2, device=dev)
+            seg = torch.repeat_interleave(torch.arange(2 * L, device=dev), sizes)  # (2·ΣC,) distance of each entry
+            self._consts[dev] = (seg, torch.tensor(self.weights, device=dev))
+        seg, weights = self._consts[dev]
+        if all(t[2] is not None for t in stats):  # the fused path: sums -> moments for every layer at once
+            s1 = torch.cat([t[0] for t in stats])  # (ΣC,) float64
+            s2 = torch.cat([t[1] for t in stats])
+            counts = tuple(int(t[2]) for t in stats)  # type: ignore[arg-type]
+            if self._counts[0] != (dev, counts):  # elements per channel of each layer (changes with the batch)
+                sizes = torch.tensor([layer.num_features for layer in self.layers], device=dev)
+                self._counts = ((dev, counts), torch.repeat_interleave(torch.tensor(counts, dtype=s1.dtype, device=dev), sizes))
+            n = self._counts[1]  # (ΣC,)
+            mean = s1 / n
+            var = (s2 / n - mean * mean).clamp_min(0.0)
+            moments = torch.cat([mean, var]).float()  # (2·ΣC,) means, then variances
+        else:
+            ms = self.moments
+            moments = torch.cat([m[0] for m in ms] + [m[1] for m in ms])  # type: ignore[index]
+        ref = torch.cat([m.running_mean for m in self.layers] + [m.running_var for m in self.layers])  # type: ignore[misc]
+        sq = torch.zeros(2 * L, device=dev).index_add_(0, seg, (moments - ref.detach().float()).square())  # (2L,)
         # ‖·‖₂ = √Σ; the clamp gives an exactly matched layer the norm's zero subgradient, not NaN.
         norms = sq.clamp_min(torch.finfo(sq.dtype).tiny).sqrt()
-        return norms[: len(moments)] + norms[len(moments) :]  # (L,)
+        return norms[:L] + norms[L:], weights
 
     def terms(self) -> list[torch.Tensor]:
         """Unweighted per-layer terms ``‖μ_l − RM_l‖₂ + ‖σ²_l − RV_l‖₂`` of the last pass.
@@ -276,7 +288,7 @@ class BNStatistics:
         Raises:
             RuntimeError: If a hooked layer has not run since the hooks were registered.
         """
-        return list(self._layer_terms().unbind())
+        return list(self._layer_terms()[0].unbind())
 
     def loss(self) -> torch.Tensor:
         """L_bn (eq. 6) of the last forward pass, first layer × ``first_multiplier``.
@@ -284,13 +296,12 @@ class BNStatistics:
         Raises:
             RuntimeError: If a hooked layer has not run since the hooks were registered.
         """
-        t = self._layer_terms()
-        return (t * self._segments[t.device][1]).sum()
+        terms, weights = self._layer_terms()
+        return (terms * weights).sum()
 
     def clear(self) -> None:
         """Forget the statistics of the last pass (releases its graph)."""
-        self.moments = [None] * len(self.layers)
-        self._targets = [None] * len(self.layers)
+        self._stats = [None] * len(self.layers)
 
     def remove(self) -> None:
         """Give every hooked layer its own forward back (idempotent)."""

@@ -44,7 +44,7 @@ def test_curves_flag_superlinear_stages_and_growing_memory(scaling, tmp_path):
     # Fixed start-up cost: flat at the small end, the tail slope shows the growth.
     wall = curves[("distill_ids", "process wall time")]
     assert wall["exponent"] < wall["tail_exponent"] < 1.0
-    assert curves[("attack_gallery", "memory beyond the gallery")]["verdict"] == "flat"
+    assert curves[("attack_gallery", "VisMatch memory beyond the gallery")]["verdict"] == "flat"
     assert curves[("attack_gallery", "VisMatch time")]["exponent"] == pytest.approx(1.0)
     doc.update(curves=list(curves.values()), stages=["adapt", "rta"], mode="test", cpu="x", load_start=[0], load_end=[0],
                date="today", seconds=1.0)

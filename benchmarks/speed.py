@@ -19,12 +19,13 @@ one machine should agree within the interval's half-width (a few hundredths). Wr
 ``speed.md``.
 
 Usage:
-    python benchmarks/speed.py [--device cpu|cuda] [--only demo|ir50] [--repeats 15]
+    python benchmarks/speed.py [--device cpu|cuda] [--only demo|ir50] [--repeats 15] [--merge]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -111,6 +112,10 @@ def markdown(doc: dict[str, Any]) -> str:
               f"{doc['seconds']:.0f} s. RTA/OGP ratios from process CPU time on a CPU (wall time on CUDA): median of the "
               f"per-pair ratios of {doc['repeats']} interleaved pairs [95 % bootstrap interval]; throughput ratios from the "
               "best of alternating runs."]
+    for e in doc.get("earlier", []):
+        if e.get("backbones"):
+            lines.append(f"Columns {', '.join(BACKBONES[n]['label'] for n in e['backbones'])} from an earlier run: {e.get('date')}, "
+                         f"load average {e.get('load_start')} at the start, {e.get('load_end')} at the end, {e.get('seconds', 0):.0f} s.")
     return "\n".join(lines) + "\n"
 
 
@@ -121,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=15, help="interleaved pairs per RTA/OGP ratio (>= 15 for a stable median)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--results", default=str(HERE / "results"), help="folder for speed.json and speed.md ('' = none)")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other backbones' results already in speed.json (with --only: one backbone per run)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -135,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
            "cores": os.cpu_count(), "cpu": cpu, "load_start": load0, "load_end": [round(x, 2) for x in os.getloadavg()],
            "date": time.strftime("%Y-%m-%d %H:%M %Z"), "seconds": time.perf_counter() - t0, "repeats": args.repeats,
            "results": results}
+    if args.merge and args.results and (Path(args.results) / "speed.json").is_file():
+        old = json.loads((Path(args.results) / "speed.json").read_text())
+        kept = {n: r for n, r in old.get("results", {}).items() if n not in results}
+        runs = [{k: old[k] for k in ("date", "load_start", "load_end", "seconds") if k in old} | {"backbones": list(kept)}]
+        doc["earlier"] = runs + old.get("earlier", []) if kept else []
+        doc["results"] = {n: (kept[n] if n in kept else results[n]) for n in BACKBONES if n in kept or n in results}
     text = markdown(doc)
     print(text)
     if args.results:

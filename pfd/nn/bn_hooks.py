@@ -113,10 +113,11 @@ def _channel_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     channel is the last, contiguous dimension, so the view ``(N·H·W, C)`` costs no copy.
     """
     acc = torch.float64 if x.device.type in ("cpu", "cuda") else torch.float32
+    row = torch.float64 if x.dtype == torch.float64 else torch.float32  # bf16/fp16 inputs are summed in fp32
     if x.ndim > 2 and x.is_contiguous():
         rows = x.flatten(2)  # (N, C, H·W)
-        s1 = rows.sum(2, dtype=torch.float32)  # (N, C)
-        s2 = torch.linalg.vector_norm(rows, 2, dim=2, dtype=torch.float32).square_()  # (N, C)
+        s1 = rows.sum(2, dtype=row)  # (N, C)
+        s2 = torch.linalg.vector_norm(rows, 2, dim=2, dtype=row).square_()  # (N, C)
         return s1.sum(0, dtype=acc), s2.sum(0, dtype=acc)
     if x.ndim == 4 and x.is_contiguous(memory_format=torch.channels_last):
         x = x.permute(0, 2, 3, 1).reshape(-1, x.shape[1])  # (N·H·W, C), a view

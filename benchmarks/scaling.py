@@ -136,8 +136,10 @@ rng = np.random.default_rng(0)
 ids = g // per
 centres = rng.standard_normal((ids, d)).astype(np.float32)
 labels = np.repeat(np.arange(ids), per)[:g]
-gallery = centres[labels] + 0.7 * rng.standard_normal((g, d)).astype(np.float32)
-gallery /= np.linalg.norm(gallery, axis=1, keepdims=True)
+gallery = np.empty((g, d), dtype=np.float32)  # filled in blocks: the RSS high-water mark is the gallery, not temporaries
+for lo in range(0, g, 65536):
+    blk = centres[labels[lo : lo + 65536]] + 0.7 * rng.standard_normal((len(labels[lo : lo + 65536]), d)).astype(np.float32)
+    gallery[lo : lo + len(blk)] = blk / np.linalg.norm(blk, axis=1, keepdims=True)
 src = rng.integers(0, ids, q)
 query = centres[src] + 0.7 * rng.standard_normal((q, d)).astype(np.float32)
 query /= np.linalg.norm(query, axis=1, keepdims=True)
@@ -254,6 +256,10 @@ def markdown(doc: dict[str, Any]) -> str:
               f"{doc['cpu']}, "
               f"load average {doc['load_start']} at the start and {doc['load_end']} at the end; {doc['date']}; "
               f"{doc['seconds']:.0f} s."]
+    m = doc.get("merged_from")
+    if m:
+        lines.append(f"Sweeps not rerun in this run come from the {m.get('mode')} run of {m.get('date')} (load average "
+                     f"{m.get('load_start')} at the start, {m.get('load_end')} at the end, {m.get('seconds', 0):.0f} s).")
     return "\n".join(lines) + "\n"
 
 
@@ -292,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="stage times as process CPU time (default; steady on a shared machine) or wall time")
     ap.add_argument("--only", nargs="+", choices=["distill", "attack"], help="sweeps to run (default both)")
     ap.add_argument("--results", default=str(HERE / "results"), help="folder for scaling.{json,md,png} ('' = none)")
+    ap.add_argument("--merge", action="store_true", help="with --only: keep the other sweeps already in scaling.json")
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     only = set(args.only or ["distill", "attack"])
@@ -328,6 +335,13 @@ def main(argv: list[str] | None = None) -> int:
                 doc["attack_mia"].append(p)
                 print(f"MIA statistics identities={c:>6,}: {p['mia_s']:.3f}s, RSS beyond input {p['extra_mib']:.1f} MiB",
                       flush=True)
+    old_path = Path(args.results) / "scaling.json" if args.results else None
+    if args.merge and old_path is not None and old_path.is_file():
+        old = json.loads(old_path.read_text())
+        for key in ("distill_ids", "distill_k", "attack_gallery", "attack_mia"):
+            if key not in doc and key in old:
+                doc[key] = old[key]
+        doc["merged_from"] = {k: old.get(k) for k in ("date", "load_start", "load_end", "seconds", "mode")}
     stages: list[str] = []
     for p in doc.get("distill_ids", []) + doc.get("distill_k", []):
         stages += [s for s in p["stages_s"] if s not in stages]

@@ -249,7 +249,7 @@ def markdown(doc: dict[str, Any]) -> str:
               "| sweep | y | x | b | tail b | verdict |", "|---|---|---|---|---|---|"]
     for c in doc["curves"]:
         lines.append(f"| {c['sweep']} | {c['y']} | {c['x']} | {c['exponent']:.2f} | {c['tail_exponent']:.2f} | {c['verdict']} |")
-    lines += ["", f"{doc['mode']} sweep; distill budgets cut to {SHORT['ogp_epochs']} OGP epoch and "
+    lines += ["", f"{doc['mode']} sweep; distill budgets cut to {SHORT['ogp_epochs']} OGP epoch(s) and "
               f"{SHORT['rta_iterations']} RTA iterations per batch; one thread per process; stage times from "
               f"summary.json measured as {doc.get('stage_clock', 'wall')} time (CPU: the pipeline's clock read as process "
               "CPU time, which a loaded machine does not inflate); "
@@ -269,6 +269,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     sweeps = [s for s in ("distill_ids", "distill_k", "attack_gallery", "attack_mia") if any(c["sweep"] == s for c in doc["curves"])]
     fig, axes = plt.subplots(1, len(sweeps), figsize=(4.2 * len(sweeps), 3.6), squeeze=False)
@@ -279,6 +280,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
             ax.loglog(c["xs"], c["ys"], "o-", label=f"{c['y']} (b={c['exponent']:.2f})")
         xs = next(c["xs"] for c in doc["curves"] if c["sweep"] == s)
         ax.set_xlabel(xs and next(c["x"] for c in doc["curves"] if c["sweep"] == s))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor tick labels overlap on short ranges
         ax.set_ylabel("seconds (MiB for memory)")
         ax.set_title(s)
         ax.legend(fontsize=7)

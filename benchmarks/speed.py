@@ -13,16 +13,19 @@ The functions are those of ``distill_speed.py``, ``embed_throughput.py`` and
 ``attack_speed.py``, imported, so the figures are the same measurements. CPU by default
 (``--threads`` 1: on a shared 2-core machine a second OpenMP thread mostly waits), CUDA when
 present (or ``--device``). The ratios use process CPU time on the CPU (wall time on CUDA): on a
-loaded machine CPU time is what the work costs. Writes ``benchmarks/results/speed.json`` and
+loaded machine CPU time is what the work costs. Each RTA/OGP ratio is the median of the per-pair
+ratios of ``--repeats`` (15) interleaved pairs, printed with a 95 % bootstrap interval; two runs on
+one machine should agree within the interval's half-width (a few hundredths). Writes ``benchmarks/results/speed.json`` and
 ``speed.md``.
 
 Usage:
-    python benchmarks/speed.py [--device cpu|cuda] [--only demo|ir50] [--repeats 5]
+    python benchmarks/speed.py [--device cpu|cuda] [--only demo|ir50] [--repeats 15] [--merge]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -47,7 +50,7 @@ BACKBONES: dict[str, dict[str, Any]] = {
              "rta_batch": 60, "classes": 24, "iters": 10, "ogp_batch": 48, "ogp_steps": 5, "embed_n": 512, "embed_batch": 128,
              "top1": (2000, 50000)},
     "ir50": {"arch": {"name": "ir50", "width": 1.0, "size": 112, "embedding_dim": 512}, "label": "ir50 112px D512",
-             "rta_batch": 16, "classes": 150, "iters": 2, "ogp_batch": 16, "ogp_steps": 1, "embed_n": 64, "embed_batch": 32,
+             "rta_batch": 16, "classes": 150, "iters": 1, "ogp_batch": 16, "ogp_steps": 1, "embed_n": 64, "embed_batch": 32,
              "top1": (2000, 50000)},
 }
 TARGETS = {"rta": (1.10, "<="), "rta_aug": (1.10, "<="), "ogp": (1.15, "<="), "embed": (0.9, ">="), "top1": (0.8, ">=")}
@@ -65,25 +68,28 @@ def measure(name: str, *, device: torch.device, repeats: int) -> dict[str, Any]:
     """Every ratio for one backbone; each entry holds the two sides and the ratio."""
     b = BACKBONES[name]
     arch, cpu = b["arch"], device.type == "cpu"
-    reps = repeats if name == "demo" else max(3, repeats // 2)
+    reps, best_of = repeats, max(3, min(repeats, 5))  # pairs for the medians; alternations for the best-of throughput
     out: dict[str, Any] = {}
 
-    def pair(key: str, r: dict[str, float]) -> None:
-        num, den = (r["a_cpu"], r["b_cpu"]) if cpu else (r["a_wall"], r["b_wall"])
-        out[key] = {"ours_ms": 1e3 * num, "bare_ms": 1e3 * den, "ratio": num / den,
-                    "wall_ratio": r["a_wall"] / r["b_wall"], "clock": "cpu" if cpu else "wall"}
-        print(f"  {LABELS[key]:<42} {out[key]['ratio']:6.3f}", flush=True)
+    def pair(key: str, r: dict[str, Any]) -> None:
+        clock = "cpu" if cpu else "wall"
+        num, den = r[f"a_{clock}"], r[f"b_{clock}"]
+        out[key] = {"ours_ms": 1e3 * num, "bare_ms": 1e3 * den, "ratio": r[f"ratio_{clock}"], "interval": r[f"ci_{clock}"],
+                    "wall_ratio": r["ratio_wall"], "clock": clock, "repeats": r["repeats"], "runs": r["runs"]}
+        lo, hi = r[f"ci_{clock}"]
+        print(f"  {LABELS[key]:<42} {out[key]['ratio']:6.3f}  [{lo:.3f}, {hi:.3f}]  ({1e3 * num:.1f} / {1e3 * den:.1f} ms, "
+              f"{clock} time, {r['repeats']} pairs)", flush=True)
 
     for key, aug in (("rta", False), ("rta_aug", True)):
         pair(key, bench_rta(arch, batch=b["rta_batch"], classes=b["classes"], iters=b["iters"], repeats=reps, augment=aug,
                             device=device))
     pair("ogp", bench_ogp(arch, batch=b["ogp_batch"], classes=b["classes"], steps=b["ogp_steps"], repeats=reps, device=device))
     model = create_backbone(**arch)
-    e = embed_ratio(model, size=arch["size"], n=b["embed_n"], batch_size=b["embed_batch"], repeats=reps, device=device)
+    e = embed_ratio(model, size=arch["size"], n=b["embed_n"], batch_size=b["embed_batch"], repeats=best_of, device=device)
     out["embed"] = {**e, "clock": "wall"}
     print(f"  {LABELS['embed']:<42} {e['ratio']:6.3f}", flush=True)
     q, g = b["top1"]
-    out["top1"] = {**top1_ratio(q, g, arch["embedding_dim"], 4096, str(device), reps), "clock": "wall"}
+    out["top1"] = {**top1_ratio(q, g, arch["embedding_dim"], 4096, str(device), best_of), "clock": "wall"}
     return out
 
 
@@ -98,12 +104,18 @@ def markdown(doc: dict[str, Any]) -> str:
         cells = []
         for n in names:
             r = doc["results"][n][key]
-            cells.append(f"{r['ratio']:.3f} ({'ok' if _ok(key, r['ratio']) else 'misses'})")
+            ci = f" [{r['interval'][0]:.3f}, {r['interval'][1]:.3f}]" if "interval" in r else ""
+            cells.append(f"{r['ratio']:.3f}{ci} ({'ok' if _ok(key, r['ratio']) else 'misses'})")
         lines.append(f"| {LABELS[key]} | {op} {target} | " + " | ".join(cells) + " |")
     lines += ["", f"Device {doc['device']}, torch threads {doc['threads']}, {doc['cores']} cores ({doc['cpu']}); "
               f"load average {doc['load_start']} at the start, {doc['load_end']} at the end; {doc['date']}; "
-              f"{doc['seconds']:.0f} s. RTA/OGP ratios from process CPU time on a CPU (wall time on CUDA), medians of "
-              "interleaved runs; throughput ratios from the best of alternating runs."]
+              f"{doc['seconds']:.0f} s. RTA/OGP ratios from process CPU time on a CPU (wall time on CUDA): median of the "
+              f"per-pair ratios of {doc['repeats']} interleaved pairs [95 % bootstrap interval]; throughput ratios from the "
+              "best of alternating runs."]
+    for e in doc.get("earlier", []):
+        if e.get("backbones"):
+            lines.append(f"Columns {', '.join(BACKBONES[n]['label'] for n in e['backbones'])} from an earlier run: {e.get('date')}, "
+                         f"load average {e.get('load_start')} at the start, {e.get('load_end')} at the end, {e.get('seconds', 0):.0f} s.")
     return "\n".join(lines) + "\n"
 
 
@@ -111,9 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--only", choices=sorted(BACKBONES), nargs="+", help="backbones to run (default: all)")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=15, help="interleaved pairs per RTA/OGP ratio (>= 15 for a stable median)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--results", default=str(HERE / "results"), help="folder for speed.json and speed.md ('' = none)")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other backbones' results already in speed.json (with --only: one backbone per run)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -126,7 +140,14 @@ def main(argv: list[str] | None = None) -> int:
                 if ln.startswith("model name")), "?") if Path("/proc/cpuinfo").is_file() else "?"
     doc = {"device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device), "threads": torch.get_num_threads(),
            "cores": os.cpu_count(), "cpu": cpu, "load_start": load0, "load_end": [round(x, 2) for x in os.getloadavg()],
-           "date": time.strftime("%Y-%m-%d %H:%M %Z"), "seconds": time.perf_counter() - t0, "results": results}
+           "date": time.strftime("%Y-%m-%d %H:%M %Z"), "seconds": time.perf_counter() - t0, "repeats": args.repeats,
+           "results": results}
+    if args.merge and args.results and (Path(args.results) / "speed.json").is_file():
+        old = json.loads((Path(args.results) / "speed.json").read_text())
+        kept = {n: r for n, r in old.get("results", {}).items() if n not in results}
+        runs = [{k: old[k] for k in ("date", "load_start", "load_end", "seconds") if k in old} | {"backbones": list(kept)}]
+        doc["earlier"] = runs + old.get("earlier", []) if kept else []
+        doc["results"] = {n: (kept[n] if n in kept else results[n]) for n in BACKBONES if n in kept or n in results}
     text = markdown(doc)
     print(text)
     if args.results:

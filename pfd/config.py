@@ -420,7 +420,7 @@ class AttackConfig:
     chunk: int = 4096
     flip: bool = False
     reconstruct: bool = True
-    recon_iterations: int = 300
+    recon_iterations: int = 100
     recon_batch_size: int = 64
     recon_lr: float = 0.1
     recon_lambda_bn: float = 0.01

@@ -87,16 +87,110 @@ def test_running_stats_untouched_and_gradient_reaches_input():
 
 def test_hooks_removed_cleanly():
     net = calibrated_net(16, 8)
-    n_before = sum(len(m._forward_hooks) for m in net.modules())
+    x = torch.rand(2, 3, 16, 16)
+    plain = net(x)
     bn = BNStatistics(net)
-    assert sum(len(m._forward_hooks) for m in net.modules()) == n_before + 2
+    assert bn.active and "forward" in vars(net.bn1) and "forward" in vars(net.bn2)
+    with pytest.raises(PfdError, match="already replaced"):
+        BNStatistics(net)
+    assert "forward" in vars(net.bn1)  # the refused second instance left the first one alone
     with bn:
-        pass
+        assert torch.equal(net(x), plain)  # the recording forward gives the layer's own output
     assert not bn.active
-    assert sum(len(m._forward_hooks) for m in net.modules()) == n_before
+    assert not any("forward" in vars(m) for m in net.modules())
+    assert sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in net.modules()) == 0
     net(torch.rand(2, 3, 16, 16))
     with pytest.raises(RuntimeError, match="did not run"):
         bn.loss()
+
+
+def _reference_terms(net, x):
+    """Eq. 6 the slow, obvious way: plain forward hooks, float64 mean/var, one norm per distance."""
+    inputs = []
+    handles = [m.register_forward_hook(lambda m, i, o: inputs.append((m, i[0]))) for m in (net.bn1, net.bn2)]
+    try:
+        out = net(x)
+    finally:
+        for h in handles:
+            h.remove()
+    terms = []
+    for m, a in inputs:
+        a = a.double()
+        mean, var = a.mean((0, 2, 3)), a.var((0, 2, 3), correction=0)
+        terms.append(torch.linalg.vector_norm(mean - m.running_mean.double())
+                     + torch.linalg.vector_norm(var - m.running_var.double()))
+    return out, terms
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_fused_statistics_equal_the_reference_in_value_and_gradient(frozen, layout):
+    """Output, L_bn and the gradients (pixels, and BN affine parameters when trainable) equal the reference."""
+    net = calibrated_net(16, 8).requires_grad_(not frozen)
+    net = net.to(memory_format=layout)
+    x0 = (torch.rand(6, 3, 16, 16, generator=torch.Generator().manual_seed(3)) * 0.8 + 0.1).contiguous(memory_format=layout)
+    w_out = torch.randn(8, generator=torch.Generator().manual_seed(4))
+
+    x = x0.clone().requires_grad_(True)
+    out_ref, terms_ref = _reference_terms(net, x)
+    loss_ref = (out_ref @ w_out).sum() + 0.5 * (10.0 * terms_ref[0] + terms_ref[1]).float()
+    loss_ref.backward()
+    grads_ref = {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}
+    net.zero_grad(set_to_none=True)
+
+    xf = x0.clone().requires_grad_(True)
+    with BNStatistics(net, first_multiplier=10.0) as bn:
+        out = net(xf)
+        assert type(bn._stats[0][0].grad_fn).__name__ == "_EvalBNWithSumsBackward"  # the fused path ran
+        terms = bn.terms()
+        loss = (out @ w_out).sum() + 0.5 * bn.loss()
+    assert torch.equal(out, out_ref)
+    for t, r in zip(terms, terms_ref):
+        torch.testing.assert_close(t.double(), r.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(loss, loss_ref.detach(), atol=1e-4, rtol=1e-5)
+    loss.backward()
+    torch.testing.assert_close(xf.grad, x.grad, atol=1e-5, rtol=1e-4)
+    grads = {n: p.grad for n, p in net.named_parameters() if p.grad is not None}
+    assert grads.keys() == grads_ref.keys() and (frozen == (not grads))
+    for n in grads:
+        torch.testing.assert_close(grads[n], grads_ref[n], atol=1e-4, rtol=1e-4, msg=n)
+
+
+def test_moments_keep_their_precision_far_from_zero_and_in_training_mode():
+    """Raw sums at a mean 10 standard deviations from zero, and the training-mode fallback."""
+    net = calibrated_net(16, 8)
+    layer = nn.BatchNorm2d(4).eval()
+    layer.running_mean.fill_(10.0)
+    with BNStatistics(nn.Sequential(layer)) as bn:
+        a = torch.randn(8, 4, 5, 5, dtype=torch.float64) + 10.0
+        bn.layers[0](a.float())
+        mean, var = bn.moments[0]
+        torch.testing.assert_close(mean.double(), a.mean((0, 2, 3)), atol=1e-5, rtol=0)
+        torch.testing.assert_close(var.double(), a.var((0, 2, 3), correction=0), atol=0, rtol=1e-4)
+    net.train()
+    x = torch.rand(6, 3, 16, 16)
+    with BNStatistics(net) as bn, torch.no_grad():
+        before = net.bn1.running_mean.clone()
+        net(x)
+        assert not torch.equal(net.bn1.running_mean, before)  # training mode: the layer's own forward
+        mean, var = bn.moments[0]
+        a1 = net.conv1((x - 0.5) / 0.5)  # bn1's input
+        torch.testing.assert_close(mean, a1.mean((0, 2, 3)), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(var, a1.var((0, 2, 3), correction=0), atol=1e-5, rtol=1e-5)
+    assert bn.moments == [None, None]  # cleared on exit
+
+
+def test_exactly_matched_layer_has_a_finite_gradient():
+    layer = nn.BatchNorm2d(3).eval()
+    a = torch.randn(4, 3, 2, 2)
+    layer.running_mean.copy_(a.mean((0, 2, 3)))
+    layer.running_var.copy_(a.var((0, 2, 3), correction=0))
+    x = a.clone().requires_grad_(True)
+    with BNStatistics(nn.Sequential(layer)) as bn:
+        bn.layers[0](x)
+        loss = bn.loss()
+        loss.backward()
+    assert float(loss.detach()) < 1e-5 and torch.isfinite(x.grad).all()
 
 
 def test_model_without_batchnorm_is_a_clear_error():

@@ -66,6 +66,9 @@ class _Quiet:
             kw = {**args[0], **kw}
         self.postfix = kw
 
+    def set_postfix_str(self, s: str = "", *args: Any, **kw: Any) -> None:
+        self.postfix = {"": s} if s else {}
+
     def set_description(self, desc: str | None = None, *args: Any, **kw: Any) -> None:
         self.desc = desc
 
@@ -74,7 +77,7 @@ class _Quiet:
             return
         self.closed = True
         if self.desc:
-            extra = " ".join(f"{k}={v}" for k, v in self.postfix.items())
+            extra = " ".join(f"{k}={v}" if k else str(v) for k, v in self.postfix.items())
             log.info("%s: %d%s done in %.1f s%s", self.desc, self.n, f"/{self.total}" if self.total else "",
                      time.perf_counter() - self.t0, f" ({extra})" if extra else "")
 

@@ -43,7 +43,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
+from pfd.progress import progress_bar
 
 from pfd.distill.augment import augment_proxies
 from pfd.distill.rta import batch_generator, cosine_lr
@@ -155,8 +155,9 @@ class BNInversion:
         out = []
         starts = list(range(0, t.shape[0], self.batch_size))
         # One bar over every Adam step of every batch: its rate and remaining time are the projection.
-        bar = tqdm(total=len(starts) * self.iterations, desc=f"reconstruct {t.shape[0]} images", unit="step",
-                   disable=not self.progress)
+        # Only on a terminal: under CI or nohup the bar would fill the log; one line is logged instead.
+        bar = progress_bar(total=len(starts) * self.iterations, desc=f"reconstruct {t.shape[0]} images", unit="step",
+                           enabled=self.progress)
         try:
             for b, lo in enumerate(starts):
                 out.append(self._invert_batch(t[lo : lo + self.batch_size], b, bar=bar, batches=len(starts)))

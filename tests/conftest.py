@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import os
+import importlib
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pytest
@@ -21,3 +24,16 @@ def _seed_and_cache(tmp_path_factory, monkeypatch):
     cache = tmp_path_factory.getbasetemp() / "pfd-cache"
     monkeypatch.setenv("PFD_CACHE_DIR", str(cache))
     yield
+
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="session")
+def bench() -> Iterator[Callable[[str], Any]]:
+    """``bench("scaling")`` imports a script of ``benchmarks/`` (they are scripts, not a package)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module
+    finally:
+        sys.path.remove(str(BENCH))

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
+from tests.conftest import BENCH
 
 @pytest.fixture(scope="module")
-def gpu_check():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("gpu_check")
-    finally:
-        sys.path.remove(str(BENCH))
+def gpu_check(bench):
+    return bench("gpu_check")
 
 
 def test_tiny_run_reports_every_figure(gpu_check, tmp_path, capsys):

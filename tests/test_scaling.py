@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
 @pytest.fixture(scope="module")
-def scaling():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("scaling")
-    finally:
-        sys.path.remove(str(BENCH))
+def scaling(bench):
+    return bench("scaling")
 
 
 def test_fit_exponent_recovers_power_laws(scaling):

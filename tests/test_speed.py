@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
 @pytest.fixture(scope="module")
-def distill_speed():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("distill_speed")
-    finally:
-        sys.path.remove(str(BENCH))
+def distill_speed(bench):
+    return bench("distill_speed")
 
 
 def test_ratio_interval_covers_the_true_median_ratio(distill_speed):

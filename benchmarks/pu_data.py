@@ -32,7 +32,7 @@ images) that is 150 public / 72 private / 72 test.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -45,7 +45,7 @@ from pfd.data.sources import ACCEPTED_SPECS, open_faces
 from pfd.errors import PfdError
 from yale_data import N_PRIVATE, YALE_A, YALE_B, split_yale_b, yale_a, yale_b
 
-__all__ = ["CELEBA", "SCENARIOS", "Scenario", "celeba_split", "SpecResolver", "adaptive_pairs", "pair_identities"]
+__all__ = ["CELEBA", "SCENARIOS", "Scenario", "celeba_split", "SpecResolver", "adaptive_pairs", "pair_identities", "shared_folders"]
 
 CELEBA = "celeba-faces"
 #: The CelebA split's defaults: (public = the rest), private, test, minimum images of private/test.
@@ -69,16 +69,20 @@ class Scenario:
     private: str
     test: str
     light_subsets: bool = False
-    #: Shared-data folders the named specs need (checked before anything runs).
-    needs: tuple[str, ...] = field(default=())
 
 
 SCENARIOS: dict[str, Scenario] = {
-    "celeba": Scenario("celeba", ("synthetic:public", "celeba:public", "yale-a"), "celeba:private", "celeba:test",
-                       needs=(CELEBA, YALE_A)),
-    "yaleb": Scenario("yaleb", ("synthetic:public", "celeba:public", "yale-a"), "yale-b:private", "yale-b:test",
-                      light_subsets=True, needs=(CELEBA, YALE_A, YALE_B)),
+    "celeba": Scenario("celeba", ("synthetic:public,ids=100", "celeba:public", "yale-a"), "celeba:private", "celeba:test"),
+    "yaleb": Scenario("yaleb", ("synthetic:public,ids=100", "celeba:public", "yale-a"), "yale-b:private", "yale-b:test",
+                      light_subsets=True),
 }
+
+
+def shared_folders(specs: list[str]) -> set[str]:
+    """The shared-data folders the named specs among ``specs`` read (checked before anything runs)."""
+    need = {"celeba:": CELEBA, "yale-b:": YALE_B}
+    out = {folder for s in specs for prefix, folder in need.items() if s.startswith(prefix)}
+    return out | ({YALE_A} if "yale-a" in specs else set())
 
 
 def celeba_split(counts: Mapping[str, int], *, seed: int = 0, private: int = 72, test: int = 72,

@@ -121,3 +121,101 @@ def test_shared_celeba_split_when_present():
     split = celeba_split(counts)
     assert (len(split["private"]), len(split["test"])) == (72, 72)
     assert len(split["public"]) == len(counts) - 144
+
+
+# -- the benchmark script's cheap paths: scenario overrides, summaries, the v2 table -------------
+def _pu():
+    import importlib
+
+    return importlib.import_module("privacy_utility")
+
+
+def _args(**kw):
+    import argparse
+
+    base = {"quick": False, "scenario": None, "public": None, "private": None, "test": None, "name": None}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_scenario_presets_and_overrides():
+    pu = _pu()
+    settings = {"public_model": {"train": {"data": ["synthetic:public,ids=100", "celeba:public", "yale-a"]}}}
+    both = pu._scenarios(_args(), settings)
+    assert [s.name for s in both] == ["celeba", "yaleb"]
+    assert all(s.public == ("synthetic:public,ids=100", "celeba:public", "yale-a") for s in both)
+    assert both[1].private == "yale-b:private" and both[1].light_subsets
+    mine = pu._scenarios(_args(scenario=["yaleb"], private="/data/mine", name="mine"), settings)
+    assert len(mine) == 1 and mine[0].name == "mine" and mine[0].private == "/data/mine"
+    assert mine[0].test == "yale-b:test" and not mine[0].light_subsets  # own faces: no Yale light subsets
+    with pytest.raises(PfdError, match="single"):
+        pu._scenarios(_args(private="/x"), settings)
+    with pytest.raises(PfdError, match="unknown scenario"):
+        pu._scenarios(_args(scenario=["lfw"]), settings)
+    assert pu._scenarios(_args(quick=True), settings)[0].name == "synthetic"
+
+
+def test_shared_folders_of_specs():
+    from pu_data import shared_folders
+
+    assert shared_folders(["synthetic:public", "celeba:public", "yale-a", "yale-b:test"]) == {
+        "celeba-faces", "yale-a", "extended-yale-b-cropped"}
+    assert shared_folders(["/data/mine", "synthetic:test"]) == set()
+
+
+def test_per_identity_pick_and_link_summary():
+    pu = _pu()
+    source = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2])
+    pick = pu._per_identity(source, 1, seed=0)
+    assert sorted(source[pick].tolist()) == [0, 1, 2]
+    assert np.array_equal(pu._per_identity(source, 0, seed=0), np.arange(9))
+
+    def link(rate):
+        return {"rate": rate, "chance": 0.1, "ci95": [rate / 2, min(1, rate + 0.2)], "count": int(rate * 10), "n": 10}
+
+    seeds = [{"proxies": {"public": {"vismatch": link(0.2), "reid": link(0.4)}}},
+             {"proxies": {"public": {"vismatch": link(0.4), "reid": link(0.4)}}}]
+    s = pu._link_summary(seeds)["proxies"]["public"]
+    assert np.isclose(s["vismatch"]["rate_mean"], 0.3) and np.isclose(s["vismatch"]["rate_sd"], np.std([0.2, 0.4], ddof=1))
+    assert s["reid"]["rate_sd"] == 0.0 and s["vismatch"]["ci95_per_seed"] == [[0.1, 0.4], [0.2, 0.6000000000000001]]
+
+
+def test_v2_table_shows_differences_intervals_and_chance():
+    from pu_report import markdown
+
+    diff = {"diff": 0.021, "ci95": [-0.004, 0.046], "row_mean": 0.81, "row_sd": 0.01}
+    ref = {"diff": 0.0, "ci95": [0.0, 0.0], "row_mean": 0.79, "row_sd": 0.02}
+    lk = {"rate_mean": 0.05, "rate_sd": 0.01, "chance": 1 / 72, "ci95_per_seed": [[0.01, 0.1], [0.02, 0.12]]}
+    mem = {"auc": 0.55, "diff": 0.03, "ci95": [-0.05, 0.11]}
+    rows = {"public-ft": {"row": "public-ft", "utility": {"all": {"accuracy": ref, "tar@far=0.01": ref}},
+                          "membership": {"pair_cos": mem}},
+            "pfd": {"row": "pfd", "utility": {"all": {"accuracy": diff, "tar@far=0.01": diff}},
+                    "membership": {"pair_cos": mem},
+                    "linkability": {t: {r: {"vismatch": lk, "reid": lk} for r in ("public", "insider")}
+                                    for t in ("proxies", "reconstructions")}}}
+    doc = {"version": 2, "row_order": ["base", "public-ft", "pfd"], "settings": {"seeds": 3},
+           "scenarios": {"celeba": {"rows": rows, "data": {"private": {"identities": ["a"] * 72, "images": 1589},
+                                                           "test": {"identities": ["b"] * 72, "images": 1567},
+                                                           "pairs": {"all": {"used": 3000, "all_genuine": False}}}}}}
+    text = markdown(doc)
+    assert "### celeba" in text and "Private: 72 identities (1589 images)" in text
+    assert "| pfd | 81.0 ± 1.0 | +2.1 (-0.4, +4.6) |" in text
+    assert "| public-ft | 79.0 ± 2.0 | ref |" in text
+    assert "chance 1.39 %" in text and "5.0 ± 1.0 [1.0–12.0]" in text
+    assert "| 0.55 | +0.03 (-0.05, +0.11) |" in text
+
+
+def test_augmented_faces_are_reproducible_variants():
+    from pu_augment import AugmentedFaces, augment_image
+
+    faces = TensorFaces(torch.rand(4, 3, 16, 16), [0, 0, 1, 1])
+    a, b = AugmentedFaces(faces, {"crop_scale": [0.6, 0.9]}, seed=3), AugmentedFaces(faces, {"crop_scale": [0.6, 0.9]}, seed=3)
+    first = [a.load(i) for i in range(4)]
+    assert all(torch.equal(x, b.load(i)) for i, x in enumerate(first))  # same seed, same variants
+    assert not torch.equal(a.load(0), first[0])  # the next epoch draws another variant
+    assert all(x.shape == (3, 16, 16) and 0 <= x.min() and x.max() <= 1 for x in first)
+    assert not torch.equal(first[0], faces.load(0)) and a.labels is faces.labels
+    grey = augment_image(faces.load(1), torch.Generator().manual_seed(0), grey_p=1.0)
+    assert torch.equal(grey[0], grey[1]) and torch.equal(grey[1], grey[2])
+    same = augment_image(faces.load(1), torch.Generator().manual_seed(0), crop_scale=(1.0, 1.0), brightness=0.0,
+                         contrast=0.0, grey_p=0.0)
+    assert torch.allclose(same, faces.load(1), atol=1e-6)  # no-op settings leave the image as it is

@@ -375,9 +375,10 @@ class Bench:
                     tar = lambda sc, ww, y=y, far=far: weighted_tar_at_far(sc, y, ww, far)  # noqa: E731
                     block[f"tar@far={far:g}"] = paired_difference(tar, row_s, ref_s, w)
                 out["utility"][kind] = block
-        except FileNotFoundError as err:
-            raise PfdError(f"{err.filename}: per-pair scores missing from the work dir; rerun the row with --force "
-                           f"--rows {name}") from None
+        except FileNotFoundError as err:  # the work dir was cleared: keep the summary the results hold
+            print(f"[{self.sc.name} {name}] not summarised: {err.filename} is missing from the work dir; rerun the "
+                  f"row's units with --force --rows {name}", flush=True)
+            return None
         base_scores = base["membership"]["scores"]
         for st in MIA_STATS:
             row = [(np.asarray(u["membership"]["scores"][st]["members"]), np.asarray(u["membership"]["scores"][st]["nonmembers"]))
@@ -574,13 +575,22 @@ def main(argv: list[str] | None = None) -> int:
                             yale_private=cs["yale_private"])
     doc.update(format="pfd-privacy-utility", version=2, settings=settings, settings_hash=key, machine=_machine(),
                row_order=names)
+    if args.public_only:
+        rows = [r for r in ROWS if r[0] == "base"]
+    todo = {sc.name: [(name, method, baseline, seed) for name, method, baseline in rows
+                      for seed in _seeds(name, settings["seeds"])
+                      if args.force or _unit_key(name, seed) not in doc["scenarios"].get(sc.name, {}).get("units", {})]
+            for sc in scenarios}
+    if not any(todo.values()):
+        print(f"every unit is already in {json_path} with these settings (--force recomputes them):\n")
+        print(markdown(doc))
+        return 0
     t_start = time.perf_counter()
-    print(f"data {data_root}; work {work}; scenarios {[s.name for s in scenarios]}; load {_load()}", flush=True)
+    print(f"data {data_root}; work {work}; {sum(map(len, todo.values()))} unit(s) to run; load {_load()}", flush=True)
     public, pinfo = train_public(settings, resolver, work, progress=progress)
     if pinfo["seconds"] or "public_model" not in doc:
         doc["public_model"] = pinfo
-    if args.public_only:
-        rows = [r for r in ROWS if r[0] == "base"]
+    print(f"public model {public} ({pinfo['seconds']:.0f} s; 0 = cached)", flush=True)
 
     def save() -> None:
         doc["date"] = time.strftime("%Y-%m-%d %H:%M %Z")
@@ -588,23 +598,23 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(md_path, markdown(doc))
 
     for sc in scenarios:
+        if not todo[sc.name]:
+            continue
         sdoc = doc["scenarios"].setdefault(sc.name, {"units": {}, "rows": {}})
         bench = Bench(settings, sc, resolver=resolver, work=work / sc.name, public=public, progress=progress)
         sdoc["data"] = {**bench.data_info, "named": resolver.info}
         plain: dict[int, tuple[Path, float]] = {}
-        for name, method, baseline in rows:
-            for seed in _seeds(name, settings["seeds"]):
-                k = _unit_key(name, seed)
-                if k in sdoc["units"] and not args.force:
-                    continue
-                if method in PLAIN_FINETUNE and seed not in plain:
-                    plain[seed] = bench.plain_finetune(seed)
-                print(f"[{sc.name} {k}] start, load {_load()}", flush=True)
-                sdoc["units"][k] = res = jsonable(bench.unit(name, method, baseline, seed, plain.get(seed)))
-                save()
-                u = res["utility"]["all"]
-                print(f"[{sc.name} {k}] done in {res['times_s']['total']:.0f}s: acc {u['accuracy']:.3f}, "
-                      f"TAR@1e-2 {u['tar@far=0.01']:.3f}, load {res['load_end']}", flush=True)
+        for name, method, baseline, seed in todo[sc.name]:
+            k = _unit_key(name, seed)
+            if method in PLAIN_FINETUNE and seed not in plain:
+                plain[seed] = bench.plain_finetune(seed)
+            print(f"[{sc.name} {k}] start, load {_load()}", flush=True)
+            sdoc["units"][k] = res = jsonable(bench.unit(name, method, baseline, seed, plain.get(seed)))
+            save()
+            u = res["utility"]["all"]
+            print(f"[{sc.name} {k}] done in {res['times_s']['total']:.0f}s: acc {u['accuracy']:.3f}, "
+                  f"TAR@1e-2 {u['tar@far=0.01']:.3f}, load {res['load_end']}", flush=True)
+        # Units changed: every row's summary is recomputed from the units and the stored scores.
         for name in names:
             agg = bench.aggregate(name, sdoc["units"], _seeds(name, settings["seeds"]))
             if agg is not None:

@@ -24,6 +24,7 @@ intervals resample identities, not pairs (a cluster bootstrap):
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -143,6 +144,13 @@ def paired_difference(metric: Callable[[np.ndarray, np.ndarray], np.ndarray], ro
         ``{"diff", "ci95", "row_mean", "row_sd", "ref_mean", "ref_sd", "per_seed", "replicates"}``
         (sd over seeds, ``ddof=1``; 0 for one seed).
     """
+    with warnings.catch_warnings():  # an unresolvable TAR is nan in every replicate: the result is nan, quietly
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _paired_difference(metric, row_scores, ref_scores, weights)
+
+
+def _paired_difference(metric: Callable[[np.ndarray, np.ndarray], np.ndarray], row_scores: Sequence[np.ndarray],
+                       ref_scores: Sequence[np.ndarray], weights: np.ndarray) -> dict[str, Any]:
     ones = np.ones((1, weights.shape[1]))
     row = np.array([metric(s, ones)[0] for s in row_scores])
     ref = np.array([metric(s, ones)[0] for s in ref_scores])

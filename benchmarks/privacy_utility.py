@@ -61,8 +61,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(Path(__file__).resolve().parent)]
 
-from pfd.attacks.audit import membership_audit, resolve_head  # noqa: E402
+from pfd.attacks.audit import resolve_head  # noqa: E402
 from pfd.attacks.linkability import rank1_reid, visual_matching  # noqa: E402
+from pfd.attacks.membership import membership_report  # noqa: E402
 from pfd.attacks.models import load_attacker  # noqa: E402
 from pfd.attacks.reconstruction import BNInversion, check_reconstructions  # noqa: E402
 from pfd.attacks.report import jsonable  # noqa: E402
@@ -109,17 +110,17 @@ SETTINGS: dict[str, Any] = {
     "seeds": 3,
     "split": {"celeba": {"seed": 0, "private": 72, "test": 72, "min_images": 10}, "yale_seed": 0, "yale_private": 28},
     "ogp": {"head": "adaface", "scale": 32.0, "margin": 0.4, "rep_margin": 0.1, "lambda_rep": 5.0, "lambda_iso": 1.0,
-            "epochs": 4, "batch_size": 64, "lr": 0.05, "warmup_epochs": 1.0, "init_scale": 0.1, "checkpoint_every": 0},
-    "rta": {"ipc": 4, "iterations": 100, "batch_size": 96, "lr": 0.05, "betas": [0.5, 0.9], "lambda_rta": 50.0,
+            "epochs": 2, "batch_size": 64, "lr": 0.05, "warmup_epochs": 0.5, "init_scale": 0.1, "checkpoint_every": 0},
+    "rta": {"ipc": 2, "iterations": 60, "batch_size": 96, "lr": 0.05, "betas": [0.5, 0.9], "lambda_rta": 50.0,
             "lambda_bn": 0.01, "first_bn_multiplier": 10.0, "crop_scale": [1.0, 1.0], "flip": False, "shift": 0,
             "kmeans_n_init": 4},
-    # Downstream = the public model fine-tuned on the scenario's public data + the release, for a
-    # fixed number of steps (the same for every row, so that only the data differs).
-    "downstream": {"head": "arcface", "scale": 32.0, "margin": 0.4, "epochs": 1, "max_steps": 120, "batch_size": 64,
-                   "lr": 0.02, "warmup_epochs": 0.1},
-    "eval": {"pairs": 3000, "moderate_pairs": 2000, "moderate_light": 50.0, "folds": 10, "flip": True, "seed": 0,
+    # Downstream = the public model fine-tuned on a fixed sample of the public images + the
+    # release, 2 epochs (public-ft: the sample alone); the sample keeps the release a real share.
+    "downstream": {"head": "arcface", "scale": 32.0, "margin": 0.4, "epochs": 2, "public_images": 768,
+                   "batch_size": 64, "lr": 0.02, "warmup_epochs": 0.2},
+    "eval": {"pairs": 3000, "moderate_pairs": 2000, "moderate_light": 50.0, "folds": 10, "flip": False, "seed": 0,
              "fars": [1e-2, 1e-3], "bootstrap": 1000},
-    "recon": {"iterations": 100, "batch_size": 72, "lr": 0.1, "lambda_bn": 0.01, "per_identity": 1, "seeds": 1},
+    "recon": {"iterations": 50, "batch_size": 72, "lr": 0.1, "lambda_bn": 0.01, "per_identity": 1, "seeds": 1},
     "mia": {"folds": 5, "seed": 0},
 }
 #: --quick: a smoke test of the whole script on synthetic data in a few minutes (figures mean nothing).
@@ -128,7 +129,7 @@ QUICK: dict[str, Any] = {
     "public_train": {"data": ["synthetic:public,ids=24,imgs=10"], "size": 32, "width": 0.25, "embedding_dim": 64,
                      "epochs": 1, "batch_size": 32, "scale": 32.0, "margin": 0.3},
     "ogp": {"epochs": 1, "batch_size": 32}, "rta": {"ipc": 2, "iterations": 4, "batch_size": 32},
-    "downstream": {"max_steps": 4, "batch_size": 32},
+    "downstream": {"epochs": 1, "public_images": 96, "batch_size": 32},
     "eval": {"pairs": 150, "moderate_pairs": 100, "bootstrap": 100},
     "recon": {"iterations": 3, "batch_size": 16},
 }
@@ -167,8 +168,11 @@ class Bench:
                  public: Path, progress: bool) -> None:
         self.s, self.sc, self.work, self.public, self.progress = settings, scenario, work, public, progress
         self.size = resolver.size
-        self.resolve = resolver
+        self._emb: dict[tuple[str, str, bool], torch.Tensor] = {}
         self.public_sets = [resolver(spec) for spec in scenario.public]
+        #: The public part of every downstream model's data: a fixed seeded sample of the public
+        #: images (``downstream.public_images``; 0 = all), so that the release is a real share of it.
+        self.downstream_public = _sample_images(ConcatFaces(self.public_sets), settings["downstream"]["public_images"])
         self.private, self.test = resolver(scenario.private), resolver(scenario.test)
         e = settings["eval"]
         pairs, info = adaptive_pairs(self.test, num_pairs=e["pairs"], seed=e["seed"], folds=e["folds"])
@@ -194,7 +198,7 @@ class Bench:
     def _train_config(self, part: dict[str, Any], *, out: Path, init: str | None, seed: int, release: bool) -> TrainConfig:
         pub = self.s["public_model"]["train"]
         model = {k: pub[k] for k in ("backbone", "width", "embedding_dim")}
-        keys = ("head", "scale", "margin", "epochs", "max_steps", "batch_size", "lr", "warmup_epochs")
+        keys = ("head", "scale", "margin", "epochs", "batch_size", "lr", "warmup_epochs")
         return build_config(TrainConfig, model, {k: part[k] for k in keys if k in part}, {
             "data": list(self.sc.public) + (["release"] if release else []), "size": self.size, "out": str(out), "init": init, "seed": seed,
             "checkpoint_every": 0, "min_images": 1, "mixed_precision": "no", "threads": 0,
@@ -203,7 +207,7 @@ class Bench:
     def downstream(self, release: Path | None, out: Path, seed: int) -> Path:
         cfg = self._train_config(self.s["downstream"], out=out, init=str(self.public), seed=seed,
                                  release=release is not None)
-        sources: list[FaceSet] = list(self.public_sets)
+        sources: list[FaceSet] = [self.downstream_public]
         if release is not None:
             sources.append(to_memory(read_release(release, size=self.size)))
         return train(cfg, faces=ConcatFaces(sources), progress=self.progress)
@@ -248,15 +252,29 @@ class Bench:
         return distill(cfg, faces=self.private, progress=self.progress).summary
 
     # -- measurements -----------------------------------------------------------------------
+    def embed(self, model_path: Path, which: str, *, flip: bool) -> torch.Tensor:
+        """``(n, D)`` embeddings of the private or test set (or a tensor's name) by a checkpoint,
+        cached by the file's content: the public model's and a shared fine-tune's gallery are
+        embedded once, and a downstream model's test embeddings serve utility and MIA alike."""
+        key = (_digest(model_path), which, flip)
+        if key not in self._emb:
+            if len(self._emb) >= 8:  # a few models at a time; the oldest goes
+                self._emb.pop(next(iter(self._emb)))
+            a = load_attacker(model_path, role="model", flip=flip, progress=False)
+            self._emb[key] = a.embed(self.private if which == "private" else self.test)
+        return self._emb[key]
+
     def utility(self, model_path: Path, scores_dir: Path) -> dict[str, Any]:
         """Verification on each pair set; the per-pair scores are kept in ``scores_dir`` (.npy) for
         the paired bootstrap against public-ft."""
         e = self.s["eval"]
-        embedder = Embedder(load_backbone(model_path), flip=e["flip"], progress=False)
         out: dict[str, Any] = {}
         scores_dir.mkdir(parents=True, exist_ok=True)
         for kind, pairs in self.pairs.items():
-            emb = embedder(pairs.faces)  # (n, D)
+            if pairs.faces is self.test:
+                emb = self.embed(model_path, "test", flip=e["flip"])  # (n, D)
+            else:
+                emb = Embedder(load_backbone(model_path), flip=e["flip"], progress=False)(pairs.faces)
             scores = (emb[pairs.left] * emb[pairs.right]).sum(1).double().numpy()  # (P,)
             np.save(scores_dir / f"{kind}.npy", scores)
             metrics = verification_metrics(scores, pairs.issame, folds=e["folds"])
@@ -275,7 +293,8 @@ class Bench:
         source = proxy_sources(state, proxies.names, self.private)
         q_pub = attackers["public"].embed(proxies)  # (n, D)
         out: dict[str, Any] = {"proxies": {}, "reconstructions": {}}
-        gallery = {role: a.embed(self.private) for role, a in attackers.items()}
+        paths = {"public": state.public_model, "insider": state.adapted_model}
+        gallery = {role: self.embed(paths[role], "private", flip=False) for role in attackers}
         for role, a in attackers.items():
             q = q_pub if role == "public" else a.embed(proxies)
             out["proxies"][role] = self._link(q, source, gallery[role])
@@ -302,10 +321,15 @@ class Bench:
                 "reid": rank1_reid(q, source, gallery, labels).as_dict()}
 
     def membership(self, model_path: Path) -> dict[str, Any]:
-        m = self.s["mia"]
+        """:func:`pfd.attacks.audit.membership_audit` on the cached embeddings (same report)."""
+        m, flip = self.s["mia"], self.s["eval"]["flip"]
         kind, s, margin, _ = resolve_head(model_path, None, None, None)
-        rep = membership_audit(load_attacker(model_path, role="downstream", progress=False), self.private, self.test,
-                               head=kind, scale=s, margin=margin, folds=m["folds"], seed=m["seed"])
+        t0 = time.perf_counter()
+        rep = membership_report(self.embed(model_path, "private", flip=flip), self.private.labels,
+                                self.embed(model_path, "test", flip=flip), self.test.labels, head=kind, scale=s,
+                                margin=margin, folds=m["folds"], seed=m["seed"], member_names=self.private.identities,
+                                nonmember_names=self.test.identities)
+        rep["seconds"] = time.perf_counter() - t0
         # The per-identity statistics ("scores") stay: the AUC-vs-base bootstrap resamples them.
         for st in rep["statistics"].values():
             st.pop("roc", None)
@@ -415,6 +439,63 @@ def _link_summary(links: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+#: Assumed throughputs (images/s) of the recipe's network (IResNet-18 w0.5, 64 px) on an idle 2-core
+#: CPU, for --plan: training (forward + backward), input-gradient steps (RTA, reconstruction) and
+#: embedding. From the first try (68 img/s training at 48 px, x 48²/64²) and a micro-measurement
+#: under load (24 / 33 / 102 img/s with 1 thread at load 3-4: the ratios 1 : 1.4 : 4.2).
+THROUGHPUT = {"train": 38.0, "invert": 53.0, "forward": 160.0}
+
+
+def plan_passes(settings: dict[str, Any], *, private_ids: int, private_images: int, test_images: int,
+                rows: list[str], public_images: int = 0, extra_test_images: int = 0) -> dict[str, dict[str, float]]:
+    """Image passes of one scenario by stage, ``{stage: {kind: passes}}`` (``kind`` in
+    :data:`THROUGHPUT`), from the settings and the data sizes: the cost model behind ``--plan``.
+
+    Per seed: the shared plain fine-tune and pfd's OGP (``ogp.epochs`` over the private images
+    each), one RTA run per RTA method (``ipc × ids × iterations`` input-gradient passes), one
+    downstream training per row but ``base`` (``epochs × (public sample + release)``), the MIA and utility
+    embeddings of each model (private + test images, twice with flip), the insider's gallery per
+    distilled row; reconstructions on ``recon.seeds`` seeds.
+    """
+    seeds = settings["seeds"]
+    methods = {n: m for n, m, _ in ROWS if n in rows}
+    distilled = [n for n, m in methods.items() if m is not None]
+    rta_methods = [n for n in distilled if methods[n] in ("sre2l", "rta-only", "pfd")]
+    finetunes = int(any(methods[n] in PLAIN_FINETUNE for n in distilled)) + int("pfd" in distilled)
+    ds = settings["downstream"]
+    release = private_ids * settings["rta"]["ipc"]
+    per_run = ds["epochs"] * ((ds["public_images"] or public_images) + release)  # public-ft: a little less
+    flip = 2 if settings["eval"]["flip"] else 1
+    r = settings["recon"]
+    per_unit_eval = flip * (private_images + test_images + extra_test_images)
+    units = sum(_seeds_n(n, seeds) for n in rows)
+    recon = len(distilled) * min(r["seeds"], seeds) * (r["per_identity"] or settings["rta"]["ipc"]) * private_ids
+    return {
+        "fine-tune (OGP / plain)": {"train": seeds * finetunes * settings["ogp"]["epochs"] * private_images},
+        "RTA": {"invert": seeds * len(rta_methods) * settings["rta"]["ipc"] * private_ids * settings["rta"]["iterations"],
+                "forward": seeds * len(distilled) * private_images},
+        "downstream": {"train": (units - int("base" in rows)) * per_run},
+        "evaluation": {"forward": units * per_unit_eval + seeds * len(distilled) * private_images},
+        "reconstruction": {"invert": recon * r["iterations"]},
+    }
+
+
+def _seeds_n(name: str, n: int) -> int:
+    return len(_seeds(name, n))
+
+
+def _minutes(passes: dict[str, float], rates: dict[str, float]) -> float:
+    return sum(v / rates[k] for k, v in passes.items()) / 60.0
+
+
+def _sample_images(faces: FaceSet, n: int, *, seed: int = 0) -> FaceSet:
+    """``n`` images of ``faces`` drawn without replacement (seeded; sample order kept); all when
+    ``n <= 0`` or ``n >= len(faces)``."""
+    if n <= 0 or n >= len(faces):
+        return faces
+    return faces.subset(np.sort(np.random.default_rng(seed).choice(len(faces), size=n, replace=False)))
+
+
 def _per_identity(source: np.ndarray, k: int, *, seed: int) -> np.ndarray:
     """Indices of ``k`` proxies per source identity (seeded); all when ``k <= 0``."""
     if k <= 0:
@@ -429,6 +510,14 @@ def _seeds(name: str, n: int) -> list[int]:
 
 def _unit_key(name: str, seed: int) -> str:
     return f"{name}/seed{seed}"
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _same_training(path: Path, cfg: TrainConfig) -> bool:
@@ -512,6 +601,28 @@ def _scenarios(args: argparse.Namespace, settings: dict[str, Any]) -> list[Scena
     return base
 
 
+def print_plan(settings: dict[str, Any], scenarios: list[Scenario], resolver: SpecResolver, rows: list[str], *,
+               speed: float = 1.0) -> float:
+    """Print the estimated minutes by scenario and stage (:func:`plan_passes`); returns the total."""
+    rates = {k: v * speed for k, v in THROUGHPUT.items()}
+    pub = settings["public_model"]["train"]
+    n_pub = sum(len(resolver(s)) for s in pub["data"])
+    total = _minutes({"train": pub["epochs"] * n_pub}, rates)
+    print(f"assumed images/s: {rates}\npublic model: {pub['epochs']} epochs x {n_pub} images = {total:.0f} min "
+          "(0 when cached)")
+    for sc in scenarios:
+        priv, test = resolver(sc.private), resolver(sc.test)
+        extra = len(moderate_light(test)) if sc.light_subsets else 0
+        stages = plan_passes(settings, private_ids=priv.num_classes, private_images=len(priv),
+                             test_images=len(test), rows=rows, public_images=n_pub, extra_test_images=extra)
+        mins = {k: _minutes(v, rates) for k, v in stages.items()}
+        total += sum(mins.values())
+        print(f"{sc.name}: {priv.num_classes} private identities ({len(priv)} images), {len(test)} test images, "
+              f"{settings['seeds']} seeds: {sum(mins.values()):.0f} min = " + ", ".join(f"{k} {v:.0f}" for k, v in mins.items()))
+    print(f"total ~{total:.0f} min (target: <= 90 on 2 cores)")
+    return total
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", nargs="+", help=f"presets to run (default: all of {sorted(SCENARIOS)})")
@@ -531,6 +642,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--public-only", action="store_true", help="train (or reuse) the public model and measure base")
     ap.add_argument("--quick", action="store_true", help="smoke test on tiny synthetic settings (results in the work dir)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: best on a shared 2-core machine)")
+    ap.add_argument("--plan", action="store_true", help="print the estimated cost of the run by stage and exit")
+    ap.add_argument("--speed", type=float, default=1.0, help="--plan: this machine's speed relative to the assumed "
+                    f"throughputs {THROUGHPUT} (images/s)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
@@ -577,6 +691,9 @@ def main(argv: list[str] | None = None) -> int:
                row_order=names)
     if args.public_only:
         rows = [r for r in ROWS if r[0] == "base"]
+    if args.plan:
+        print_plan(settings, scenarios, resolver, [r[0] for r in rows], speed=args.speed)
+        return 0
     todo = {sc.name: [(name, method, baseline, seed) for name, method, baseline in rows
                       for seed in _seeds(name, settings["seeds"])
                       if args.force or _unit_key(name, seed) not in doc["scenarios"].get(sc.name, {}).get("units", {})]

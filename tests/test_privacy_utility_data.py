@@ -219,3 +219,19 @@ def test_augmented_faces_are_reproducible_variants():
     same = augment_image(faces.load(1), torch.Generator().manual_seed(0), crop_scale=(1.0, 1.0), brightness=0.0,
                          contrast=0.0, grey_p=0.0)
     assert torch.allclose(same, faces.load(1), atol=1e-6)  # no-op settings leave the image as it is
+
+
+def test_plan_counts_image_passes_by_stage():
+    pu = _pu()
+    s = {"seeds": 3, "ogp": {"epochs": 2}, "rta": {"ipc": 2, "iterations": 60},
+         "downstream": {"epochs": 2, "public_images": 768}, "eval": {"flip": False},
+         "recon": {"iterations": 50, "per_identity": 1, "seeds": 1}}
+    p = pu.plan_passes(s, private_ids=72, private_images=1589, test_images=1567, rows=[r[0] for r in pu.ROWS])
+    assert p["fine-tune (OGP / plain)"]["train"] == 3 * 2 * 2 * 1589  # plain fine-tune + pfd's OGP per seed
+    assert p["RTA"]["invert"] == 3 * 3 * 2 * 72 * 60  # sre2l, rta-only, pfd
+    units = 1 + 7 * 3  # base once, every other row per seed
+    assert p["downstream"]["train"] == (units - 1) * 2 * (768 + 144)
+    assert p["evaluation"]["forward"] == units * (1589 + 1567) + 3 * 6 * 1589
+    assert p["reconstruction"]["invert"] == 6 * 72 * 50
+    only = pu.plan_passes(s, private_ids=72, private_images=1589, test_images=1567, rows=["base", "public-ft", "raw"])
+    assert only["RTA"]["invert"] == 0 and only["fine-tune (OGP / plain)"]["train"] == 3 * 2 * 1589

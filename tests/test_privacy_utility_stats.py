@@ -103,3 +103,15 @@ def test_intervals_detect_a_real_difference():
     mem, non = rng.normal(0, 1, 30), rng.normal(0, 1, 30)
     a = auc_difference([(mem + 3, non)], (mem, non), replicates=300)
     assert a["diff"] > 0.3 and a["ci95"][0] > 0
+
+
+def test_bias_corrected_interval():
+    from pu_stats import bc_interval
+
+    boot = np.random.default_rng(5).normal(0.0, 1.0, 4001)
+    med = float(np.median(boot))
+    lo, hi = bc_interval(boot, med)  # median-unbiased: the plain percentile interval
+    assert np.allclose([lo, hi], np.percentile(boot, [2.5, 97.5]))
+    lo2, hi2 = bc_interval(boot, med + 0.5)  # replicates run low: the interval moves up, around the estimate
+    assert lo2 > lo and hi2 > hi and lo2 < med + 0.5 < hi2
+    assert all(np.isnan(bc_interval(np.array([np.nan]), 0.0)))

@@ -14,13 +14,15 @@ intervals resample identities, not pairs (a cluster bootstrap):
   is :func:`pfd.verify.tar_at_far` on the weighted multiset. With all weights 1 both equal the
   unweighted functions (tested).
 * **Paired differences** (:func:`paired_difference`): the *same* replicates are applied to both
-  models (same pairs, same identities), the difference of their (seed-averaged) metrics is taken
-  per replicate, and the 95 % interval is the bias-corrected percentile interval of those
-  differences (:func:`bc_interval`).
-  Seeds are averaged inside the replicate; their spread is reported separately as an sd.
+  models (same pairs, same identities); within each replicate each side's seeds are also drawn
+  with replacement (so that training noise widens the interval, not only the choice of test
+  people), the difference of the seed-averaged metrics is taken per replicate, and the 95 %
+  interval is the bias-corrected percentile interval of those differences (:func:`bc_interval`).
+  The seeds' spread is also reported as an sd.
 * **Membership** (:func:`auc_difference`): members and non-members are resampled separately
   (stratified), the a-priori AUC (higher statistic = member) of each model is computed on the
-  weighted identities, and the difference row − base gets a bias-corrected percentile interval.
+  weighted identities (the row's seeds drawn with replacement per replicate, as above), and the
+  difference row − base gets a bias-corrected percentile interval.
 """
 
 from __future__ import annotations
@@ -133,7 +135,7 @@ def weighted_tar_at_far(scores: np.ndarray, issame: np.ndarray, weights: np.ndar
 
 
 def paired_difference(metric: Callable[[np.ndarray, np.ndarray], np.ndarray], row_scores: Sequence[np.ndarray],
-                      ref_scores: Sequence[np.ndarray], weights: np.ndarray) -> dict[str, Any]:
+                      ref_scores: Sequence[np.ndarray], weights: np.ndarray, *, seed: int = 0) -> dict[str, Any]:
     """Difference of a seed-averaged metric, row − reference, with a 95 % identity-bootstrap interval.
 
     Args:
@@ -141,6 +143,7 @@ def paired_difference(metric: Callable[[np.ndarray, np.ndarray], np.ndarray], ro
         row_scores: One ``(P,)`` score vector per seed of the row.
         ref_scores: One per seed of the reference (``public-ft``).
         weights: ``(B, P)`` replicate weights (:func:`identity_bootstrap_weights`).
+        seed: Seed of the per-replicate draw of seeds.
 
     Returns:
         ``{"diff", "ci95", "row_mean", "row_sd", "ref_mean", "ref_sd", "per_seed", "replicates"}``
@@ -148,16 +151,28 @@ def paired_difference(metric: Callable[[np.ndarray, np.ndarray], np.ndarray], ro
     """
     with warnings.catch_warnings():  # an unresolvable TAR is nan in every replicate: the result is nan, quietly
         warnings.simplefilter("ignore", RuntimeWarning)
-        return _paired_difference(metric, row_scores, ref_scores, weights)
+        return _paired_difference(metric, row_scores, ref_scores, weights, seed)
+
+
+def _seed_mean(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``(S, B)`` per-seed replicate values -> ``(B,)`` means over seeds drawn with replacement per
+    replicate (the seeds' spread enters the interval; one seed: that seed's values)."""
+    s, b = values.shape
+    if s == 1:
+        return values[0]
+    pick = rng.integers(0, s, size=(b, s))  # (B, S)
+    with np.errstate(invalid="ignore"):
+        return np.nanmean(values[pick, np.arange(b)[:, None]], axis=1)
 
 
 def _paired_difference(metric: Callable[[np.ndarray, np.ndarray], np.ndarray], row_scores: Sequence[np.ndarray],
-                       ref_scores: Sequence[np.ndarray], weights: np.ndarray) -> dict[str, Any]:
+                       ref_scores: Sequence[np.ndarray], weights: np.ndarray, seed: int) -> dict[str, Any]:
     ones = np.ones((1, weights.shape[1]))
     row = np.array([metric(s, ones)[0] for s in row_scores])
     ref = np.array([metric(s, ones)[0] for s in ref_scores])
-    boot = np.nanmean([metric(s, weights) for s in row_scores], axis=0) - np.nanmean(
-        [metric(s, weights) for s in ref_scores], axis=0)
+    rng = np.random.default_rng(seed)
+    boot = _seed_mean(np.array([metric(s, weights) for s in row_scores]), rng) - _seed_mean(
+        np.array([metric(s, weights) for s in ref_scores]), rng)
     boot = boot[np.isfinite(boot)]
     diff = float(np.nanmean(row) - np.nanmean(ref))
     lo, hi = bc_interval(boot, diff)
@@ -230,7 +245,7 @@ def auc_difference(row: Sequence[tuple[np.ndarray, np.ndarray]], base: tuple[np.
     wm, wn = _resample(m, replicates, rng), _resample(n, replicates, rng)
     one_m, one_n = np.ones((1, m)), np.ones((1, n))
     aucs = np.array([weighted_auc(a, b, one_m, one_n)[0] for a, b in row])
-    boot_row = np.mean([weighted_auc(a, b, wm, wn) for a, b in row], axis=0)
+    boot_row = _seed_mean(np.array([weighted_auc(a, b, wm, wn) for a, b in row]), rng)
     boot_base = weighted_auc(base[0], base[1], wm, wn)
     base_auc = float(weighted_auc(base[0], base[1], one_m, one_n)[0])
     return {"auc": float(aucs.mean()), "auc_sd": float(np.std(aucs, ddof=1)) if len(aucs) > 1 else 0.0,

@@ -115,3 +115,15 @@ def test_bias_corrected_interval():
     lo2, hi2 = bc_interval(boot, med + 0.5)  # replicates run low: the interval moves up, around the estimate
     assert lo2 > lo and hi2 > hi and lo2 < med + 0.5 < hi2
     assert all(np.isnan(bc_interval(np.array([np.nan]), 0.0)))
+
+
+def test_seed_noise_widens_the_difference_interval():
+    rng = np.random.default_rng(6)
+    s, y, left, right = _pairs(40, 10, rng)
+    w = identity_bootstrap_weights(left, right, replicates=300, seed=0)
+    acc = lambda sc, ww: weighted_kfold_accuracy(sc, y, ww, folds=10)  # noqa: E731
+    calm = [s + 0.3 * y + rng.normal(0, 0.05, s.size) for _ in range(3)]
+    noisy = [s + g * y for g in (-0.4, 0.3, 1.0)]  # seeds that disagree a lot, same mean gain
+    d_calm, d_noisy = paired_difference(acc, calm, [s], w), paired_difference(acc, noisy, [s], w)
+    width = lambda d: d["ci95"][1] - d["ci95"][0]  # noqa: E731
+    assert d_noisy["row_sd"] > 5 * d_calm["row_sd"] and width(d_noisy) > 1.5 * width(d_calm)

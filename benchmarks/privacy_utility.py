@@ -381,7 +381,7 @@ class Bench:
         """Mean ± sd over seeds, utility vs public-ft and membership vs base with intervals; None
         until every unit it needs is done (and its scores are in the work dir)."""
         mine = [units.get(_unit_key(name, s)) for s in seeds]
-        ref = [units.get(_unit_key("public-ft", s)) for s in _seeds("public-ft", len(seeds))]
+        ref = [units.get(_unit_key("public-ft", s)) for s in _seeds("public-ft", self.s["seeds"])]
         base = units.get(_unit_key("base", 0))
         if any(u is None for u in mine + ref) or base is None:
             return None
@@ -391,7 +391,7 @@ class Bench:
             for kind, pairs in self.pairs.items():
                 y = pairs.issame
                 row_s = [np.load(self._scores(name, s) / f"{kind}.npy") for s in seeds]
-                ref_s = [np.load(self._scores("public-ft", s) / f"{kind}.npy") for s in _seeds("public-ft", len(seeds))]
+                ref_s = [np.load(self._scores("public-ft", s) / f"{kind}.npy") for s in _seeds("public-ft", self.s["seeds"])]
                 w = self.weights[kind]
                 acc = lambda sc, ww, y=y: weighted_kfold_accuracy(sc, y, ww, folds=e["folds"])  # noqa: E731
                 block = {"accuracy": paired_difference(acc, row_s, ref_s, w)}

@@ -439,11 +439,11 @@ def _link_summary(links: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-#: Assumed throughputs (images/s) of the recipe's network (IResNet-18 w0.5, 64 px) on an idle 2-core
-#: CPU, for --plan: training (forward + backward), input-gradient steps (RTA, reconstruction) and
-#: embedding. From the first try (68 img/s training at 48 px, x 48²/64²) and a micro-measurement
-#: under load (24 / 33 / 102 img/s with 1 thread at load 3-4: the ratios 1 : 1.4 : 4.2).
-THROUGHPUT = {"train": 38.0, "invert": 53.0, "forward": 160.0}
+#: Assumed throughputs (images/s) of the recipe's network (IResNet-18 w0.5, 64 px, batch 64) on the
+#: 2-core development machine with one torch thread, for --plan: training (forward + backward),
+#: input-gradient steps (RTA, reconstruction) and embedding. Measured 2026-11-30 with one other
+#: job running (load ~2): 38 / 45 / 127; two threads were no faster for training (33 / 41 / 202).
+THROUGHPUT = {"train": 38.0, "invert": 45.0, "forward": 127.0}
 
 
 def plan_passes(settings: dict[str, Any], *, private_ids: int, private_images: int, test_images: int,

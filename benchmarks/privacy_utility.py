@@ -127,7 +127,7 @@ SETTINGS: dict[str, Any] = {
 QUICK: dict[str, Any] = {
     "seeds": 2,
     "public_train": {"data": ["synthetic:public,ids=24,imgs=10"], "size": 32, "width": 0.25, "embedding_dim": 64,
-                     "epochs": 1, "batch_size": 32, "scale": 32.0, "margin": 0.3},
+                     "epochs": 1, "batch_size": 32, "scale": 32.0, "margin": 0.3, "checkpoint_every": 3},
     "ogp": {"epochs": 1, "batch_size": 32}, "rta": {"ipc": 2, "iterations": 4, "batch_size": 32},
     "downstream": {"epochs": 1, "public_images": 96, "batch_size": 32},
     "eval": {"pairs": 150, "moderate_pairs": 100, "bootstrap": 100},
@@ -283,6 +283,20 @@ class Bench:
             metrics.pop("roc", None)
             out[kind] = metrics
         return out
+
+    def public_curve(self, out: Path) -> list[dict[str, Any]]:
+        """Verification of the public model's checkpoints (and final model) on this scenario's test
+        pairs: the training curve in the figure that matters (accuracy, TAR@1e-2)."""
+        pairs, e = self.pairs["all"], self.s["eval"]
+        curve = []
+        for path in sorted((out / "checkpoints").glob("step_*.pt")) + [out / "model.pt"]:
+            emb = self.embed(path, "test", flip=e["flip"])
+            scores = (emb[pairs.left] * emb[pairs.right]).sum(1).double().numpy()
+            m = verification_metrics(scores, pairs.issame, folds=e["folds"])
+            step = load_checkpoint(path).get("step") if path.name == "model.pt" else int(path.stem.split("_")[1])
+            curve.append({"step": step, "accuracy": m["accuracy"], "auc": m.get("auc"),
+                          "tar@far=0.01": tar_at_far(scores, pairs.issame, 1e-2)[0]})
+        return curve
 
     def linkability(self, root: Path, *, reconstruct: bool) -> dict[str, Any]:
         """VisMatch and Re-ID of the proxies (and of their reconstructions) by both attackers."""
@@ -720,6 +734,12 @@ def main(argv: list[str] | None = None) -> int:
         sdoc = doc["scenarios"].setdefault(sc.name, {"units": {}, "rows": {}})
         bench = Bench(settings, sc, resolver=resolver, work=work / sc.name, public=public, progress=progress)
         sdoc["data"] = {**bench.data_info, "named": resolver.info}
+        curves = doc["public_model"].setdefault("verification_curve", {})
+        if pinfo["seconds"] or sc.name not in curves:
+            curves[sc.name] = bench.public_curve(public.parent)
+            print(f"[{sc.name}] public model on the test pairs by step: " + ", ".join(
+                f"{c['step']}: {100 * c['accuracy']:.1f} %" for c in curves[sc.name]), flush=True)
+            save()
         plain: dict[int, tuple[Path, float]] = {}
         for name, method, baseline, seed in todo[sc.name]:
             k = _unit_key(name, seed)

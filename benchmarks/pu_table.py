@@ -101,7 +101,11 @@ def markdown_v2(doc: Mapping[str, Any]) -> str:
     p = doc.get("public_model") or {}
     curve = ", ".join(f"{c['step']}: {c['loss']:.2f}" for c in p.get("curve", []))
     m = doc.get("machine", {})
-    lines += [f"Public model: {p.get('seconds', 0):.0f} s to train (0: cached); loss by step: {curve or '–'}.",
+    lines += [f"Public model: {p.get('seconds', 0):.0f} s to train (0: cached); loss by step: {curve or '–'}."]
+    for sc, pts in (p.get("verification_curve") or {}).items():
+        lines.append(f"Public model on the {sc} test pairs by step (accuracy / TAR@1e-2, %): "
+                     + ", ".join(f"{c['step']}: {_pct(c['accuracy'])} / {_pct(c.get('tar@far=0.01'))}" for c in pts) + ".")
+    lines += [
               f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')} with "
               f"{m.get('torch_threads', '?')} thread(s); date {doc.get('date', '?')}; last run {doc.get('last_run_s', 0):.0f} s."]
     return "\n".join(lines) + "\n"

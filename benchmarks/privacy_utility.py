@@ -35,6 +35,7 @@ and a markdown table beside it; a rerun skips units already there with the same 
 docs/benchmarks.md describes the protocol.
 
 Usage:
+    python benchmarks/privacy_utility.py --plan                 # estimated minutes by stage, runs nothing
     python benchmarks/privacy_utility.py --public-only          # train / reuse the public model
     python benchmarks/privacy_utility.py [--scenario celeba yaleb] [--rows pfd raw] [--seeds 3] [--force]
     python benchmarks/privacy_utility.py --scenario celeba --private DIR --test DIR --name mine

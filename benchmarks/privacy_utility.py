@@ -424,6 +424,11 @@ class Bench:
                    for u in mine]
             b = (np.asarray(base_scores[st]["members"]), np.asarray(base_scores[st]["nonmembers"]))
             out["membership"][st] = auc_difference(row, b, replicates=e["bootstrap"], seed=e["seed"])
+        verdicts = [u["membership"]["verdict"] for u in mine if u["membership"].get("verdict")]
+        if verdicts:  # the attack suite's calibrated test (a permutation p), where this pfd has it
+            out["membership_verdict"] = {"p_per_seed": [v.get("p") for v in verdicts],
+                                         "leaks": sum(bool(v.get("p") is not None and v["p"] <= 0.05) for v in verdicts),
+                                         "of": len(verdicts)}
         links = [u.get("linkability") for u in mine if u.get("linkability")]
         if links:
             out["linkability"] = _link_summary(links)

@@ -79,15 +79,20 @@ def _scenario(name: str, sdoc: Mapping[str, Any], order: list[str], settings: Ma
             lines.append(f"| {r['row']} | " + " | ".join(cells) + " |")
     stats = list(rows[0].get("membership", {}))
     if stats:
+        verdict = any(r.get("membership_verdict") for r in rows)
         lines += ["", "Membership (a-priori AUC, higher = member; chance 0.5): row AUC (mean over seeds) and row − base "
-                  "with a 95 % stratified identity-bootstrap interval.", "",
-                  "| Row | " + " | ".join(f"{s} AUC | Δ {s} vs base" for s in stats) + " |",
-                  "|---|" + "---|---|" * len(stats)]
+                  "with a 95 % stratified identity-bootstrap interval"
+                  + ("; verdict: seeds whose calibrated test (permutation p <= 0.05) says LEAKS." if verdict else "."), "",
+                  "| Row | " + " | ".join(f"{s} AUC | Δ {s} vs base" for s in stats) + (" | LEAKS |" if verdict else " |"),
+                  "|---|" + "---|---|" * len(stats) + ("---|" if verdict else "")]
         for r in rows:
+            v = r.get("membership_verdict")
             cells = []
             for s in stats:
                 m = r["membership"][s]
                 cells += [f"{m['auc']:.2f}", f"{m['diff']:+.2f} ({m['ci95'][0]:+.2f}, {m['ci95'][1]:+.2f})"]
+            if verdict:
+                cells.append(f"{v['leaks']}/{v['of']}" if v else "–")
             lines.append(f"| {r['row']} | " + " | ".join(cells) + " |")
     return lines + [""]
 

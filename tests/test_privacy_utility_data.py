@@ -189,7 +189,7 @@ def test_v2_table_shows_differences_intervals_and_chance():
     rows = {"public-ft": {"row": "public-ft", "utility": {"all": {"accuracy": ref, "tar@far=0.01": ref}},
                           "membership": {"pair_cos": mem}},
             "pfd": {"row": "pfd", "utility": {"all": {"accuracy": diff, "tar@far=0.01": diff}},
-                    "membership": {"pair_cos": mem},
+                    "membership": {"pair_cos": mem}, "membership_verdict": {"leaks": 1, "of": 3},
                     "linkability": {t: {r: {"vismatch": lk, "reid": lk} for r in ("public", "insider")}
                                     for t in ("proxies", "reconstructions")}}}
     doc = {"version": 2, "row_order": ["base", "public-ft", "pfd"], "settings": {"seeds": 3},
@@ -201,7 +201,7 @@ def test_v2_table_shows_differences_intervals_and_chance():
     assert "| pfd | 81.0 ± 1.0 | +2.1 (-0.4, +4.6) |" in text
     assert "| public-ft | 79.0 ± 2.0 | ref |" in text
     assert "chance 1.39 %" in text and "5.0 ± 1.0 [1.0–12.0]" in text
-    assert "| 0.55 | +0.03 (-0.05, +0.11) |" in text
+    assert "| 0.55 | +0.03 (-0.05, +0.11) | 1/3 |" in text and "| 0.55 | +0.03 (-0.05, +0.11) | – |" in text
 
 
 def test_augmented_faces_are_reproducible_variants():

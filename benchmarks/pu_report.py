@@ -163,6 +163,10 @@ def verdict_table(doc: Mapping[str, Any]) -> list[str]:
 
 def markdown(doc: Mapping[str, Any]) -> str:
     """The tables a person reads: utility, linkability and membership per row; details below."""
+    if doc.get("version") == 2:  # scenarios and seeds: pu_table
+        from pu_table import markdown_v2
+
+        return markdown_v2(doc)
     order = doc.get("row_order") or sorted(doc.get("rows", {}))
     rows = [doc["rows"][n] for n in order if n in doc.get("rows", {})]
     if not rows:

@@ -1,0 +1,221 @@
+"""Data of ``privacy_utility.py``: scenarios (named presets), dataset specs, the CelebA split, pairs.
+
+A **scenario** names three kinds of data: the *public* sources (trained jointly with disjoint
+labels, by the public model and by every downstream model), the publisher's *private* identities
+(what a release is distilled from; the MIA's members) and the held-out *test* identities
+(verification pairs of the downstream models; the MIA's non-members). Each is a **spec**:
+
+* anything :func:`pfd.data.sources.open_faces` opens: an identity folder, a RecordIO set,
+  ``synthetic:<split>[,key=value...]``;
+* a named part of the shared data (``--data-root``, default ``../shared/data``):
+  ``celeba:public`` / ``celeba:private`` / ``celeba:test`` (:func:`celeba_split`),
+  ``yale-b:private`` / ``yale-b:test`` (:func:`yale_data.split_yale_b`, near-black images dropped)
+  and ``yale-a`` (cropped, :func:`yale_data.yale_a`).
+
+Presets (:data:`SCENARIOS`): ``celeba`` (private and test = CelebA identities, the in-the-wild
+domain of the public data) and ``yaleb`` (private and test = Extended Yale B identities: a
+lighting domain the public data lacks). Both share one public model, trained on
+``synthetic:public`` + ``celeba:public`` + ``yale-a`` (``recipes/celeba-public.toml``).
+
+**The CelebA split** (:func:`celeba_split`) is a pure function of the identity names, their image
+counts and a seed: identities are sorted by name; those with at least ``min_images`` (10) images
+are *eligible*; a seeded permutation of the eligible names gives the first ``private`` (72) to the
+private set and the next ``test`` (72) to the test set; every other identity (the remaining
+eligible ones and all with fewer images) is public. On ``celeba-faces`` (294 people, 247 with >= 10
+images) that is 150 public / 72 private / 72 test.
+
+**Pairs** (:func:`adaptive_pairs`): ``num_pairs`` genuine + as many impostor pairs
+(:func:`pfd.data.pairs.generate_pairs`), or, when the test set has fewer distinct genuine pairs,
+*all* of them and as many impostors: a publisher's small test set still gets a table.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from pfd.data.faces import FaceFolder
+from pfd.data.faceset import FaceSet, to_memory
+from pfd.data.pairs import VerificationPairs, generate_pairs
+from pfd.data.sources import ACCEPTED_SPECS, open_faces
+from pfd.errors import PfdError
+from yale_data import N_PRIVATE, YALE_A, YALE_B, split_yale_b, yale_a, yale_b
+
+__all__ = ["CELEBA", "SCENARIOS", "Scenario", "celeba_split", "SpecResolver", "adaptive_pairs", "pair_identities", "shared_folders"]
+
+CELEBA = "celeba-faces"
+#: The CelebA split's defaults: (public = the rest), private, test, minimum images of private/test.
+CELEBA_SPLIT: dict[str, int] = {"seed": 0, "private": 72, "test": 72, "min_images": 10}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named set of specs (see the module docstring).
+
+    Attributes:
+        name: Preset name.
+        public: Public source specs (the public model's and every downstream model's data).
+        private: The publisher's private identities.
+        test: Held-out test identities (verification pairs, MIA non-members).
+        light_subsets: Also report verification on Yale B's subsets 1-3 (file names carry the light).
+    """
+
+    name: str
+    public: tuple[str, ...]
+    private: str
+    test: str
+    light_subsets: bool = False
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "celeba": Scenario("celeba", ("synthetic:public,ids=100", "celeba:public", "yale-a"), "celeba:private", "celeba:test"),
+    "yaleb": Scenario("yaleb", ("synthetic:public,ids=100", "celeba:public", "yale-a"), "yale-b:private", "yale-b:test",
+                      light_subsets=True),
+}
+
+
+def shared_folders(specs: list[str]) -> set[str]:
+    """The shared-data folders the named specs among ``specs`` read (checked before anything runs)."""
+    need = {"celeba:": CELEBA, "yale-b:": YALE_B}
+    out = {folder for s in specs for prefix, folder in need.items() if s.startswith(prefix)}
+    return out | ({YALE_A} if "yale-a" in specs else set())
+
+
+def celeba_split(counts: Mapping[str, int], *, seed: int = 0, private: int = 72, test: int = 72,
+                 min_images: int = 10) -> dict[str, list[str]]:
+    """Identity split of an in-the-wild set: ``{"public", "private", "test"}`` -> sorted names.
+
+    Pure: depends only on the names, their image counts and the arguments (see the module
+    docstring for the rule). Private and test identities have at least ``min_images`` images;
+    public gets every other identity.
+
+    Args:
+        counts: Identity name -> number of images.
+        seed: Seed of the permutation of the eligible names (``numpy.random.default_rng``).
+        private: Private identities.
+        test: Test identities.
+        min_images: Least images of a private or test identity.
+
+    Returns:
+        The three disjoint lists, each sorted.
+
+    Raises:
+        PfdError: Fewer eligible identities than ``private + test``.
+    """
+    names = sorted(counts)
+    eligible = [n for n in names if counts[n] >= min_images]
+    if private < 1 or test < 1 or private + test > len(eligible):
+        raise PfdError(f"cannot take {private} private + {test} test identities with >= {min_images} images: "
+                       f"only {len(eligible)} of {len(names)} have that many; lower the counts or --min-images")
+    order = np.random.default_rng(seed).permutation(len(eligible))
+    priv = sorted(eligible[i] for i in order[:private])
+    tst = sorted(eligible[i] for i in order[private : private + test])
+    taken = set(priv) | set(tst)
+    return {"public": [n for n in names if n not in taken], "private": priv, "test": tst}
+
+
+def _select(faces: FaceSet, names: list[str]) -> FaceSet:
+    wanted = set(names)
+    return faces.select_identities([k for k, n in enumerate(faces.identities) if n in wanted])
+
+
+class SpecResolver:
+    """Opens specs at one image size, named parts of the shared data included, each once.
+
+    Args:
+        data_root: Folder of the shared data sets (``celeba-faces/``, ``extended-yale-b-cropped/``,
+            ``yale-a/``); only named specs need it.
+        size: Image side.
+        celeba: Arguments of :func:`celeba_split`.
+        yale_seed: Seed of the Yale B private/test split; ``yale_private``: its private count.
+    """
+
+    def __init__(self, data_root: Path | None, *, size: int, celeba: Mapping[str, int] | None = None,
+                 yale_seed: int = 0, yale_private: int = N_PRIVATE) -> None:
+        self.root, self.size = data_root, size
+        self.celeba = dict(CELEBA_SPLIT, **(celeba or {}))
+        self.yale_seed, self.yale_private = yale_seed, yale_private
+        self._cache: dict[str, FaceSet] = {}
+        #: What the named parts hold (for the results' ``data`` block).
+        self.info: dict[str, Any] = {}
+
+    def _need(self, folder: str, spec: str) -> Path:
+        if self.root is None or not (self.root / folder).is_dir():
+            raise PfdError(f"{spec}: needs {folder}/ under the shared data root ({self.root}); pass --data-root DIR "
+                           f"or give {ACCEPTED_SPECS}")
+        return self.root / folder
+
+    def __call__(self, spec: str) -> FaceSet:
+        """The set of ``spec``, in memory when it fits (256 MiB of float32)."""
+        if spec not in self._cache:
+            self._cache[spec] = self._open(spec)
+        return self._cache[spec]
+
+    def _open(self, spec: str) -> FaceSet:
+        part = spec.split(":", 1)[1] if ":" in spec else ""
+        if spec.startswith("celeba:"):
+            if part not in ("public", "private", "test"):
+                raise PfdError(f"{spec}: unknown part; use celeba:public, celeba:private or celeba:test")
+            folder = FaceFolder(self._need(CELEBA, spec), size=self.size)
+            counts = {n: int(c) for n, c in zip(folder.identities, folder.counts())}
+            split = celeba_split(counts, **self.celeba)
+            self.info["celeba"] = {"identities": len(counts), "images": len(folder), "split": self.celeba,
+                                   **{k: {"identities": len(v), "images": int(sum(counts[n] for n in v))}
+                                      for k, v in split.items()}}
+            return to_memory(_select(folder, split[part]))
+        if spec.startswith("yale-b:"):
+            if part not in ("private", "test"):
+                raise PfdError(f"{spec}: unknown part; use yale-b:private or yale-b:test")
+            faces, counts = yale_b(self._need(YALE_B, spec).parent, size=self.size)
+            priv, test = split_yale_b(faces, seed=self.yale_seed, n_private=self.yale_private)
+            self.info["yale_b"] = {**counts, "kept": len(faces), "private": len(priv.identities),
+                                   "test": len(test.identities)}
+            self._cache["yale-b:private"], self._cache["yale-b:test"] = priv, test
+            return priv if part == "private" else test
+        if spec == "yale-a":
+            faces = yale_a(self._need(YALE_A, spec).parent, size=self.size)
+            self.info["yale_a"] = {"identities": faces.num_classes, "images": len(faces)}
+            return faces
+        return to_memory(open_faces(os.fspath(spec), size=self.size))
+
+
+def adaptive_pairs(faces: FaceSet, *, num_pairs: int, seed: int = 0, folds: int = 10) -> tuple[VerificationPairs, dict[str, Any]]:
+    """Verification pairs of a test set of any size: ``min(num_pairs, available)`` of each kind.
+
+    When the set has fewer distinct genuine pairs than ``num_pairs`` every one of them is used
+    (:func:`~pfd.data.pairs.generate_pairs` with a full allocation draws each identity's all), and
+    the same number of impostors; likewise when impostor pairs are the scarcer kind.
+
+    Args:
+        faces: The test identities.
+        num_pairs: Genuine pairs wanted (and as many impostors).
+        seed: Sampling seed.
+        folds: Folds of the accuracy; at least this many pairs are needed.
+
+    Returns:
+        ``(pairs, info)``; ``info``: ``requested``, ``genuine_available``, ``impostor_available``,
+        ``used`` (per kind) and ``all_genuine`` (every genuine pair is in).
+
+    Raises:
+        PfdError: Too few identities or images for ``folds`` folds of both kinds.
+    """
+    sizes = faces.counts().astype(np.int64)
+    genuine = int((sizes * (sizes - 1) // 2).sum())
+    impostor = len(faces) * (len(faces) - 1) // 2 - genuine
+    n = min(int(num_pairs), genuine, impostor)
+    if 2 * n < max(folds, 2):
+        raise PfdError(f"{faces.describe()}: {genuine} genuine and {impostor} impostor pairs exist, too few for "
+                       f"{folds}-fold verification; the test set needs 2+ identities with 2+ images each")
+    pairs = generate_pairs(faces, num_pairs=n, seed=seed)
+    return pairs, {"requested": int(num_pairs), "genuine_available": genuine, "impostor_available": int(impostor),
+                   "used": n, "all_genuine": n == genuine}
+
+
+def pair_identities(pairs: VerificationPairs) -> tuple[np.ndarray, np.ndarray]:
+    """``(left, right)`` identity label of each pair's two images, shape ``(P,)`` each."""
+    labels = np.asarray(pairs.faces.labels)
+    return labels[pairs.left], labels[pairs.right]

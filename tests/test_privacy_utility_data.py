@@ -1,0 +1,237 @@
+"""The privacy-utility benchmark's data layer: the CelebA split, spec resolution, adaptive pairs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from pu_data import SpecResolver, adaptive_pairs, celeba_split, pair_identities  # noqa: E402
+
+from pfd.data.faceset import TensorFaces  # noqa: E402
+from pfd.errors import PfdError  # noqa: E402
+
+import torch  # noqa: E402
+
+
+def _counts(n: int = 40, seed: int = 1) -> dict[str, int]:
+    rng = np.random.default_rng(seed)
+    return {f"{7000 + k}": int(rng.integers(2, 25)) for k in range(n)}
+
+
+def test_celeba_split_rule():
+    counts = _counts()
+    split = celeba_split(counts, seed=3, private=8, test=7, min_images=10)
+    pub, priv, test = split["public"], split["private"], split["test"]
+    assert len(priv) == 8 and len(test) == 7 and len(pub) == len(counts) - 15
+    assert set(pub) | set(priv) | set(test) == set(counts)
+    assert not (set(pub) & set(priv) or set(pub) & set(test) or set(priv) & set(test))
+    assert all(counts[n] >= 10 for n in priv + test)
+    assert all(v == sorted(v) for v in split.values())
+    # every identity with < 10 images is public
+    assert {n for n, c in counts.items() if c < 10} <= set(pub)
+    # the rule as written: seeded permutation of the sorted eligible names
+    eligible = sorted(n for n, c in counts.items() if c >= 10)
+    order = np.random.default_rng(3).permutation(len(eligible))
+    assert priv == sorted(eligible[i] for i in order[:8])
+    assert test == sorted(eligible[i] for i in order[8:15])
+
+
+def test_celeba_split_pure_and_seeded():
+    counts = _counts()
+    shuffled = dict(reversed(list(counts.items())))  # insertion order must not matter
+    assert celeba_split(counts, seed=0, private=5, test=5) == celeba_split(shuffled, seed=0, private=5, test=5)
+    assert celeba_split(counts, seed=0, private=5, test=5) != celeba_split(counts, seed=1, private=5, test=5)
+
+
+def test_celeba_split_refuses_too_many():
+    with pytest.raises(PfdError, match="only"):
+        celeba_split({"a": 12, "b": 3, "c": 11}, private=1, test=2, min_images=10)
+
+
+def _tree(root: Path, counts: dict[str, int]) -> None:
+    rng = np.random.default_rng(0)
+    for name, n in counts.items():
+        (root / name).mkdir(parents=True)
+        for i in range(n):
+            Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(root / name / f"{i:03d}.png")
+
+
+def test_resolver_celeba_parts_on_a_folder_tree(tmp_path):
+    counts = {f"p{k:02d}": (12 if k < 8 else 3) for k in range(12)}
+    _tree(tmp_path / "celeba-faces", counts)
+    res = SpecResolver(tmp_path, size=16, celeba={"private": 3, "test": 3})
+    parts = {p: res(f"celeba:{p}") for p in ("public", "private", "test")}
+    split = celeba_split(counts, private=3, test=3)
+    for p, faces in parts.items():
+        assert sorted(faces.identities) == split[p]
+        assert len(faces) == sum(counts[n] for n in split[p])
+        assert faces.size == 16
+    assert res.info["celeba"]["private"]["identities"] == 3
+    assert res("celeba:test") is parts["test"]  # opened once
+
+
+def test_resolver_plain_specs_and_errors(tmp_path):
+    _tree(tmp_path / "mine", {"a": 3, "b": 2})
+    res = SpecResolver(None, size=16)
+    faces = res(str(tmp_path / "mine"))
+    assert sorted(faces.identities) == ["a", "b"] and len(faces) == 5
+    assert res("synthetic:test,ids=3,imgs=2").num_classes == 3
+    with pytest.raises(PfdError, match="celeba-faces"):
+        res("celeba:private")
+    with pytest.raises(PfdError, match="unknown part"):
+        SpecResolver(tmp_path, size=16)("celeba:other")
+
+
+def _faces(sizes: list[int]) -> TensorFaces:
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    return TensorFaces(torch.zeros(len(labels), 3, 4, 4), labels)
+
+
+def test_adaptive_pairs_takes_all_genuine_when_few():
+    faces = _faces([3, 2, 4, 1])  # 3 + 1 + 6 + 0 = 10 genuine pairs
+    pairs, info = adaptive_pairs(faces, num_pairs=500, seed=0)
+    assert info["used"] == 10 and info["all_genuine"] and info["genuine_available"] == 10
+    gen = {tuple(sorted(p)) for p in zip(pairs.left[pairs.issame], pairs.right[pairs.issame])}
+    every = {(i, j) for i in range(len(faces)) for j in range(i + 1, len(faces)) if faces.labels[i] == faces.labels[j]}
+    assert gen == every
+    assert (~pairs.issame).sum() == 10
+    li, ri = pair_identities(pairs)
+    assert np.array_equal(li == ri, pairs.issame)
+
+
+def test_adaptive_pairs_draws_when_plenty_and_refuses_tiny():
+    faces = _faces([10] * 6)
+    pairs, info = adaptive_pairs(faces, num_pairs=50, seed=1)
+    assert info["used"] == 50 and not info["all_genuine"] and len(pairs) == 100
+    with pytest.raises(PfdError, match="too few"):
+        adaptive_pairs(_faces([2, 1]), num_pairs=50)
+
+
+def test_shared_celeba_split_when_present():
+    root = Path(__file__).resolve().parents[2] / "shared" / "data" / "celeba-faces"
+    if not root.is_dir():
+        pytest.skip("shared CelebA crops absent")
+    counts = {p.name: sum(1 for _ in p.iterdir()) for p in root.iterdir() if p.is_dir()}
+    split = celeba_split(counts)
+    assert (len(split["private"]), len(split["test"])) == (72, 72)
+    assert len(split["public"]) == len(counts) - 144
+
+
+# -- the benchmark script's cheap paths: scenario overrides, summaries, the v2 table -------------
+def _pu():
+    import importlib
+
+    return importlib.import_module("privacy_utility")
+
+
+def _args(**kw):
+    import argparse
+
+    base = {"quick": False, "scenario": None, "public": None, "private": None, "test": None, "name": None}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_scenario_presets_and_overrides():
+    pu = _pu()
+    settings = {"public_model": {"train": {"data": ["synthetic:public,ids=100", "celeba:public", "yale-a"]}}}
+    both = pu._scenarios(_args(), settings)
+    assert [s.name for s in both] == ["celeba", "yaleb"]
+    assert all(s.public == ("synthetic:public,ids=100", "celeba:public", "yale-a") for s in both)
+    assert both[1].private == "yale-b:private" and both[1].light_subsets
+    mine = pu._scenarios(_args(scenario=["yaleb"], private="/data/mine", name="mine"), settings)
+    assert len(mine) == 1 and mine[0].name == "mine" and mine[0].private == "/data/mine"
+    assert mine[0].test == "yale-b:test" and not mine[0].light_subsets  # own faces: no Yale light subsets
+    with pytest.raises(PfdError, match="single"):
+        pu._scenarios(_args(private="/x"), settings)
+    with pytest.raises(PfdError, match="unknown scenario"):
+        pu._scenarios(_args(scenario=["lfw"]), settings)
+    assert pu._scenarios(_args(quick=True), settings)[0].name == "synthetic"
+
+
+def test_shared_folders_of_specs():
+    from pu_data import shared_folders
+
+    assert shared_folders(["synthetic:public", "celeba:public", "yale-a", "yale-b:test"]) == {
+        "celeba-faces", "yale-a", "extended-yale-b-cropped"}
+    assert shared_folders(["/data/mine", "synthetic:test"]) == set()
+
+
+def test_per_identity_pick_and_link_summary():
+    pu = _pu()
+    source = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2])
+    pick = pu._per_identity(source, 1, seed=0)
+    assert sorted(source[pick].tolist()) == [0, 1, 2]
+    assert np.array_equal(pu._per_identity(source, 0, seed=0), np.arange(9))
+
+    def link(rate):
+        return {"rate": rate, "chance": 0.1, "ci95": [rate / 2, min(1, rate + 0.2)], "count": int(rate * 10), "n": 10}
+
+    seeds = [{"proxies": {"public": {"vismatch": link(0.2), "reid": link(0.4)}}},
+             {"proxies": {"public": {"vismatch": link(0.4), "reid": link(0.4)}}}]
+    s = pu._link_summary(seeds)["proxies"]["public"]
+    assert np.isclose(s["vismatch"]["rate_mean"], 0.3) and np.isclose(s["vismatch"]["rate_sd"], np.std([0.2, 0.4], ddof=1))
+    assert s["reid"]["rate_sd"] == 0.0 and s["vismatch"]["ci95_per_seed"] == [[0.1, 0.4], [0.2, 0.6000000000000001]]
+
+
+def test_v2_table_shows_differences_intervals_and_chance():
+    from pu_report import markdown
+
+    diff = {"diff": 0.021, "ci95": [-0.004, 0.046], "row_mean": 0.81, "row_sd": 0.01}
+    ref = {"diff": 0.0, "ci95": [0.0, 0.0], "row_mean": 0.79, "row_sd": 0.02}
+    lk = {"rate_mean": 0.05, "rate_sd": 0.01, "chance": 1 / 72, "ci95_per_seed": [[0.01, 0.1], [0.02, 0.12]]}
+    mem = {"auc": 0.55, "diff": 0.03, "ci95": [-0.05, 0.11]}
+    rows = {"public-ft": {"row": "public-ft", "utility": {"all": {"accuracy": ref, "tar@far=0.01": ref}},
+                          "membership": {"pair_cos": mem}},
+            "pfd": {"row": "pfd", "utility": {"all": {"accuracy": diff, "tar@far=0.01": diff}},
+                    "membership": {"pair_cos": mem}, "membership_verdict": {"leaks": 1, "of": 3},
+                    "linkability": {t: {r: {"vismatch": lk, "reid": lk} for r in ("public", "insider")}
+                                    for t in ("proxies", "reconstructions")}}}
+    doc = {"version": 2, "row_order": ["base", "public-ft", "pfd"], "settings": {"seeds": 3},
+           "scenarios": {"celeba": {"rows": rows, "data": {"private": {"identities": ["a"] * 72, "images": 1589},
+                                                           "test": {"identities": ["b"] * 72, "images": 1567},
+                                                           "pairs": {"all": {"used": 3000, "all_genuine": False}}}}}}
+    text = markdown(doc)
+    assert "### celeba" in text and "Private: 72 identities (1589 images)" in text
+    assert "| pfd | 81.0 ± 1.0 | +2.1 (-0.4, +4.6) |" in text
+    assert "| public-ft | 79.0 ± 2.0 | ref |" in text
+    assert "chance 1.39 %" in text and "5.0 ± 1.0 [1.0–12.0]" in text
+    assert "| 0.55 | +0.03 (-0.05, +0.11) | 1/3 |" in text and "| 0.55 | +0.03 (-0.05, +0.11) | – |" in text
+
+
+def test_augmented_faces_are_reproducible_variants():
+    from pu_augment import AugmentedFaces, augment_image
+
+    faces = TensorFaces(torch.rand(4, 3, 16, 16), [0, 0, 1, 1])
+    a, b = AugmentedFaces(faces, {"crop_scale": [0.6, 0.9]}, seed=3), AugmentedFaces(faces, {"crop_scale": [0.6, 0.9]}, seed=3)
+    first = [a.load(i) for i in range(4)]
+    assert all(torch.equal(x, b.load(i)) for i, x in enumerate(first))  # same seed, same variants
+    assert not torch.equal(a.load(0), first[0])  # the next epoch draws another variant
+    assert all(x.shape == (3, 16, 16) and 0 <= x.min() and x.max() <= 1 for x in first)
+    assert not torch.equal(first[0], faces.load(0)) and a.labels is faces.labels
+    grey = augment_image(faces.load(1), torch.Generator().manual_seed(0), grey_p=1.0)
+    assert torch.equal(grey[0], grey[1]) and torch.equal(grey[1], grey[2])
+    same = augment_image(faces.load(1), torch.Generator().manual_seed(0), crop_scale=(1.0, 1.0), brightness=0.0,
+                         contrast=0.0, grey_p=0.0)
+    assert torch.allclose(same, faces.load(1), atol=1e-6)  # no-op settings leave the image as it is
+
+
+def test_plan_counts_image_passes_by_stage():
+    pu = _pu()
+    s = {"seeds": 3, "ogp": {"epochs": 2}, "rta": {"ipc": 2, "iterations": 60},
+         "downstream": {"epochs": 2, "public_images": 768}, "eval": {"flip": False},
+         "recon": {"iterations": 50, "per_identity": 1, "seeds": 1}}
+    p = pu.plan_passes(s, private_ids=72, private_images=1589, test_images=1567, rows=[r[0] for r in pu.ROWS])
+    assert p["fine-tune (OGP / plain)"]["train"] == 3 * 2 * 2 * 1589  # plain fine-tune + pfd's OGP per seed
+    assert p["RTA"]["invert"] == 3 * 3 * 2 * 72 * 60  # sre2l, rta-only, pfd
+    units = 1 + 7 * 3  # base once, every other row per seed
+    assert p["downstream"]["train"] == (units - 1) * 2 * (768 + 144)
+    assert p["evaluation"]["forward"] == units * (1589 + 1567) + 3 * 6 * 1589
+    assert p["reconstruction"]["invert"] == 6 * 72 * 50
+    only = pu.plan_passes(s, private_ids=72, private_images=1589, test_images=1567, rows=["base", "public-ft", "raw"])
+    assert only["RTA"]["invert"] == 0 and only["fine-tune (OGP / plain)"]["train"] == 3 * 2 * 1589

@@ -280,6 +280,33 @@ def _env() -> dict[str, str]:
 
 
 @pytest.mark.slow
+def test_two_runs_started_together_on_one_state_dir_one_publishes_the_other_is_refused(public, tmp_path):
+    """Two real `pfd distill` processes, seeds 0 and 1, same --out and --state-dir, started at once.
+
+    Before the lock both passed the emptiness check and the release mixed batches of both runs.
+    Now exactly one writes the release; the other stops with a one-line error (the lock's holder,
+    or, if it came second to the marker, the request for --resume) and changes nothing.
+    """
+    py = [sys.executable, "-m", "pfd"]
+    procs = [subprocess.Popen(py + _cli_args(public, tmp_path) + ["--seed", str(seed)], env=_env(), cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in (0, 1)]  # fmt: skip
+    outs = [p.communicate(timeout=600) for p in procs]
+    codes = [p.returncode for p in procs]
+    assert sorted(codes) == [0, 2], (codes, [o[1][-1500:] for o in outs])
+    winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
+    err = outs[loser][1]
+    assert "another pfd distill (pid" in err or "--resume" in err, err[-1500:]
+    assert "Traceback" not in err
+    cfg = load_recipe(tmp_path / "state" / "config.toml")["distill"]
+    assert cfg["ogp"]["seed"] == cfg["rta"]["seed"] == winner  # the config is the publishing run's
+    manifest = json.loads((tmp_path / "release" / "manifest.json").read_text())
+    assert manifest["run_id"] == json.loads((tmp_path / "state" / "pfd-state.json").read_text())["run_id"]
+    assert lint_release(tmp_path / "release", private=open_faces(PRIVATE), state_dir=tmp_path / "state") == []
+    pmap = read_proxy_map(tmp_path / "state")
+    assert sorted(r["file"] for r in pmap["proxies"]) == sorted(manifest["files"])
+
+
+@pytest.mark.slow
 def test_kill_during_rta_then_resume_is_byte_identical(runs, public, tmp_path):
     py = [sys.executable, "-m", "pfd"]
     proc = subprocess.Popen(py + _cli_args(public, tmp_path), env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

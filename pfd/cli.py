@@ -462,14 +462,19 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     \b
     Examples:
       pfd distill                                          # the demo, a few minutes on a CPU
-      pfd distill --method rta-only --out rel-rta --state-dir st-rta
-      pfd distill --method dp-pix --epsilon 1 --out rel-dp --state-dir st-dp
-      pfd distill --method blur --blur-sigma 4 --out rel-blur --state-dir st-blur
+      pfd distill --resume --ogp-steps 800             # the gate refused: train OGP longer, redo the rest
+      pfd distill --method rta-only --out rel-rta --state-dir st-rta --allow-linkable   # ablation row
+      pfd distill --method dp-pix --epsilon 1 --out rel-dp --state-dir st-dp --allow-linkable
+      pfd distill --method blur --blur-sigma 4 --out rel-blur --state-dir st-blur --allow-linkable
       pfd distill --recipe cross-age --private faces/ --public adaface_ir50.ckpt
       pfd distill --recipe cross-age --private faces/ --public r50.pt --resume
       accelerate launch --config_file recipes/accelerate-multi-gpu.yaml -m pfd distill \\
           --recipe surveillance --private faces/ --public r50.pt
       accelerate launch --multi_gpu --num_processes 2 -m pfd distill   # 2 CPU processes (gloo)
+
+    The release is written only if the publication gate passes (OGP below its margin target; pfd's
+    own VisMatch and Re-ID with the public and the adapted model at chance); otherwise nothing is
+    published, the state is kept and the exit status is 2.
 
     Private state goes to --state-dir (mode 0700; never publish it); see docs/distill.md.
     """

@@ -462,7 +462,7 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     \b
     Examples:
       pfd distill                                          # the demo, a few minutes on a CPU
-      pfd distill --resume --ogp-steps 800             # the gate refused: train OGP longer, redo the rest
+      pfd distill --resume --ogp-steps 800                 # the gate refused: train OGP longer, redo the rest
       pfd distill --method rta-only --out rel-rta --state-dir st-rta --allow-linkable   # ablation row
       pfd distill --method dp-pix --epsilon 1 --out rel-dp --state-dir st-dp --allow-linkable
       pfd distill --method blur --blur-sigma 4 --out rel-blur --state-dir st-blur --allow-linkable

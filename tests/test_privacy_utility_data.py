@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -74,6 +75,19 @@ def test_resolver_celeba_parts_on_a_folder_tree(tmp_path):
         assert faces.size == 16
     assert res.info["celeba"]["private"]["identities"] == 3
     assert res("celeba:test") is parts["test"]  # opened once
+
+
+def test_resolver_keeps_the_central_square_of_celeba_crops(tmp_path):
+    counts = {f"p{k:02d}": 12 for k in range(8)}
+    _tree(tmp_path / "celeba-faces", counts)
+    whole = SpecResolver(tmp_path, size=32, celeba={"private": 3, "test": 3})("celeba:private")
+    centre = SpecResolver(tmp_path, size=16, celeba={"private": 3, "test": 3}, celeba_center=0.5)("celeba:private")
+    assert centre.size == 16 and centre.identities == whole.identities and len(centre) == len(whole)
+    # read at 16 / 0.5 = 32 px, then the central 16 px: exactly the middle of the whole image
+    assert torch.equal(centre.images, whole.images[:, :, 8:24, 8:24])
+    assert centre.name(0) == whole.name(0)
+    with pytest.raises(PfdError, match="celeba_center"):
+        SpecResolver(tmp_path, size=16, celeba_center=0.0)
 
 
 def test_resolver_plain_specs_and_errors(tmp_path):

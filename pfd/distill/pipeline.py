@@ -356,6 +356,7 @@ class Distillation:
                 "identities": list(self.faces.identities),
                 "centers": identity_centers(E, self.faces.labels, self.N),  # original space, (N, D)
                 "cos_rotated": (E_rot * E).sum(1),  # cos(M e, e) per private image, (n,)
+                "embeddings": E,  # (n, D) original space: the insider's gallery in the publication gate
                 "rotated": self.rotated,
             }
             if cfg.method in REAL_IMAGE_METHODS:
@@ -440,7 +441,10 @@ class Distillation:
         proxies = torch.cat([d["proxies"] for d in docs]).float().div_(255.0)  # (NK, 3, S, S)
         labels = np.asarray(self.faces.labels)
         embed = lambda model, x: Embedder(model, batch_size=256, device=self.acc.device)(x)  # noqa: E731
-        insider = (torch.cat([d["embeddings"] for d in docs]), embed(backbone, self.faces))
+        # The private gallery in the adapted model was embedded by the prototypes stage (a state dir
+        # from before it stored them is embedded again).
+        gallery = protos["embeddings"] if "embeddings" in protos else embed(backbone, self.faces)
+        insider = (torch.cat([d["embeddings"] for d in docs]), gallery)
         public_model = load_backbone(self.state.public_model).to(self.acc.device)
         public = (embed(public_model, proxies), embed(public_model, self.faces))
         rotated = bool(protos.get("rotated", False))

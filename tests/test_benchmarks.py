@@ -76,7 +76,7 @@ def test_rescore_bounds_the_membership_p_exactly_and_widens_clustered_links(benc
     auc = float((a[:, None] > b[None, :]).mean())
     assert report.mann_whitney_tail(auc, 28, 10) == pytest.approx(
         mannwhitneyu(a, b, alternative="greater", method="exact").pvalue, rel=1e-9)
-    doc = json.loads((BENCH / "results" / "privacy_utility.json").read_text())
+    doc = json.loads((BENCH / "results" / "privacy_utility_v1.json").read_text())  # the v1 protocol's rows
     base = report.rescore_membership(doc["rows"]["base"]["membership"])
     # Its oriented AUC 0.71 was "LEAKS" under the old rule; a priori members are looser (AUC 0.29).
     assert doc["rows"]["base"]["membership"]["best_single"]["auc"] > 0.7
@@ -88,3 +88,22 @@ def test_rescore_bounds_the_membership_p_exactly_and_widens_clustered_links(benc
     # Linkability: 0/140 with K = 5 is 0/28 effective trials, so no longer "below chance" 1/28.
     link = report.rescore_link({"rate": 0.0, "n": 140, "count": 0, "ci95": [0.0, 0.026], "chance": 1 / 28}, 5)
     assert link["n_eff"] == 28 and link["ci95"][1] == pytest.approx(1 - 0.025 ** (1 / 28)) and link["verdict"] == "≈ chance"
+
+
+def test_ablation_variants_change_only_their_settings_and_the_table_counts_links(bench_modules):
+    pu, _ = bench_modules
+    abl = importlib.import_module("pu_ablation")
+    base = abl.variant_settings("default")
+    assert base["seeds"] == 1 and base["rta"] == pu.SETTINGS["rta"] and "method" not in base
+    raw4 = abl.variant_settings("raw-ipc4")
+    assert raw4["rta"]["ipc"] == 4 and raw4["method"] == "raw" and raw4["ogp"] == pu.SETTINGS["ogp"]
+    assert pu.SETTINGS["rta"]["ipc"] != 4  # the merge copied, it did not write into the benchmark's settings
+    assert len({pu.settings_hash(abl.variant_settings(n)) for n in abl.VARIANTS}) == len(abl.VARIANTS)
+    diff = {"diff": 0.01, "ci95": [-0.005, 0.02]}
+    links = {f"proxies/public/{a}": {"rate": 0.02, "chance": 1 / 72, "ci95": [0.0, 0.08], "above_chance": False}
+             for a in ("vismatch", "reid")}
+    links["reconstructions/insider/reid"] = {"rate": 0.3, "chance": 1 / 72, "ci95": [0.2, 0.4], "above_chance": True}
+    summary = {"accuracy": diff, "tar@far=0.01": diff, "links": links, "below_margin": 0.97, "seconds": 12.0,
+               "membership": {"pair_cos": {"diff": 0.02}, "proto_ce": {"diff": -0.01}}}
+    row = next(ln for ln in abl.markdown({"variants": {"ipc1": {"summary": summary}}}).splitlines() if ln.startswith("| ipc1"))
+    assert "+1.0 (-0.5, +2.0)" in row and "| 1 | 30.0 (1.4) reconstructions/insider/reid |" in row and "+0.020" in row

@@ -1,0 +1,217 @@
+"""Ablations of pfd inside the paper's method, on the CelebA scenario of ``privacy_utility.py``.
+
+Each variant changes one group of settings of the benchmark's pfd row (K proxies per identity,
+RTA iterations, λ_RTA, λ_BN and the first-layer BN weight, augmentation, the rotation's
+initialisation and repulsion margin) and runs one (row, seed) unit exactly as the benchmark does:
+distillation, downstream fine-tuning, utility on the CelebA test pairs, the 8 linkability figures
+(proxies and reconstructions, public and insider attacker) and the membership audit. Utility is
+reported as a difference against the benchmark's ``public-ft`` of the same seed (identity
+bootstrap, :func:`pu_stats.paired_difference`), membership as the a-priori AUC difference against
+``base`` (:func:`pu_stats.auc_difference`); both references are read from the main run's work dir
+and results, so run ``privacy_utility.py --scenario celeba --rows base public-ft pfd`` first.
+
+One seed per variant: a variant's utility difference is within the seed noise of the main table
+(its sd) unless it exceeds it; the table says so beside each figure.
+
+Usage:
+    python benchmarks/pu_ablation.py --work DIR [--variants ipc1 iters120] [--force]
+    python benchmarks/pu_ablation.py --list
+
+Results: ``benchmarks/results/pu_ablation.json`` and ``.md`` (resumable per variant; a variant
+whose settings changed is rerun). Run by hand, not in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path[:0] = [str(Path(__file__).resolve().parent)]
+
+import privacy_utility as pu  # noqa: E402
+from pfd.attacks.report import jsonable  # noqa: E402
+from pfd.io import atomic_write_json, atomic_write_text  # noqa: E402
+from pu_data import SCENARIOS, Scenario, SpecResolver  # noqa: E402
+from pu_stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far  # noqa: E402
+
+#: name -> (what changed, settings overrides merged into the benchmark's SETTINGS).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "default": ("the benchmark's pfd row", {}),
+    "ipc1": ("K = 1 proxy per identity", {"rta": {"ipc": 1}}),
+    "ipc4": ("K = 4 proxies per identity", {"rta": {"ipc": 4}}),
+    # The yardstick of ipc4's utility: raw at the same K (method raw; no RTA, cheap).
+    "raw-ipc4": ("raw release, K = 4 (not pfd: the yardstick for ipc4)", {"rta": {"ipc": 4}, "method": "raw"}),
+    "iters120": ("RTA 120 iterations", {"rta": {"iterations": 120}}),
+    "lbn0": ("λ_BN 0 (no BN-statistic term)", {"rta": {"lambda_bn": 0.0}}),
+    "bn1x": ("first-layer BN weight 1 (not 10)", {"rta": {"first_bn_multiplier": 1.0}}),
+    "augment": ("RTA augmentation: crop 0.5-1, flip, shift 4", {"rta": {"crop_scale": [0.5, 1.0], "flip": True, "shift": 4}}),
+    "init0.5": ("rotation init scale 0.5 (not 0.1)", {"ogp": {"init_scale": 0.5}}),
+    "repm0": ("repulsion margin 0 (not 0.1)", {"ogp": {"rep_margin": 0.0}}),
+    "repm0.2": ("repulsion margin 0.2", {"ogp": {"rep_margin": 0.2}}),
+    "iters30": ("RTA 30 iterations", {"rta": {"iterations": 30}}),
+    "lrta10": ("λ_RTA 10", {"rta": {"lambda_rta": 10.0}}),
+    "lrta200": ("λ_RTA 200", {"rta": {"lambda_rta": 200.0}}),
+    "lbn0.05": ("λ_BN 0.05", {"rta": {"lambda_bn": 0.05}}),
+}
+
+
+def variant_settings(name: str) -> dict[str, Any]:
+    """The benchmark's settings with variant ``name``'s overrides (one seed)."""
+    over = dict(VARIANTS[name][1])
+    over.pop("method", None)
+    s = pu._merge(pu.SETTINGS, over)
+    s["seeds"] = 1
+    if "method" in VARIANTS[name][1]:
+        s["method"] = VARIANTS[name][1]["method"]
+    s["public_model"] = pu.public_settings(False)
+    return s
+
+
+def _reference(main_doc: dict[str, Any], main_work: Path, scenario: str) -> dict[str, Any]:
+    units = main_doc.get("scenarios", {}).get(scenario, {}).get("units", {})
+    need = ["base/seed0", "public-ft/seed0"]
+    missing = [k for k in need if k not in units]
+    scores = main_work / scenario / "rows" / "public-ft" / "seed0" / "scores" / "all.npy"
+    if missing or not scores.is_file():
+        raise SystemExit(f"the main run lacks {missing or [str(scores)]}; run privacy_utility.py --scenario "
+                         f"{scenario} --rows base public-ft first (same --work)")
+    return {"base": units["base/seed0"], "public_ft_scores": np.load(scores),
+            "pfd": units.get("pfd/seed0"), "settings_hash": main_doc.get("settings_hash")}
+
+
+def summarise(bench: pu.Bench, unit: dict[str, Any], ref: dict[str, Any], scores: np.ndarray) -> dict[str, Any]:
+    """Utility vs public-ft, linkability verdicts and membership vs base of one unit."""
+    e, pairs = bench.s["eval"], bench.pairs["all"]
+    y, w = pairs.issame, bench.weights["all"]
+    acc = lambda sc, ww: weighted_kfold_accuracy(sc, y, ww, folds=e["folds"])  # noqa: E731
+    tar = lambda sc, ww: weighted_tar_at_far(sc, y, ww, 1e-2)  # noqa: E731
+    out: dict[str, Any] = {
+        "accuracy": paired_difference(acc, [scores], [ref["public_ft_scores"]], w),
+        "tar@far=0.01": paired_difference(tar, [scores], [ref["public_ft_scores"]], w),
+        "links": {}, "membership": {},
+    }
+    for target, roles in unit.get("linkability", {}).items():
+        if target not in ("proxies", "reconstructions"):
+            continue
+        for role, attacks in roles.items():
+            for attack, r in attacks.items():
+                out["links"][f"{target}/{role}/{attack}"] = {
+                    "rate": r["rate"], "chance": r["chance"], "ci95": r["ci95"], "above_chance": r["ci95"][0] > r["chance"]}
+    base = ref["base"]["membership"]["scores"]
+    for st in pu.MIA_STATS:
+        sc = unit["membership"]["scores"][st]
+        out["membership"][st] = auc_difference([(np.asarray(sc["members"]), np.asarray(sc["nonmembers"]))],
+                                               (np.asarray(base[st]["members"]), np.asarray(base[st]["nonmembers"])),
+                                               replicates=e["bootstrap"], seed=e["seed"])
+    d = unit.get("distill", {})
+    out["below_margin"] = (d.get("rates") or {}).get("below_margin")
+    out["own_prototype"] = (d.get("rates") or {}).get("own_prototype")
+    out["ogp_steps"] = (d.get("counts") or {}).get("ogp_steps")
+    out["seconds"] = unit["times_s"]["total"]
+    return out
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The ablation table: one row per variant."""
+    head = ("| variant | change | Δacc vs public-ft (95 % CI) | ΔTAR@1e-2 | links above chance (of 8) | "
+            "largest link rate (chance) | ΔAUC vs base, max of 4 | below margin | s |")
+    lines = [f"# pfd ablations on CelebA (one seed each; {doc.get('date', '')})", "",
+             "Utility differences are against `public-ft` seed 0; the main table's seed sd for pfd is the yardstick "
+             "for whether a change is more than noise. A link is above chance when its clustered 95 % interval lies "
+             "above the gallery's chance.", "", head, "|" + "---|" * 9]
+    for name in VARIANTS:
+        v = doc.get("variants", {}).get(name)
+        if not v:
+            continue
+        s = v["summary"]
+        a, t = s["accuracy"], s["tar@far=0.01"]
+        links = s["links"]
+        above = sum(x["above_chance"] for x in links.values())
+        top = max(links.items(), key=lambda kv: kv[1]["rate"] - kv[1]["chance"]) if links else None
+        top_s = f"{100 * top[1]['rate']:.1f} ({100 * top[1]['chance']:.1f}) {top[0]}" if top else "–"
+        dauc = max((m["diff"] for m in s["membership"].values()), default=float("nan"))
+        bm = s.get("below_margin")
+        lines.append(f"| {name} | {VARIANTS[name][0]} | {100 * a['diff']:+.1f} ({100 * a['ci95'][0]:+.1f}, "
+                     f"{100 * a['ci95'][1]:+.1f}) | {100 * t['diff']:+.1f} | {above} | {top_s} | {dauc:+.3f} | "
+                     f"{'–' if bm is None else f'{bm:.3f}'} | {s['seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--work", help="the main run's --work folder (its base and public-ft units)")
+    ap.add_argument("--results", default=str(pu.REPO / "benchmarks" / "results"))
+    ap.add_argument("--data-root", default=None)
+    ap.add_argument("--variants", nargs="+", help=f"subset of {list(VARIANTS)}")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--list", action="store_true")
+    args = ap.parse_args(argv)
+    if args.list:
+        for k, (what, over) in VARIANTS.items():
+            print(f"{k:10s} {what}: {over}")
+        return 0
+    if not args.work:
+        ap.error("--work is required: the main run's work folder")
+    unknown = sorted(set(args.variants or []) - set(VARIANTS))
+    if unknown:
+        ap.error(f"unknown variant(s) {unknown}")
+    torch.set_num_threads(args.threads)
+    work, results = Path(args.work).expanduser(), Path(args.results)
+    main_doc = json.loads((results / "privacy_utility.json").read_text())
+    ref = _reference(main_doc, work, "celeba")
+    json_path, md_path = results / "pu_ablation.json", results / "pu_ablation.md"
+    doc: dict[str, Any] = json.loads(json_path.read_text()) if json_path.is_file() else {}
+    doc.setdefault("variants", {})
+    given = [Path(args.data_root)] if args.data_root else [pu.REPO.parent / "shared" / "data", Path("/work/shared/data")]
+    data_root = next(c.resolve() for c in given if c.is_dir())
+    s0 = variant_settings("default")
+    cs = s0["split"]
+    resolver = SpecResolver(data_root, size=s0["public_model"]["train"]["size"], celeba=cs["celeba"],
+                            yale_seed=cs["yale_seed"], yale_private=cs["yale_private"],
+                            celeba_center=cs.get("celeba_center", 1.0))
+    public, _ = pu.train_public(s0, resolver, work, progress=False)
+    sc0 = SCENARIOS["celeba"]
+    scenario = Scenario(sc0.name, tuple(s0["public_model"]["train"]["data"]), sc0.private, sc0.test, sc0.light_subsets)
+    # "default" last: it reuses the main run's pfd seed 0 when that has finished by then.
+    for name in sorted(args.variants or list(VARIANTS), key=lambda n: n == "default"):
+        s = variant_settings(name)
+        key = pu.settings_hash(s)
+        have = doc["variants"].get(name)
+        if have and have.get("settings_hash") == key and not args.force:
+            continue
+        bench = pu.Bench(s, scenario, resolver=resolver, work=work / "celeba-ablation" / name, public=public,
+                         progress=False)
+        main_pfd = ref["pfd"]
+        main_same = key == pu.settings_hash({**copy.deepcopy(main_doc["settings"]), "seeds": 1})
+        if name == "default" and main_pfd is not None and main_same:
+            unit = main_pfd  # the main run's pfd seed 0 is this variant: reuse it and its scores
+            scores = np.load(work / "celeba" / "rows" / "pfd" / "seed0" / "scores" / "all.npy")
+        else:
+            print(f"[ablation {name}] start {time.strftime('%H:%M:%S')}", flush=True)
+            method = VARIANTS[name][1].get("method", "pfd")
+            unit = jsonable(bench.unit(method, method, {}, 0, None))
+            scores = np.load(bench.work / "rows" / method / "seed0" / "scores" / "all.npy")
+        summary = jsonable(summarise(bench, unit, ref, scores))
+        doc["variants"][name] = {"settings_hash": key, "overrides": VARIANTS[name][1], "summary": summary,
+                                 "main_settings_hash": ref["settings_hash"]}
+        doc["date"] = time.strftime("%Y-%m-%d %H:%M %Z")
+        atomic_write_json(json_path, jsonable(doc))
+        atomic_write_text(md_path, markdown(doc))
+        a = summary["accuracy"]
+        print(f"[ablation {name}] Δacc {100 * a['diff']:+.1f} pts, links above chance "
+              f"{sum(x['above_chance'] for x in summary['links'].values())}/8, {summary['seconds']:.0f} s", flush=True)
+    print(markdown(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

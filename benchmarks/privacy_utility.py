@@ -650,6 +650,25 @@ def print_plan(settings: dict[str, Any], scenarios: list[Scenario], resolver: Sp
     return total
 
 
+def merge_results(json_path: Path, other_path: Path, key: str) -> int:
+    """Copy ``other_path``'s scenarios (and their public-model curves) into ``json_path``: one table
+    from scenarios run in parallel processes. Both must hold the current settings (same hash)."""
+    doc, other = (json.loads(p.read_text()) for p in (json_path, other_path))
+    bad = [str(p) for p, d in ((json_path, doc), (other_path, other)) if d.get("settings_hash") != key]
+    if bad:
+        raise SystemExit(f"{', '.join(bad)}: made with other settings than this script's; rerun it, do not merge")
+    for name, sdoc in other.get("scenarios", {}).items():
+        doc["scenarios"][name] = sdoc
+        curve = (other.get("public_model") or {}).get("verification_curve", {}).get(name)
+        if curve is not None:
+            doc.setdefault("public_model", {}).setdefault("verification_curve", {})[name] = curve
+        print(f"merged scenario {name} ({len(sdoc.get('units', {}))} units) from {other_path}")
+    doc.setdefault("merged_runs_s", {})[str(other_path)] = other.get("last_run_s")
+    atomic_write_json(json_path, jsonable(doc))
+    atomic_write_text(json_path.with_suffix(".md"), markdown(doc))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", nargs="+", help=f"presets to run (default: all of {sorted(SCENARIOS)})")
@@ -672,6 +691,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", action="store_true", help="print the estimated cost of the run by stage and exit")
     ap.add_argument("--speed", type=float, default=1.0, help="--plan: this machine's speed relative to the assumed "
                     f"throughputs {THROUGHPUT} (images/s)")
+    ap.add_argument("--merge-from", metavar="JSON", help="copy the scenarios of another results json made with the "
+                    "same settings (e.g. a scenario run in a second process with --results DIR) into this one, and exit")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
@@ -718,6 +739,8 @@ def main(argv: list[str] | None = None) -> int:
                row_order=names)
     if args.public_only:
         rows = [r for r in ROWS if r[0] == "base"]
+    if args.merge_from:
+        return merge_results(json_path, Path(args.merge_from), key)
     if args.plan:
         print_plan(settings, scenarios, resolver, [r[0] for r in rows], speed=args.speed)
         return 0

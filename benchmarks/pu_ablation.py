@@ -42,6 +42,7 @@ from pfd.io import atomic_write_json, atomic_write_text  # noqa: E402
 from pu_data import SCENARIOS, Scenario, SpecResolver  # noqa: E402
 from pu_stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far  # noqa: E402
 
+STRONG: dict[str, Any] = {"downstream": {"epochs": 6, "lr": 0.05}}
 #: name -> (what changed, settings overrides merged into the benchmark's SETTINGS).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "default": ("the benchmark's pfd row", {}),
@@ -49,6 +50,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "ipc4": ("K = 4 proxies per identity", {"rta": {"ipc": 4}}),
     # The yardstick of ipc4's utility: raw at the same K (method raw; no RTA, cheap).
     "raw-ipc4": ("raw release, K = 4 (not pfd: the yardstick for ipc4)", {"rta": {"ipc": 4}, "method": "raw"}),
+    "raw-ipc10": ("raw release, K = 10 (not pfd: how much real data moves utility here)", {"rta": {"ipc": 10}, "method": "raw"}),
     "iters120": ("RTA 120 iterations", {"rta": {"iterations": 120}}),
     "lbn0": ("λ_BN 0 (no BN-statistic term)", {"rta": {"lambda_bn": 0.0}}),
     "bn1x": ("first-layer BN weight 1 (not 10)", {"rta": {"first_bn_multiplier": 1.0}}),
@@ -56,6 +58,14 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "init0.5": ("rotation init scale 0.5 (not 0.1)", {"ogp": {"init_scale": 0.5}}),
     "repm0": ("repulsion margin 0 (not 0.1)", {"ogp": {"rep_margin": 0.0}}),
     "repm0.2": ("repulsion margin 0.2", {"ogp": {"rep_margin": 0.2}}),
+    # A stronger downstream training on the main run's seed-0 releases (no new distillation): does
+    # the benchmark's light fine-tune (2 epochs, lr 0.02) compress utility and membership? Each is
+    # compared with public-ft under the same training ("ds6-public-ft"), not the main one.
+    "ds6-public-ft": ("downstream 6 epochs, lr 0.05: public-ft", STRONG | {"method": "public-ft", "reuse": True}),
+    "ds6-raw": ("downstream 6 epochs, lr 0.05: raw (main run's release)", STRONG | {"method": "raw", "reuse": True}),
+    "ds6-rta-only": ("downstream 6 epochs, lr 0.05: rta-only (main run's release)",
+                     STRONG | {"method": "rta-only", "reuse": True}),
+    "ds6-pfd": ("downstream 6 epochs, lr 0.05: pfd (main run's release)", STRONG | {"method": "pfd", "reuse": True}),
     "iters30": ("RTA 30 iterations", {"rta": {"iterations": 30}}),
     "lrta10": ("λ_RTA 10", {"rta": {"lambda_rta": 10.0}}),
     "lrta200": ("λ_RTA 200", {"rta": {"lambda_rta": 200.0}}),
@@ -67,10 +77,12 @@ def variant_settings(name: str) -> dict[str, Any]:
     """The benchmark's settings with variant ``name``'s overrides (one seed)."""
     over = dict(VARIANTS[name][1])
     over.pop("method", None)
+    over.pop("reuse", None)
     s = pu._merge(pu.SETTINGS, over)
     s["seeds"] = 1
-    if "method" in VARIANTS[name][1]:
-        s["method"] = VARIANTS[name][1]["method"]
+    for k in ("method", "reuse"):
+        if k in VARIANTS[name][1]:
+            s[k] = VARIANTS[name][1][k]
     s["public_model"] = pu.public_settings(False)
     return s
 
@@ -119,6 +131,51 @@ def summarise(bench: pu.Bench, unit: dict[str, Any], ref: dict[str, Any], scores
     return out
 
 
+def reuse_release(bench: pu.Bench, method: str, main_rows: Path) -> tuple[dict[str, Any], np.ndarray]:
+    """Downstream training, utility and membership on the main run's seed-0 release of ``method``
+    (``public-ft``: no release) under this variant's downstream settings; ``(unit, scores)``."""
+    root = bench.work / "rows" / method / "seed0"
+    root.mkdir(parents=True, exist_ok=True)
+    release = None if method == "public-ft" else main_rows / method / "seed0" / "release"
+    t0 = time.perf_counter()
+    model = bench.downstream(release, root / "downstream", 0)
+    unit = {"utility": bench.utility(model, root / "scores"), "membership": bench.membership(model)}
+    unit["times_s"] = {"total": round(time.perf_counter() - t0, 1)}
+    return jsonable(unit), np.load(root / "scores" / "all.npy")
+
+
+def _store(doc: dict[str, Any], name: str, key: str, summary: dict[str, Any], ref: dict[str, Any], json_path: Path,
+           md_path: Path, *, scores: np.ndarray | None = None) -> None:
+    doc["variants"][name] = {"settings_hash": key, "overrides": VARIANTS[name][1], "summary": summary,
+                             "main_settings_hash": ref["settings_hash"]}
+    if scores is not None:  # a reference for the variants of its group
+        doc["variants"][name]["scores"] = scores.tolist()
+    doc["date"] = time.strftime("%Y-%m-%d %H:%M %Z")
+    atomic_write_json(json_path, jsonable(doc))
+    atomic_write_text(md_path, markdown(doc))
+    a = summary["accuracy"]
+    print(f"[ablation {name}] Δacc {100 * a['diff']:+.1f} pts, links above chance "
+          f"{sum(x['above_chance'] for x in summary['links'].values())}/{len(summary['links'])}, "
+          f"{summary['seconds']:.0f} s", flush=True)
+
+
+def release_geometry(release: Path, model: Path) -> dict[str, float]:
+    """How "solved" a release is for ``model``: mean cosine within and between labels, and the share
+    of released images whose nearest other released image has the same label (``nn_same``)."""
+    from pfd.attacks.models import load_attacker
+    from pfd.data.release import read_release
+
+    a = load_attacker(model, role="model", progress=False)
+    faces = read_release(release, size=a.size)
+    e = torch.nn.functional.normalize(a.embed(faces), dim=1)  # (n, D)
+    y = torch.as_tensor(np.asarray(faces.labels))
+    sim = e @ e.T  # (n, n)
+    same = (y[:, None] == y[None, :]) & ~torch.eye(len(y), dtype=torch.bool)
+    nn_sim = sim.clone().fill_diagonal_(-2.0)
+    return {"within": float(sim[same].mean()), "between": float(sim[y[:, None] != y[None, :]].mean()),
+            "nn_same": float((y[nn_sim.argmax(1)] == y).float().mean()), "n": len(y)}
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The ablation table: one row per variant."""
     head = ("| variant | change | Δacc vs public-ft (95 % CI) | ΔTAR@1e-2 | links above chance (of 8) | "
@@ -134,7 +191,7 @@ def markdown(doc: dict[str, Any]) -> str:
         s = v["summary"]
         a, t = s["accuracy"], s["tar@far=0.01"]
         links = s["links"]
-        above = sum(x["above_chance"] for x in links.values())
+        above = str(sum(x["above_chance"] for x in links.values())) if links else "– (same release)"
         top = max(links.items(), key=lambda kv: kv[1]["rate"] - kv[1]["chance"]) if links else None
         top_s = f"{100 * top[1]['rate']:.1f} ({100 * top[1]['chance']:.1f}) {top[0]}" if top else "–"
         dauc = max((m["diff"] for m in s["membership"].values()), default=float("nan"))
@@ -154,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--geometry", action="store_true", help="print release_geometry of the main run's seed-0 "
+                    "releases in the public model, and exit")
     args = ap.parse_args(argv)
     if args.list:
         for k, (what, over) in VARIANTS.items():
@@ -165,6 +224,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown variant(s) {unknown}")
     torch.set_num_threads(args.threads)
+    if args.geometry:
+        rows = Path(args.work).expanduser() / "celeba" / "rows"
+        s0 = variant_settings("default")  # the public model's folder, as train_public names it
+        public = Path(args.work).expanduser() / f"public-{pu.settings_hash({**s0['public_model'], 'split': s0['split']})[:8]}" / "model.pt"
+        for method in ("raw", "blur", "dp-pix", "sre2l", "rta-only", "pfd"):
+            if (rows / method / "seed0" / "release").is_dir():
+                g = release_geometry(rows / method / "seed0" / "release", public)
+                print(f"{method:9s} within {g['within']:.3f}  between {g['between']:.3f}  nn_same {g['nn_same']:.3f}  (n {g['n']})")
+        return 0
     work, results = Path(args.work).expanduser(), Path(args.results)
     main_doc = json.loads((results / "privacy_utility.json").read_text())
     ref = _reference(main_doc, work, "celeba")
@@ -195,20 +263,26 @@ def main(argv: list[str] | None = None) -> int:
         if name == "default" and main_pfd is not None and main_same:
             unit = main_pfd  # the main run's pfd seed 0 is this variant: reuse it and its scores
             scores = np.load(work / "celeba" / "rows" / "pfd" / "seed0" / "scores" / "all.npy")
+        elif s.get("reuse"):
+            print(f"[ablation {name}] start {time.strftime('%H:%M:%S')}", flush=True)
+            unit, scores = reuse_release(bench, s["method"], work / "celeba" / "rows")
+            if s["method"] == "public-ft":
+                ds_scores = scores
+            else:
+                ds_ref = doc["variants"].get("ds6-public-ft")
+                if ds_ref is None:
+                    raise SystemExit("run the ds6-public-ft variant before the other ds6 variants")
+                ds_scores = np.asarray(ds_ref["scores"])
+            summary = jsonable(summarise(bench, unit, {**ref, "public_ft_scores": ds_scores}, scores))
+            _store(doc, name, key, summary, ref, json_path, md_path, scores=scores)
+            continue
         else:
             print(f"[ablation {name}] start {time.strftime('%H:%M:%S')}", flush=True)
             method = VARIANTS[name][1].get("method", "pfd")
             unit = jsonable(bench.unit(method, method, {}, 0, None))
             scores = np.load(bench.work / "rows" / method / "seed0" / "scores" / "all.npy")
         summary = jsonable(summarise(bench, unit, ref, scores))
-        doc["variants"][name] = {"settings_hash": key, "overrides": VARIANTS[name][1], "summary": summary,
-                                 "main_settings_hash": ref["settings_hash"]}
-        doc["date"] = time.strftime("%Y-%m-%d %H:%M %Z")
-        atomic_write_json(json_path, jsonable(doc))
-        atomic_write_text(md_path, markdown(doc))
-        a = summary["accuracy"]
-        print(f"[ablation {name}] Δacc {100 * a['diff']:+.1f} pts, links above chance "
-              f"{sum(x['above_chance'] for x in summary['links'].values())}/8, {summary['seconds']:.0f} s", flush=True)
+        _store(doc, name, key, summary, ref, json_path, md_path)
     print(markdown(doc))
     return 0
 

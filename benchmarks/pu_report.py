@@ -14,7 +14,8 @@ linkability figures) are re-scored from what the json stores, without rerunning 
   interval at ``n_eff = n / K`` is conservative (never narrower than the true clustered one); with
   every private identity a source of ``K`` proxies, chance is ``1/N`` for both attacks.
 
-``python benchmarks/pu_report.py [json]`` re-scores the json in place (adds ``rescored`` to each
+``python benchmarks/pu_report.py [json]`` (default: the v1 results, ``privacy_utility_v1.json``;
+version-2 results are scored when written) re-scores the json in place (adds ``rescored`` to each
 row) and rewrites the markdown beside it.
 """
 
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     from pfd.io import atomic_write_json, atomic_write_text
 
     args = sys.argv[1:] if argv is None else argv
-    path = Path(args[0] if args else Path(__file__).parent / "results" / "privacy_utility.json")
+    path = Path(args[0] if args else Path(__file__).parent / "results" / "privacy_utility_v1.json")
     doc = rescore(json.loads(path.read_text()))
     atomic_write_json(path, doc)
     atomic_write_text(path.with_suffix(".md"), markdown(doc))

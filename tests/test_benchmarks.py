@@ -107,3 +107,26 @@ def test_ablation_variants_change_only_their_settings_and_the_table_counts_links
                "membership": {"pair_cos": {"diff": 0.02}, "proto_ce": {"diff": -0.01}}}
     row = next(ln for ln in abl.markdown({"variants": {"ipc1": {"summary": summary}}}).splitlines() if ln.startswith("| ipc1"))
     assert "+1.0 (-0.5, +2.0)" in row and "| 1 | 30.0 (1.4) reconstructions/insider/reid |" in row and "+0.020" in row
+
+
+def test_merge_joins_scenarios_run_in_parallel_and_refuses_other_settings(bench_modules, tmp_path):
+    import json
+
+    pu, _ = bench_modules
+    key = "k" * 16
+    a = {"version": 2, "settings_hash": key, "settings": {"seeds": 3}, "scenarios": {"celeba": {"units": {"base/seed0": {}}, "rows": {}}},
+         "public_model": {"verification_curve": {"celeba": []}}}
+    b = {"version": 2, "settings_hash": key, "settings": {"seeds": 3}, "last_run_s": 60.0,
+         "scenarios": {"yaleb": {"units": {"base/seed0": {}, "raw/seed0": {}}, "rows": {}}},
+         "public_model": {"verification_curve": {"yaleb": [{"step": 1, "accuracy": 0.5}]}}}
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    assert pu.merge_results(tmp_path / "a.json", tmp_path / "b.json", key) == 0
+    merged = json.loads((tmp_path / "a.json").read_text())
+    assert set(merged["scenarios"]) == {"celeba", "yaleb"} and len(merged["scenarios"]["yaleb"]["units"]) == 2
+    assert merged["public_model"]["verification_curve"]["yaleb"][0]["accuracy"] == 0.5
+    assert "### yaleb" in (tmp_path / "a.md").read_text()
+    b["settings_hash"] = "other"
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    with pytest.raises(SystemExit, match="other settings"):
+        pu.merge_results(tmp_path / "a.json", tmp_path / "b.json", key)

@@ -105,8 +105,9 @@ PLAIN_FINETUNE = ("raw", "blur", "dp-pix", "sre2l", "rta-only")
 #: Statistics of the MIA compared with base (a-priori AUC, higher = member).
 MIA_STATS = ("pair_cos", "vmf_kappa", "pen_logit", "proto_ce")
 
-# Settings (docs/benchmarks.md says why each number). NOT yet run at these values: the next run
-# measures them; "budget" notes in the docs say which knobs bring the run under 90 min.
+# Settings (docs/benchmarks.md says why each number). The committed table (2026-11-30) was run at
+# these values; its ablations point the next run at downstream epochs 6 / lr 0.05 and a larger K
+# (docs/benchmarks.md, "Reading"), and the Cost notes say which knobs bring the run under 90 min.
 SETTINGS: dict[str, Any] = {
     "seeds": 3,
     # celeba_center: the central 0.68 of each loose CelebA crop (~76 of 112 px, the detection box).

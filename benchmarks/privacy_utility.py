@@ -550,8 +550,10 @@ def _digest(path: Path) -> str:
 def _same_training(path: Path, cfg: TrainConfig) -> bool:
     if not path.is_file():
         return False
-    stored = (load_checkpoint(path).get("config") or {}).get("train")
-    return stored == config_to_dict(cfg)
+    stored = dict((load_checkpoint(path).get("config") or {}).get("train") or {})
+    # Where it was written is not what it is: a work dir moved or copied elsewhere keeps its model.
+    stored.pop("out", None)
+    return bool(stored) and stored == {k: v for k, v in config_to_dict(cfg).items() if k != "out"}
 
 
 def _toml_roundtrip(d: dict[str, Any]) -> dict[str, Any]:

@@ -130,3 +130,15 @@ def test_merge_joins_scenarios_run_in_parallel_and_refuses_other_settings(bench_
     (tmp_path / "b.json").write_text(json.dumps(b))
     with pytest.raises(SystemExit, match="other settings"):
         pu.merge_results(tmp_path / "a.json", tmp_path / "b.json", key)
+
+
+def test_cached_public_model_is_reused_from_a_moved_work_dir_but_not_with_other_settings(bench_modules, tmp_path, monkeypatch):
+    pu, _ = bench_modules
+    cfg = pu.build_config(pu.TrainConfig, {"epochs": 3, "out": str(tmp_path / "new" / "public-x")})
+    stored = {"train": {**pu.config_to_dict(cfg), "out": "/elsewhere/public-x"}}
+    (tmp_path / "model.pt").write_bytes(b"x")
+    monkeypatch.setattr(pu, "load_checkpoint", lambda path: {"config": stored})
+    assert pu._same_training(tmp_path / "model.pt", cfg)
+    stored["train"]["epochs"] = 4
+    assert not pu._same_training(tmp_path / "model.pt", cfg)
+    assert not pu._same_training(tmp_path / "absent.pt", cfg)

@@ -142,3 +142,33 @@ def test_cached_public_model_is_reused_from_a_moved_work_dir_but_not_with_other_
     stored["train"]["epochs"] = 4
     assert not pu._same_training(tmp_path / "model.pt", cfg)
     assert not pu._same_training(tmp_path / "absent.pt", cfg)
+
+
+def test_units_group_by_scenario_and_seed_costliest_first(bench_modules):
+    pu, _ = bench_modules
+    todo = {"yaleb": [("base", 0), ("raw", 0), ("pfd", 0), ("raw", 1)], "celeba": [("raw", 0), ("pfd", 0), ("raw", 1), ("pfd", 1)]}
+    groups = pu.unit_groups(todo, cost={"celeba": 3.0, "yaleb": 1.0})
+    assert [(sc, seed) for sc, seed, _ in groups] == [("celeba", 0), ("celeba", 1), ("yaleb", 0), ("yaleb", 1)]
+    assert groups[0][2] == ["raw", "pfd"] and groups[2][2] == ["base", "raw", "pfd"]  # row order kept in a group
+    # Every unit lands in exactly one group.
+    assert sorted((sc, n, s) for sc, s, names in groups for n in names) == sorted(
+        (sc, n, s) for sc, units in todo.items() for n, s in units)
+    # Without costs the group with more units starts first.
+    assert pu.unit_groups(todo)[0][:2] == ("yaleb", 0)
+
+
+def test_shards_of_an_interrupted_run_are_read_back_only_with_the_same_settings(bench_modules, tmp_path):
+    import json
+
+    pu, _ = bench_modules
+    (tmp_path / "shards").mkdir()
+    write = lambda name, doc: (tmp_path / "shards" / name).write_text(json.dumps(doc))  # noqa: E731
+    write("celeba-seed0.json", {"settings_hash": "k", "scenario": "celeba", "units": {"raw/seed0": {"a": 1}},
+                                "curve": [{"step": 1}]})
+    write("celeba-seed1.json", {"settings_hash": "k", "scenario": "celeba", "units": {"raw/seed1": {"a": 2}}, "curve": None})
+    write("yaleb-seed0.json", {"settings_hash": "old", "scenario": "yaleb", "units": {"raw/seed0": {}}})
+    (tmp_path / "shards" / "junk.json").write_text("{not json")
+    got = pu.read_shards(tmp_path, "k")
+    assert set(got) == {"celeba"} and set(got["celeba"]["units"]) == {"raw/seed0", "raw/seed1"}
+    assert got["celeba"]["curve"] == [{"step": 1}]
+    assert pu._shard_path(tmp_path, "dp-pix ε=10", 2).name == "dp-pix-eps10-seed2.json"

@@ -26,11 +26,15 @@ fine-tuned on public data + the release). Every row but ``base`` runs for ``seed
 * **Membership**: the geometric MIA (:func:`pfd.attacks.audit.membership_audit`) of each
   downstream model, members = private identities, non-members = test identities; each
   statistic's a-priori AUC (mean over seeds) against ``base``'s with a stratified identity
-  bootstrap interval (:func:`pu_stats.auc_difference`).
+  bootstrap interval (:func:`pu_stats.auc_difference`). The calibrated verdict's count of LEAKS
+  seeds is read beside :func:`group_check`: whether ``base`` (which saw neither group) already
+  separates them, in which case a LEAKS count is inconclusive.
 
-Results go per (scenario, row, seed), atomically, to ``benchmarks/results/privacy_utility.json``
-and a markdown table beside it; a rerun skips units already there with the same settings
-(``--force`` recomputes). Models, releases, state dirs and per-pair scores live in ``--work``
+Units run in ``--jobs`` worker processes (default one per core), one (scenario, seed) group at a
+time, longest first; the public model trains before them on every core. Each finished unit goes
+to its group's shard in the work dir at once and to ``benchmarks/results/privacy_utility.json``
+(and a markdown table beside it) when its group ends; a rerun skips units already there with the
+same settings, shards of an interrupted run included (``--force`` recomputes). Models, releases, state dirs and per-pair scores live in ``--work``
 (default ``$PFD_CACHE_DIR/bench/privacy_utility``), outside the repository. Run by hand, not in CI.
 docs/benchmarks.md describes the protocol.
 
@@ -40,6 +44,7 @@ Usage:
     python benchmarks/privacy_utility.py [--scenario celeba yaleb] [--rows pfd raw] [--seeds 3] [--force]
     python benchmarks/privacy_utility.py --scenario celeba --private DIR --test DIR --name mine
     python benchmarks/privacy_utility.py --quick                # smoke test on synthetic data
+    python benchmarks/privacy_utility.py --summarise --work DIR # re-summarise stored units, train nothing
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ sys.path[:0] = [str(REPO), str(Path(__file__).resolve().parent)]
 from pfd.attacks.audit import resolve_head  # noqa: E402
 from pfd.attacks.linkability import rank1_reid, visual_matching  # noqa: E402
 from pfd.attacks.membership import membership_report  # noqa: E402
+from pfd.attacks.reference import group_separation  # noqa: E402
 from pfd.attacks.models import load_attacker  # noqa: E402
 from pfd.attacks.reconstruction import BNInversion, check_reconstructions  # noqa: E402
 from pfd.attacks.report import jsonable  # noqa: E402
@@ -450,6 +456,20 @@ class Bench:
         return self.work / "rows" / _slug(name) / f"seed{seed}" / "scores"
 
 
+def group_check(units: dict[str, Any], *, permutations: int = 2000) -> dict[str, Any] | None:
+    """Do the private and test identities differ *before* training? :func:`group_separation` on
+    ``base``'s per-identity statistics (the public model saw neither group). When base separates
+    them, the groups are not exchangeable and a LEAKS verdict of the calibrated test is not
+    evidence of membership (``pfd attack mia --reference`` reports it inconclusive)."""
+    base = units.get(_unit_key("base", 0))
+    if not base or "scores" not in base.get("membership", {}):
+        return None
+    sc = base["membership"]["scores"]
+    stats = {s: np.r_[sc[s]["members"], sc[s]["nonmembers"]] for s in MIA_STATS}
+    is_member = np.r_[np.ones(len(sc[MIA_STATS[0]]["members"]), bool), np.zeros(len(sc[MIA_STATS[0]]["nonmembers"]), bool)]
+    return group_separation(stats, is_member, permutations=permutations, seed=0)
+
+
 def _link_summary(links: list[dict[str, Any]]) -> dict[str, Any]:
     """Per (target, role, attack): rate mean ± sd over seeds, chance, and each seed's interval."""
     out: dict[str, Any] = {}
@@ -583,12 +603,16 @@ def _machine() -> dict[str, Any]:
             "python": platform.python_version(), "torch": torch.__version__}
 
 
+def _public_dir(settings: dict[str, Any], work: Path) -> Path:
+    # One folder per recipe and data: the CelebA split and centre crop change what celeba:public holds.
+    return work / f"public-{settings_hash({**settings['public_model'], 'split': settings['split']})[:8]}"
+
+
 def train_public(settings: dict[str, Any], resolver: SpecResolver, work: Path, *, progress: bool) -> tuple[Path, dict[str, Any]]:
     """Train (or reuse) the public model of ``settings["public_model"]``; ``(path, info)`` with the
     seconds spent (0 when cached) and the loss curve (mean loss per tenth of the run)."""
     p = settings["public_model"]
-    # One folder per recipe and data: the CelebA split and centre crop change what celeba:public holds.
-    out = work / f"public-{settings_hash({**p, 'split': settings['split']})[:8]}"
+    out = _public_dir(settings, work)
     cfg = build_config(TrainConfig, p["train"], {"out": str(out), "mixed_precision": "no", "threads": 0})
     info: dict[str, Any] = {"path": str(out / "model.pt"), "config": config_to_dict(cfg), "augment": p["augment"]}
     if _same_training(out / "model.pt", cfg):
@@ -792,6 +816,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"throughputs {THROUGHPUT} (images/s)")
     ap.add_argument("--merge-from", metavar="JSON", help="copy the scenarios of another results json made with the "
                     "same settings (e.g. a scenario run in a second process with --results DIR) into this one, and exit")
+    ap.add_argument("--summarise", action="store_true", help="recompute the row summaries and checks from the units "
+                    "and the work dir's scores (after a change to how they are summarised), train nothing")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
@@ -867,6 +893,18 @@ def main(argv: list[str] | None = None) -> int:
     todo = {sc.name: [(name, seed) for name, _, _ in rows for seed in _seeds(name, settings["seeds"])
                       if args.force or _unit_key(name, seed) not in doc["scenarios"].get(sc.name, {}).get("units", {})]
             for sc in scenarios}
+    if args.summarise:
+        if any(todo.values()):
+            print(f"{sum(map(len, todo.values()))} unit(s) are missing from {json_path}; run them first (no --summarise)")
+            return 1
+        public = _public_dir(settings, work) / "model.pt"
+        if not public.is_file():
+            print(f"{public}: the public model is not in the work dir; --summarise needs the run's --work")
+            return 1
+        summarise(doc, scenarios, settings, resolver=resolver, work=work, public=public)
+        save()
+        print(markdown(doc))
+        return 0
     if not any(todo.values()) and not recovered:
         print(f"every unit is already in {json_path} with these settings (--force recomputes them):\n")
         print(markdown(doc))
@@ -933,16 +971,9 @@ def main(argv: list[str] | None = None) -> int:
     if pool is not None:
         pool.close()
         pool.join()
-    for sc in scenarios:
-        sdoc = doc["scenarios"].get(sc.name)
-        if not sdoc or not (todo[sc.name] or sc.name in recovered):
-            continue
-        # Units changed: every row's summary is recomputed from the units and the stored scores.
-        bench = Bench(settings, sc, resolver=resolver, work=work / sc.name, public=public, progress=False)
-        for name in names:
-            agg = bench.aggregate(name, sdoc["units"], _seeds(name, settings["seeds"]))
-            if agg is not None:
-                sdoc["rows"][name] = jsonable(agg)
+    # Units changed: every row's summary is recomputed from the units and the stored scores.
+    summarise(doc, [sc for sc in scenarios if todo[sc.name] or sc.name in recovered], settings,
+              resolver=resolver, work=work, public=public)
     doc["last_run_s"] = round(time.perf_counter() - t_start, 1)
     doc["last_run"] = {"jobs": jobs, "threads_per_job": args.threads, "groups": len(groups),
                        "public_model_s": pinfo["seconds"]}
@@ -952,6 +983,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(failed)} group(s) failed; rerun the same command to continue them", file=sys.stderr)
         return 1
     return 0
+
+
+def summarise(doc: dict[str, Any], scenarios: list[Scenario], settings: dict[str, Any], *, resolver: SpecResolver,
+              work: Path, public: Path) -> None:
+    """Recompute every row's summary (:meth:`Bench.aggregate`) and the groups check
+    (:func:`group_check`) of ``scenarios`` from the stored units and the work dir's scores."""
+    for sc in scenarios:
+        sdoc = doc["scenarios"].get(sc.name)
+        if not sdoc:
+            continue
+        bench = Bench(settings, sc, resolver=resolver, work=work / sc.name, public=public, progress=False)
+        for name in [r[0] for r in ROWS]:
+            agg = bench.aggregate(name, sdoc["units"], _seeds(name, settings["seeds"]))
+            if agg is not None:
+                sdoc["rows"][name] = jsonable(agg)
+        sep = group_check(sdoc["units"])
+        if sep is not None:
+            sdoc["groups"] = jsonable(sep)
 
 
 def _run_group_safe(job: dict[str, Any]) -> tuple[str, int, str | None]:

@@ -85,6 +85,8 @@ def _scenario(name: str, sdoc: Mapping[str, Any], order: list[str], settings: Ma
                   + ("; verdict: seeds whose calibrated test (permutation p <= 0.05) says LEAKS." if verdict else "."), "",
                   "| Row | " + " | ".join(f"{s} AUC | Δ {s} vs base" for s in stats) + (" | LEAKS |" if verdict else " |"),
                   "|---|" + "---|---|" * len(stats) + ("---|" if verdict else "")]
+        groups = sdoc.get("groups") or {}
+        confounded = bool(groups.get("separates"))
         for r in rows:
             v = r.get("membership_verdict")
             cells = []
@@ -92,8 +94,15 @@ def _scenario(name: str, sdoc: Mapping[str, Any], order: list[str], settings: Ma
                 m = r["membership"][s]
                 cells += [f"{m['auc']:.2f}", f"{m['diff']:+.2f} ({m['ci95'][0]:+.2f}, {m['ci95'][1]:+.2f})"]
             if verdict:
-                cells.append(f"{v['leaks']}/{v['of']}" if v else "–")
+                cell = f"{v['leaks']}/{v['of']}" if v else "–"
+                cells.append(cell + (" inconclusive" if confounded and v and v["leaks"] else ""))
             lines.append(f"| {r['row']} | " + " | ".join(cells) + " |")
+        if groups:
+            lines += ["", f"Before training: base (which saw neither group) {'separates' if confounded else 'does not separate'} "
+                      f"the private from the test identities (two-sided max-T permutation p = {groups['p']:.3g}, "
+                      f"{groups['statistic']} AUC {groups['auc']:.2f})"
+                      + ("; the groups differ a priori, so a LEAKS count is inconclusive, not evidence of membership: "
+                         "read Δ vs base." if confounded else "; the LEAKS column's 5 % false-LEAKS bound applies.")]
     return lines + [""]
 
 

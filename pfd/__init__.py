@@ -68,6 +68,7 @@ _EXPORTS: dict[str, str] = {
     **{n: "pfd.attacks.metrics" for n in ("wilson_interval", "oriented_auc", "tpr_at_fpr", "clopper_pearson",
                                           "clustered_interval", "composition_chance")},
     "max_auc_permutation_test": "pfd.attacks.permutation",
+    "group_separation": "pfd.attacks.reference",
     **{n: "pfd.attacks.models" for n in ("load_attacker", "load_outside_attacker")},
     **{n: "pfd.attacks.outside" for n in ("AttackerSpec", "InputConvention")},
     **{n: "pfd.attacks.membership" for n in ("identity_statistics", "membership_report")},

@@ -343,6 +343,10 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--batch-size", type=int, default=256, show_default=True)
 @click.option("--report", help="Folder for membership.json and the ROC / density plots.")
+@click.option("--reference", help="A model that trained on neither group (e.g. the backbone the audited model was "
+              "fine-tuned from): checks that the groups do not differ before training; if they do, a LEAKS verdict "
+              "becomes INCONCLUSIVE.")
+@click.option("--reference-size", type=int, help="Input size of a TorchScript, ONNX or Python reference model.")
 @click.option("--skip-bad", is_flag=True, help="Skip (and list) unreadable images instead of stopping.")
 @click.option("--progress/--no-progress", default=True, help="Progress bars (only on a terminal).")
 def attack_mia(model: str, members: str, nonmembers: str, **kw: Any) -> None:
@@ -350,13 +354,16 @@ def attack_mia(model: str, members: str, nonmembers: str, **kw: Any) -> None:
 
     Four per-identity cluster statistics (PairCos, vMF kappa, PenLogit, ProtoCE), their AUCs and
     TPR at low FPR, and a fused classifier under 5-fold CV. Non-members must come from the same
-    domain as the members, or the AUC also measures the domain shift.
+    domain as the members, or the AUC also measures the domain shift. The verdict's 5 % false-LEAKS
+    bound assumes members and non-members drawn from one population; for a fixed split (whoever
+    was trained on vs whoever else is at hand) pass --reference.
 
     \b
     Examples:
       pfd attack mia --model model.pt --members synthetic:private --nonmembers synthetic:test
       pfd attack mia --model r50.pt --members members/ --nonmembers heldout/ --head arcface --scale 64 --margin 0.5
       pfd attack mia --model net.ts --model-size 112 --members a/ --nonmembers b/ --report mia_report
+      pfd attack mia --model finetuned.pt --reference public.pt --members private/ --nonmembers heldout/
     """
     from pfd.attacks.audit import format_membership_table, run_mia
 

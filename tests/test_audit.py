@@ -47,6 +47,27 @@ def test_mia_separates_the_20_training_identities_from_20_held_out_ones(world, t
     assert "PairCos" not in out and "pair_cos" in out and "fused MLP" in out
 
 
+def test_mia_with_a_reference_model_checks_the_groups_before_training(world, tmp_path):
+    """The lowres model trained on neither group: its check is reported beside the verdict, and
+    the verdict says LEAKS only when the reference does not already separate the groups."""
+    out = _run("attack", "mia", "--model", str(world.insider), "--reference", str(world.lowres), "--members", PRIVATE,
+               "--nonmembers", HOLDOUT, "--report", str(tmp_path / "mia"))
+    rep = json.loads((tmp_path / "mia" / "membership.json").read_text())
+    ref, v = rep["reference"], rep["verdict"]
+    assert ref["model"]["path"].endswith(world.lowres.name) and 0 < ref["p"] <= 1
+    assert set(ref["aucs_a_priori"]) == {"pair_cos", "vmf_kappa", "pen_logit", "proto_ce"}
+    assert v["leaks"] == (v["p"] <= 0.05 and not ref["separates"])
+    assert v.get("inconclusive", False) == (v["p"] <= 0.05 and ref["separates"])
+    assert ("SEPARATES" if ref["separates"] else "does not separate") in out and "reference" in out
+    # The same statistics as the audit without a reference: only the verdict's reading changes.
+    plain = json.loads(json.dumps(rep))
+    res = CliRunner().invoke(main, ["attack", "mia", "--model", str(world.insider), "--members", PRIVATE,
+                                    "--nonmembers", HOLDOUT, "--report", str(tmp_path / "plain")])
+    assert res.exit_code == 0, res.output
+    alone = json.loads((tmp_path / "plain" / "membership.json").read_text())
+    assert alone["verdict"]["p"] == plain["verdict"]["p"] and "reference" not in alone
+
+
 @pytest.mark.slow
 def test_dataset_mia_ranks_the_lowres_training_set_first(world, tmp_path):
     """Acceptance: among 5 synthetic candidate sets the training set has the lowest robust z."""

@@ -249,3 +249,26 @@ def test_plan_counts_image_passes_by_stage():
     assert p["reconstruction"]["invert"] == 6 * 72 * 50
     only = pu.plan_passes(s, private_ids=72, private_images=1589, test_images=1567, rows=["base", "public-ft", "raw"])
     assert only["RTA"]["invert"] == 0 and only["fine-tune (OGP / plain)"]["train"] == 3 * 2 * 1589
+
+
+def test_groups_that_base_already_separates_make_the_leaks_count_inconclusive():
+    from pu_report import markdown
+
+    pu = _pu()
+    rng = np.random.default_rng(0)
+    loose = {s: {"members": list(rng.normal(-1.5, 1, 28)), "nonmembers": list(rng.normal(0, 1, 10))} for s in pu.MIA_STATS}
+    same = {s: {"members": list(rng.normal(0, 1, 28)), "nonmembers": list(rng.normal(0, 1, 10))} for s in pu.MIA_STATS}
+    g = pu.group_check({"base/seed0": {"membership": {"scores": loose}}}, permutations=500)
+    assert g["separates"] and g["statistic"].startswith("-") and g["p"] < 0.01  # members looser a priori
+    assert pu.group_check({"raw/seed0": {}}) is None  # no base unit yet
+    mem = {"auc": 0.55, "diff": 0.03, "ci95": [-0.05, 0.11]}
+    util = {"all": {"accuracy": {"diff": 0.0, "ci95": [0, 0], "row_mean": 0.7, "row_sd": 0.0}}}
+    rows = {"public-ft": {"row": "public-ft", "utility": util, "membership": {"pair_cos": mem},
+                          "membership_verdict": {"leaks": 2, "of": 3}}}
+    for groups, word in ((g, "2/3 inconclusive"), (pu.group_check({"base/seed0": {"membership": {"scores": same}}},
+                                                                   permutations=500), "| 2/3 |")):
+        doc = {"version": 2, "row_order": ["public-ft"], "settings": {"seeds": 3},
+               "scenarios": {"yaleb": {"rows": rows, "groups": groups}}}
+        text = markdown(doc)
+        assert word in text
+        assert ("differ a priori" in text) == groups["separates"]

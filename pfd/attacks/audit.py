@@ -79,6 +79,8 @@ def membership_audit(
     folds: int = 5,
     seed: int = 0,
     permutations: int = 2000,
+    reference: Attacker | None = None,
+    reference_sets: tuple[FaceSet, FaceSet] | None = None,
 ) -> dict[str, Any]:
     """Identity-level geometric MIA of one model on a member and a non-member set.
 
@@ -90,6 +92,10 @@ def membership_audit(
         folds: Cross-validation folds of the fusion classifier.
         seed: Seed of the fusion classifier and the verdict's permutations.
         permutations: Label permutations of the verdict's null.
+        reference: Optional model that trained on neither group (e.g. the backbone the audited
+            model was fine-tuned from): the check of :mod:`pfd.attacks.reference`.
+        reference_sets: The same members and non-members opened at the reference's size (default:
+            ``members`` and ``nonmembers``).
 
     Returns:
         :func:`~pfd.attacks.membership.membership_report`'s dict plus ``model`` and ``seconds``.
@@ -100,11 +106,18 @@ def membership_audit(
     t0 = time.perf_counter()
     emb_m = attacker.embed(members)
     emb_n = attacker.embed(nonmembers)
+    ref_m = ref_n = None
+    if reference is not None:
+        rm, rn = reference_sets or (members, nonmembers)
+        ref_m, ref_n = reference.embed(rm), reference.embed(rn)
     rep = membership_report(
         emb_m, members.labels, emb_n, nonmembers.labels, head=head, scale=scale, margin=margin, folds=folds,
         seed=seed, permutations=permutations, member_names=members.identities, nonmember_names=nonmembers.identities,
+        reference_member_emb=ref_m, reference_nonmember_emb=ref_n,
     )
     rep["model"] = attacker.describe()
+    if reference is not None:
+        rep["reference"]["model"] = reference.describe()
     rep["seconds"] = time.perf_counter() - t0
     return rep
 
@@ -155,9 +168,16 @@ def format_membership_table(report: Mapping[str, Any]) -> str:
         lines.append(f"fused MLP   skipped: {fusion['skipped']}")
     v = report.get("verdict")
     if v:
+        word = "LEAKS" if v["leaks"] else "INCONCLUSIVE" if v.get("inconclusive") else "no evidence of membership leakage"
         lines.append(f"verdict     max a-priori AUC {v['auc']:.3f} ({v['statistic']}), permutation p = {v['p']:.3g} "
-                     f"(null 95% {v['null95']:.3f}): {'LEAKS' if v['leaks'] else 'no evidence of membership leakage'}; "
+                     f"(null 95% {v['null95']:.3f}): {word}; "
                      f"TPR {v['tpr_at_1pct_fpr']['tpr']:.3f} @1% / {v['tpr_at_0.1pct_fpr']['tpr']:.3f} @0.1% FPR")
+        ref = report.get("reference")
+        if ref:
+            lines.append(f"reference   the model before training on either group {'SEPARATES' if ref['separates'] else 'does not separate'}"
+                         f" them (two-sided p = {ref['p']:.3g}, {ref['statistic']} AUC {ref['auc']:.3f})"
+                         + (": the groups differ a priori, so the verdict is INCONCLUSIVE, not evidence of membership"
+                            if ref["separates"] else ""))
         lines.append("AUC/dir above: oriented max(A, 1-A), a description chosen after the fact, not the test")
     if any(not report["statistics"][n]["tpr_at_1pct_fpr"]["resolvable"] for n in STATISTICS):
         lines.append("* fewer non-members than 1/FPR: the figure is TPR at FPR = 0")
@@ -196,6 +216,8 @@ def run_mia(
     report: str | os.PathLike | None = None,
     progress: bool = False,
     skip_bad: bool = False,
+    reference: str | os.PathLike | None = None,
+    reference_size: int | None = None,
 ) -> dict[str, Any]:
     """``pfd attack mia``: load a model, open both sets at its size, audit, optionally write a report.
 
@@ -213,6 +235,9 @@ def run_mia(
         report: Folder for ``membership.json``, ``membership_roc.png`` and ``membership_density.png``.
         progress: Progress bars.
         skip_bad: Skip (and list) unreadable images of identity-folder sets.
+        reference: Optional model that trained on neither group (the audited model's starting
+            point): adds the reference check (:mod:`pfd.attacks.reference`).
+        reference_size: Input size of a TorchScript, ONNX or Python reference model.
 
     Returns:
         The membership report (plus ``members``/``nonmembers`` specs and ``head_source``).
@@ -222,7 +247,17 @@ def run_mia(
     kind, s, m, source = resolve_head(model, head, scale, margin)
     mem = open_faces(members, size=attacker.size, skip_bad=skip_bad)
     non = open_faces(nonmembers, size=attacker.size, skip_bad=skip_bad)
-    rep = membership_audit(attacker, mem, non, head=kind, scale=s, margin=m, folds=folds, seed=seed)
+    ref = ref_sets = None
+    if reference is not None:
+        ref = load_attacker(reference, role="model", size=reference_size, batch_size=batch_size, progress=progress)
+        if ref.size != attacker.size:
+            ref_sets = (open_faces(members, size=ref.size, skip_bad=skip_bad),
+                        open_faces(nonmembers, size=ref.size, skip_bad=skip_bad))
+            if [len(x) for x in ref_sets] != [len(mem), len(non)]:
+                raise PfdError(f"{reference}: at its input size {ref.size} the sets hold other images than at "
+                               f"{attacker.size}; pass --skip-bad consistently or fix the unreadable images")
+    rep = membership_audit(attacker, mem, non, head=kind, scale=s, margin=m, folds=folds, seed=seed,
+                           reference=ref, reference_sets=ref_sets)
     rep.update(members=str(members), nonmembers=str(nonmembers), head_source=source)
     if report:
         from pfd.attacks.plots import plot_densities, plot_roc

@@ -363,6 +363,8 @@ def membership_report(
     device: str | torch.device | None = None,
     member_names: Sequence[str] | None = None,
     nonmember_names: Sequence[str] | None = None,
+    reference_member_emb: Any = None,
+    reference_nonmember_emb: Any = None,
 ) -> dict[str, Any]:
     """Identity-level geometric MIA: four statistics, their AUCs and TPRs, and the fused classifier.
 
@@ -375,6 +377,13 @@ def membership_report(
     out-of-fold score, with ``permutations`` label permutations; LEAKS iff ``p <= 0.05``. Its
     false-LEAKS rate under the null is at most 5 % (tested by simulation). It also carries TPR at
     1 % and 0.1 % FPR of the selected score (a-priori direction).
+
+    **Reference check** (``reference``, when the same images embedded by a reference model that
+    trained on neither group are given): :func:`pfd.attacks.reference.group_separation` on the
+    reference's statistics. When the reference already separates the groups, they are not
+    exchangeable and a LEAKS verdict is reported as inconclusive (``leaks`` False,
+    ``inconclusive`` True, ``unadjusted_leaks`` True); see :mod:`pfd.attacks.reference` for what
+    the check can and cannot catch.
 
     **Description** (not tests): for each statistic ``auc`` is *oriented* (``max(A, 1 − A)``, as
     in the paper's tables) with its ``direction``, beside the a-priori ``auc_a_priori`` (< 0.5
@@ -398,14 +407,19 @@ def membership_report(
         device: Device of ProtoCE's products (default CPU).
         member_names: Optional label -> name for members (error messages).
         nonmember_names: Optional label -> name for non-members.
+        reference_member_emb: Optional ``(n_m, D')`` embeddings of the same member images (same
+            order) by a reference model that trained on neither group.
+        reference_nonmember_emb: The same for the non-member images (required with the former).
 
     Returns:
         A JSON-ready dict: ``counts``, ``config``, ``statistics`` (per statistic as above),
         ``scores`` (per statistic ``{"members": [...], "nonmembers": [...]}`` for density
-        plots), ``best_single`` (oriented, description), ``fusion`` and ``verdict``.
+        plots), ``best_single`` (oriented, description), ``fusion``, ``verdict`` and, with a
+        reference model, ``reference``.
 
     Raises:
-        PfdError: For mismatched dimensions or an identity with fewer than 2 images.
+        PfdError: For mismatched dimensions, an identity with fewer than 2 images, or reference
+            embeddings of other images than the audited ones.
     """
     mem = _Clusters(member_emb, member_labels, member_names)
     non = _Clusters(nonmember_emb, nonmember_labels, nonmember_names)
@@ -433,7 +447,18 @@ def membership_report(
     test["tpr_at_1pct_fpr"] = tpr_at_fpr(chosen[is_member], chosen[~is_member], 0.01)
     test["tpr_at_0.1pct_fpr"] = tpr_at_fpr(chosen[is_member], chosen[~is_member], 0.001)
     test["reversed"] = [n for n in STATISTICS if per_stat[n]["auc_a_priori"] < 0.5 - 1e-12]
-    return {
+    reference = None
+    if (reference_member_emb is None) != (reference_nonmember_emb is None):
+        raise PfdError("reference model: pass the embeddings of both the member and the non-member images")
+    if reference_member_emb is not None:
+        reference = _reference_check(reference_member_emb, reference_nonmember_emb, mem, non, is_member, head=head,
+                                     scale=scale, margin=margin, chunk=chunk, device=device, seed=seed,
+                                     permutations=permutations, names=(member_names, nonmember_names))
+        if reference["separates"]:
+            test["unadjusted_leaks"] = test["leaks"]
+            test["inconclusive"] = bool(test["leaks"])
+            test["leaks"] = False
+    out = {
         "counts": {
             "members": n_m,
             "nonmembers": n_n,
@@ -450,3 +475,28 @@ def membership_report(
         "fusion": fusion,
         "verdict": test,
     }
+    if reference is not None:
+        out["reference"] = reference
+    return out
+
+
+def _reference_check(ref_m: Any, ref_n: Any, mem: _Clusters, non: _Clusters, is_member: np.ndarray, *,
+                     head: Penalty | str, scale: float, margin: float, chunk: int, device: Any, seed: int,
+                     permutations: int, names: tuple[Sequence[str] | None, Sequence[str] | None]) -> dict[str, Any]:
+    """Statistics of the same images in the reference model and :func:`group_separation` on them."""
+    from pfd.attacks.reference import group_separation
+
+    for which, r, a in (("member", ref_m, mem), ("non-member", ref_n, non)):
+        if len(r) != a.e.shape[0]:
+            raise PfdError(f"reference model: {len(r)} {which} embeddings but the audited model has "
+                           f"{a.e.shape[0]}; embed the same images with both models")
+    # Same images in the same order: the audited model's identity index of each row applies.
+    rm = _Clusters(ref_m, mem.inv.numpy(), None)
+    rn = _Clusters(ref_n, non.inv.numpy(), None)
+    if rm.dim != rn.dim:
+        raise PfdError(f"reference model: member embeddings have D={rm.dim} but non-members D={rn.dim}")
+    n_m = len(mem.uniq)
+    emb = torch.cat([rm.e, rn.e])
+    lab = torch.cat([rm.inv, rn.inv + n_m]).numpy()
+    stats = identity_statistics(emb, lab, head=head, scale=scale, margin=margin, chunk=chunk, device=device)
+    return group_separation(stats, is_member, permutations=permutations, seed=seed)

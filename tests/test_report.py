@@ -71,6 +71,23 @@ def test_summary_rows_carry_chance_interval_and_verdict(membership):
         assert r["ci95"] is None or (r["ci95"][0] <= r["ci95"][1] and 0 <= r["chance"] <= 1)
 
 
+def test_membership_row_is_inconclusive_when_the_reference_already_separates_the_groups():
+    from pfd.attacks.report import membership_row
+
+    rng = np.random.default_rng(0)
+    m, lm = _clusters(12, 4, 0.3, rng)
+    n, ln = _clusters(12, 4, 0.6, rng)
+    # The same tightness gap before training: the reference (here the same geometry) separates them.
+    rep = membership_report(m, lm, n, ln, folds=3, reference_member_emb=m, reference_nonmember_emb=n)
+    assert rep["reference"]["separates"] and rep["verdict"]["unadjusted_leaks"]
+    row = membership_row(rep)
+    assert row["verdict"] == "inconclusive" and row["reference_p"] == rep["reference"]["p"] <= 0.05
+    # A reference in which the groups look alike keeps the LEAKS verdict.
+    same = _clusters(24, 4, 0.45, rng)[0]
+    rep = membership_report(m, lm, n, ln, folds=3, reference_member_emb=same[:48], reference_nonmember_emb=same[48:])
+    assert not rep["reference"]["separates"] and membership_row(rep)["verdict"] == "LEAKS"
+
+
 def test_write_report_is_strict_json_and_markdown_lists_skips(tmp_path, membership):
     assert jsonable({"a": np.float32(1.5), "b": [np.inf, np.int64(3)], "c": np.arange(2)}) == \
         {"a": 1.5, "b": [None, 3], "c": [0, 1]}

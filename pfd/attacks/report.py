@@ -16,6 +16,8 @@ rate under the null is tested by simulation (``tests/test_null_calibration.py``)
 * **membership**: one row, the max-T permutation test over the four statistics (a-priori
   direction) and the fused classifier (:mod:`pfd.attacks.permutation`); **LEAKS** when p <= 0.05.
   The cell shows p and the AUC the null exceeds 5 % of the time, and TPR at 1 % / 0.1 % FPR.
+  **inconclusive** instead of LEAKS when the reference model (the public one in a scorecard)
+  already separates members from non-members (:mod:`pfd.attacks.reference`).
 
 Otherwise **≈ chance** (or **below chance** when a rate's interval lies below it). Each row is a
 separate test at the 5 % level, so with a dozen rows one "LEAKS" at the edge can be luck; the
@@ -74,9 +76,12 @@ def membership_row(mem: Mapping[str, Any], attacker: str = "downstream") -> dict
         return None
     name = _NAMES.get(v["statistic"], v["statistic"])
     t1, t01 = v["tpr_at_1pct_fpr"], v["tpr_at_0.1pct_fpr"]
-    return _row(f"Membership: max AUC of 4 statistics + fusion (a priori; best {name})", attacker, v["auc"], 0.5,
-                None, "auc", test_p=v["p"], null95=v["null95"], tpr_at_1pct_fpr=t1["tpr"],
-                tpr_at_01pct_fpr=t01["tpr"], tpr_resolvable=[t1["resolvable"], t01["resolvable"]])
+    row = _row(f"Membership: max AUC of 4 statistics + fusion (a priori; best {name})", attacker, v["auc"], 0.5,
+               None, "auc", test_p=v["p"], null95=v["null95"], tpr_at_1pct_fpr=t1["tpr"],
+               tpr_at_01pct_fpr=t01["tpr"], tpr_resolvable=[t1["resolvable"], t01["resolvable"]])
+    if v.get("inconclusive"):  # the reference model already separates the groups (pfd.attacks.reference)
+        row.update(verdict="inconclusive", reference_p=(mem.get("reference") or {}).get("p"))
+    return row
 
 
 def summary_rows(data: Mapping[str, Any]) -> list[dict[str, Any]]:

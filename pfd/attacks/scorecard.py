@@ -256,9 +256,14 @@ def _membership(run: _Run, private_spec: str) -> dict[str, Any]:
     model = load_attacker(path, role="downstream", batch_size=cfg.batch_size, flip=cfg.flip, progress=run.progress)
     kind, s, m, _ = resolve_head(path, None, None, None)
     holdout = open_faces(cfg.holdout, size=model.size, skip_bad=cfg.skip_bad)
+    # The public model saw neither the private nor the held-out people: the reference check of
+    # pfd.attacks.reference (a LEAKS verdict on groups that differ before training is inconclusive).
+    ref = run.public
+    ref_sets = (run.sets.private(ref.size), holdout if ref.size == model.size
+                else open_faces(cfg.holdout, size=ref.size, skip_bad=cfg.skip_bad))
     rep = run.clock.run("membership", lambda: membership_audit(
         model, run.sets.private(model.size), holdout, head=kind, scale=s, margin=m, folds=cfg.mia_folds,
-        seed=cfg.seed, permutations=cfg.permutations))
+        seed=cfg.seed, permutations=cfg.permutations, reference=ref, reference_sets=ref_sets))
     rep.update(members=private_spec, nonmembers=cfg.holdout, downstream=config_to_dict(dcfg), downstream_reused=reused)
     return rep
 

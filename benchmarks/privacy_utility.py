@@ -730,6 +730,14 @@ def read_shards(work: Path, key: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def make_resolver(settings: dict[str, Any], data_root: Path | None) -> SpecResolver:
+    """The spec resolver of ``settings`` (the public model's image size, the split settings)."""
+    cs = settings["split"]
+    return SpecResolver(data_root, size=settings["public_model"]["train"]["size"], celeba=cs["celeba"],
+                        yale_seed=cs["yale_seed"], yale_private=cs["yale_private"],
+                        celeba_center=cs.get("celeba_center", 1.0))
+
+
 def run_group(job: dict[str, Any]) -> tuple[str, int]:
     """One (scenario, seed) group of units, in this process: the worker of a parallel run.
 
@@ -738,10 +746,7 @@ def run_group(job: dict[str, Any]) -> tuple[str, int]:
     """
     torch.set_num_threads(job["threads"])
     settings, sc, seed, key = job["settings"], job["scenario"], job["seed"], job["key"]
-    cs = settings["split"]
-    resolver = SpecResolver(job["data_root"], size=settings["public_model"]["train"]["size"], celeba=cs["celeba"],
-                            yale_seed=cs["yale_seed"], yale_private=cs["yale_private"],
-                            celeba_center=cs.get("celeba_center", 1.0))
+    resolver = make_resolver(settings, job["data_root"])
     bench = Bench(settings, sc, resolver=resolver, work=job["work"] / sc.name, public=job["public"],
                   progress=job["progress"])
     path = _shard_path(job["work"], sc.name, seed)
@@ -855,10 +860,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown row(s) {unknown}; choose from {names}")
     rows = [r for r in ROWS if not args.rows or r[0] in args.rows]
     progress = not args.no_progress and sys.stderr.isatty()
-    size = settings["public_model"]["train"]["size"]
-    cs = settings["split"]
-    resolver = SpecResolver(data_root, size=size, celeba=cs["celeba"], yale_seed=cs["yale_seed"],
-                            yale_private=cs["yale_private"], celeba_center=cs.get("celeba_center", 1.0))
+    resolver = make_resolver(settings, data_root)
     doc.update(format="pfd-privacy-utility", version=2, settings=settings, settings_hash=key, machine=_machine(),
                row_order=names)
     if args.public_only:

@@ -81,6 +81,7 @@ def membership_audit(
     permutations: int = 2000,
     reference: Attacker | None = None,
     reference_sets: tuple[FaceSet, FaceSet] | None = None,
+    reference_member_emb: Any = None,
 ) -> dict[str, Any]:
     """Identity-level geometric MIA of one model on a member and a non-member set.
 
@@ -96,6 +97,8 @@ def membership_audit(
             model was fine-tuned from): the check of :mod:`pfd.attacks.reference`.
         reference_sets: The same members and non-members opened at the reference's size (default:
             ``members`` and ``nonmembers``).
+        reference_member_emb: The reference's embeddings of the members when the caller already
+            has them (a scorecard's public gallery); they are not embedded again.
 
     Returns:
         :func:`~pfd.attacks.membership.membership_report`'s dict plus ``model`` and ``seconds``.
@@ -109,7 +112,8 @@ def membership_audit(
     ref_m = ref_n = None
     if reference is not None:
         rm, rn = reference_sets or (members, nonmembers)
-        ref_m, ref_n = reference.embed(rm), reference.embed(rn)
+        ref_m = reference.embed(rm) if reference_member_emb is None else reference_member_emb
+        ref_n = reference.embed(rn)
     rep = membership_report(
         emb_m, members.labels, emb_n, nonmembers.labels, head=head, scale=scale, margin=margin, folds=folds,
         seed=seed, permutations=permutations, member_names=members.identities, nonmember_names=nonmembers.identities,

@@ -453,7 +453,7 @@ def membership_report(
     if reference_member_emb is not None:
         reference = _reference_check(reference_member_emb, reference_nonmember_emb, mem, non, is_member, head=head,
                                      scale=scale, margin=margin, chunk=chunk, device=device, seed=seed,
-                                     permutations=permutations, names=(member_names, nonmember_names))
+                                     permutations=permutations)
         if reference["separates"]:
             test["unadjusted_leaks"] = test["leaks"]
             test["inconclusive"] = bool(test["leaks"])
@@ -482,7 +482,7 @@ def membership_report(
 
 def _reference_check(ref_m: Any, ref_n: Any, mem: _Clusters, non: _Clusters, is_member: np.ndarray, *,
                      head: Penalty | str, scale: float, margin: float, chunk: int, device: Any, seed: int,
-                     permutations: int, names: tuple[Sequence[str] | None, Sequence[str] | None]) -> dict[str, Any]:
+                     permutations: int) -> dict[str, Any]:
     """Statistics of the same images in the reference model and :func:`group_separation` on them."""
     from pfd.attacks.reference import group_separation
 

@@ -258,12 +258,14 @@ def _membership(run: _Run, private_spec: str) -> dict[str, Any]:
     holdout = open_faces(cfg.holdout, size=model.size, skip_bad=cfg.skip_bad)
     # The public model saw neither the private nor the held-out people: the reference check of
     # pfd.attacks.reference (a LEAKS verdict on groups that differ before training is inconclusive).
+    # Its private gallery is already embedded (stage 1), so only the held-out people are new to it.
     ref = run.public
     ref_sets = (run.sets.private(ref.size), holdout if ref.size == model.size
                 else open_faces(cfg.holdout, size=ref.size, skip_bad=cfg.skip_bad))
     rep = run.clock.run("membership", lambda: membership_audit(
         model, run.sets.private(model.size), holdout, head=kind, scale=s, margin=m, folds=cfg.mia_folds,
-        seed=cfg.seed, permutations=cfg.permutations, reference=ref, reference_sets=ref_sets))
+        seed=cfg.seed, permutations=cfg.permutations, reference=ref, reference_sets=ref_sets,
+        reference_member_emb=run.emb["public"]["private"]))
     rep.update(members=private_spec, nonmembers=cfg.holdout, downstream=config_to_dict(dcfg), downstream_reused=reused)
     return rep
 

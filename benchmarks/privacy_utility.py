@@ -237,6 +237,9 @@ class Bench:
             "private": f"{self.sc.private} (in memory)", "public": str(self.public), "method": method,
             "out": str(root / "release"), "state_dir": str(root / "state"), "resume": resume, "size": self.size,
             "mixed_precision": "no", "threads": torch.get_num_threads(),
+            # The private set's embeddings by the public model (every unit) and by a shared
+            # fine-tune (five methods a seed) are computed once, on disk for all workers.
+            "embed_cache": str(self.work / "embed-cache"),
             "ogp": dict(self.s["ogp"], seed=seed), "rta": rta, "baseline": dict(baseline, seed=seed),
             # Every row is measured, linkable or not; the gate's verdict is kept in the summary.
             "release": {"allow_linkable": True},

@@ -433,6 +433,8 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--mixed-precision", type=click.Choice(["auto", "no", "bf16", "fp16"]))
 @click.option("--workers", type=int, help="DataLoader worker processes for fine-tuning.")
 @click.option("--threads", type=int, help="CPU threads per process (0: torch's default; 1 on a busy shared CPU).")
+@click.option("--embed-cache", help="Folder caching the private set's embeddings across runs that share a model "
+              "(e.g. several --method runs); private state, never inside --out.")
 @click.option("--seed", type=int, help="Seed of OGP, K-means and RTA (same seed, same release).")
 @click.option("--ogp-head", help="[ogp] margin head of the fine-tuning (adaface, arcface, cosface, magface).")
 @click.option("--ogp-epochs", type=int, help="[ogp] fine-tuning epochs over the private set.")

@@ -320,6 +320,11 @@ class DistillConfig:
         threads: CPU intra-op threads of each process (``torch.set_num_threads``); 0 leaves
             torch's default (``OMP_NUM_THREADS`` or one per core). On a CPU shared with other
             jobs, 1 avoids OpenMP threads waiting on each other.
+        embed_cache: Folder for cached embeddings of the private set (the prototypes stage's
+            and the publication gate's, :class:`pfd.embed.Embedder` keys them by model weights
+            and image content); empty: none. Worth it when several runs share a model and a
+            private set (e.g. the methods of a benchmark that share one fine-tune). The files
+            are private state: keep the folder with ``state_dir``; it may not lie inside ``out``.
         pretrain: Training config of the public model when ``public`` is empty (a recipe's
             ``[train]`` table, overridden by ``[distill.pretrain]``).
         ogp: OGP stage (also the fine-tuning of the non-rotating methods).
@@ -341,6 +346,7 @@ class DistillConfig:
     mixed_precision: str = "auto"
     workers: int = 0
     threads: int = 0
+    embed_cache: str = ""
     pretrain: TrainConfig = field(default_factory=TrainConfig)
     ogp: OGPConfig = field(default_factory=OGPConfig)
     rta: RTAConfig = field(default_factory=RTAConfig)

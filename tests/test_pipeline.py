@@ -232,6 +232,34 @@ def test_state_dir_inside_the_release_is_refused(public, tmp_path):
     assert not (tmp_path / "release").exists()
 
 
+def test_embedding_cache_serves_later_runs_and_changes_no_pixel(public, tmp_path):
+    """--embed-cache: the second run on the same public model and private set reads the private
+    gallery embeddings from the cache instead of computing them, and releases the same bytes."""
+    cache = tmp_path / "cache"
+    plain = distill(tiny_distill_config(public, tmp_path / "n", method="raw"), progress=False)
+    first = distill(tiny_distill_config(public, tmp_path / "a", method="raw", embed_cache=str(cache)), progress=False)
+    files = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+    # The adapted model's and the public model's embeddings of the private set: two entries.
+    assert len(files) == 2
+    second = distill(tiny_distill_config(public, tmp_path / "b", method="raw", embed_cache=str(cache)), progress=False)
+    assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == files  # hits, nothing rewritten
+
+    def images(res):
+        return {k: v for k, v in _sha(res.release).items() if not k.endswith(".json")}
+
+    assert images(plain) == images(first) == images(second) and images(plain)
+    for res in (plain, first, second):  # the gallery the gate used is the same too
+        assert torch.equal(torch.load(res.state_dir / "prototypes.pt", weights_only=True)["embeddings"],
+                           torch.load(plain.state_dir / "prototypes.pt", weights_only=True)["embeddings"])
+
+
+def test_embedding_cache_inside_the_release_is_refused(public, tmp_path):
+    cfg = tiny_distill_config(public, tmp_path, embed_cache=str(tmp_path / "release" / "emb"))
+    with pytest.raises(PfdError, match="embedding cache lies inside the release"):
+        distill(cfg, progress=False)
+    assert not (tmp_path / "release").exists()
+
+
 def test_nan_loss_stops_and_keeps_finished_batches_then_resume_finishes(public, tmp_path, monkeypatch):
     cfg = tiny_distill_config(public, tmp_path, rta={"iterations": 5})
     real = ProxyDistiller.init_noise

@@ -173,6 +173,11 @@ class Distillation:
         self.out = Path(cfg.out).expanduser()
         self.state = StateDir.at(cfg.state_dir)
         check_separate(self.out, self.state.root)
+        # Cached private embeddings are private state: never inside the release.
+        self.embed_cache = Path(cfg.embed_cache).expanduser() if cfg.embed_cache else None
+        if self.embed_cache is not None and _within(self.embed_cache, self.out):
+            raise PfdError(f"{cfg.embed_cache}: the embedding cache lies inside the release {cfg.out} and would be "
+                           "published; choose an --embed-cache folder outside it (e.g. next to the state dir)")
         check_outputs(self.out, self.state, resume=cfg.resume)
         if cfg.resume:
             check_same_settings(self.state, cfg)
@@ -344,7 +349,8 @@ class Distillation:
         t0, cfg, st = time.perf_counter(), self.cfg, self.state
         skip = cfg.resume and st.prototypes.is_file()
         if not skip and self.acc.is_main_process:
-            E = Embedder(backbone, batch_size=256, device=self.acc.device, progress=self.progress)(self.faces)  # (n, D)
+            E = Embedder(backbone, batch_size=256, device=self.acc.device, progress=self.progress,
+                         cache_dir=self.embed_cache)(self.faces)  # (n, D)
             E_rot = rotate(E, M)  # (n, D), eq. 1 row-wise
             P, pid = kmeans_prototypes(
                 E_rot, self.faces.labels, k=cfg.rta.ipc, seed=cfg.rta.kmeans_seed, n_init=cfg.rta.kmeans_n_init,
@@ -446,7 +452,9 @@ class Distillation:
         gallery = protos["embeddings"] if "embeddings" in protos else embed(backbone, self.faces)
         insider = (torch.cat([d["embeddings"] for d in docs]), gallery)
         public_model = load_backbone(self.state.public_model).to(self.acc.device)
-        public = (embed(public_model, proxies), embed(public_model, self.faces))
+        # The public model's private gallery is the same for every run on this private set.
+        gallery_pub = Embedder(public_model, batch_size=256, device=self.acc.device, cache_dir=self.embed_cache)(self.faces)
+        public = (embed(public_model, proxies), gallery_pub)
         rotated = bool(protos.get("rotated", False))
         below = float((protos["cos_rotated"].abs() < self.cfg.ogp.rep_margin).float().mean()) if rotated else None
         return publication_checks(
@@ -542,6 +550,12 @@ def _refusal(failed: list[dict[str, Any]], cfg: DistillConfig, state_dir: Path) 
         fix = (f"--method {cfg.method} does not decouple the proxies from their sources (it is an ablation or "
                "baseline row): use --method pfd, or pass --resume --allow-linkable to publish it anyway")
     return f"not published: {'; '.join(parts)}. The state is kept in {state_dir}: {fix}"
+
+
+def _within(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or lies below it (symlinks resolved)."""
+    p, f = path.resolve(), folder.resolve()
+    return p == f or f in p.parents
 
 
 def distill(

@@ -51,7 +51,7 @@ __all__ = [
 #: Settings that may change between a run and its ``--resume`` without changing what is computed
 #: (a state dir may be moved; the release may be written elsewhere). Bitwise equality with an
 #: uninterrupted run also needs the same thread count.
-_FREE = {"resume", "out", "state_dir", "workers", "threads",
+_FREE = {"resume", "out", "state_dir", "workers", "threads", "embed_cache",
          # A longer OGP schedule continues the fine-tuning (and redoes what follows it); the
          # publication gate's override decides only whether the finished release is written.
          "ogp.epochs", "ogp.max_steps", "ogp.min_steps", "ogp.step_cap", "ogp.target_below_margin",

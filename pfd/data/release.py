@@ -56,6 +56,7 @@ __all__ = [
     "to_uint8",
     "label_permutation",
     "looks_ordered",
+    "check_outside_release",
     "check_separate",
     "prepare_state_dir",
     "secure_state_dir",
@@ -473,6 +474,17 @@ def _inside(child: Path, parent: Path) -> bool:
     return child == parent or parent in child.parents
 
 
+def check_outside_release(path: str | os.PathLike, release: str | os.PathLike, *, what: str, option: str) -> None:
+    """Refuse private state (``what``, set by ``option``) at or below the release folder.
+
+    Raises:
+        PfdError: Naming the path, the release and the option to change.
+    """
+    if _inside(Path(path).expanduser().resolve(), Path(release).expanduser().resolve()):
+        raise PfdError(f"{path}: {what} lies inside the release {release} and would be published; "
+                       f"choose a {option} outside the release")
+
+
 def check_separate(release: str | os.PathLike, state_dir: str | os.PathLike) -> None:
     """Refuse a state dir inside the release or a release inside the state dir (symlinks resolved).
 
@@ -481,11 +493,7 @@ def check_separate(release: str | os.PathLike, state_dir: str | os.PathLike) -> 
     """
     r = Path(release).expanduser().resolve()
     s = Path(state_dir).expanduser().resolve()
-    if _inside(s, r):
-        raise PfdError(
-            f"{state_dir}: the state dir lies inside the release {release} and would be published; "
-            "choose a --state-dir outside the release"
-        )
+    check_outside_release(state_dir, release, what="the state dir", option="--state-dir")
     if _inside(r, s):
         raise PfdError(
             f"{release}: the release lies inside the state dir {state_dir}; choose separate folders for --out and --state-dir"

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from pfd.config import DistillConfig, config_to_dict, save_config, validate_config
 from pfd.data.faces import check_min_identities, check_min_images
 from pfd.data.faceset import FaceSet, to_memory
-from pfd.data.release import check_separate, to_uint8, write_proxy_map, write_release
+from pfd.data.release import check_outside_release, check_separate, to_uint8, write_proxy_map, write_release
 from pfd.distill.lock import is_main_rank
 from pfd.distill.state import (
     StateDir,
@@ -175,9 +175,8 @@ class Distillation:
         check_separate(self.out, self.state.root)
         # Cached private embeddings are private state: never inside the release.
         self.embed_cache = Path(cfg.embed_cache).expanduser() if cfg.embed_cache else None
-        if self.embed_cache is not None and _within(self.embed_cache, self.out):
-            raise PfdError(f"{cfg.embed_cache}: the embedding cache lies inside the release {cfg.out} and would be "
-                           "published; choose an --embed-cache folder outside it (e.g. next to the state dir)")
+        if self.embed_cache is not None:
+            check_outside_release(self.embed_cache, self.out, what="the embedding cache", option="--embed-cache")
         check_outputs(self.out, self.state, resume=cfg.resume)
         if cfg.resume:
             check_same_settings(self.state, cfg)
@@ -446,15 +445,16 @@ class Distillation:
 
         proxies = torch.cat([d["proxies"] for d in docs]).float().div_(255.0)  # (NK, 3, S, S)
         labels = np.asarray(self.faces.labels)
-        embed = lambda model, x: Embedder(model, batch_size=256, device=self.acc.device)(x)  # noqa: E731
+        # The private set goes through the embedding cache (its gallery is the same for every run
+        # that shares the model); the proxies are new to every run.
+        embed = lambda model, x, cache=None: Embedder(model, batch_size=256, device=self.acc.device,  # noqa: E731
+                                                      cache_dir=cache)(x)
         # The private gallery in the adapted model was embedded by the prototypes stage (a state dir
         # from before it stored them is embedded again).
-        gallery = protos["embeddings"] if "embeddings" in protos else embed(backbone, self.faces)
+        gallery = protos["embeddings"] if "embeddings" in protos else embed(backbone, self.faces, self.embed_cache)
         insider = (torch.cat([d["embeddings"] for d in docs]), gallery)
         public_model = load_backbone(self.state.public_model).to(self.acc.device)
-        # The public model's private gallery is the same for every run on this private set.
-        gallery_pub = Embedder(public_model, batch_size=256, device=self.acc.device, cache_dir=self.embed_cache)(self.faces)
-        public = (embed(public_model, proxies), gallery_pub)
+        public = (embed(public_model, proxies), embed(public_model, self.faces, self.embed_cache))
         rotated = bool(protos.get("rotated", False))
         below = float((protos["cos_rotated"].abs() < self.cfg.ogp.rep_margin).float().mean()) if rotated else None
         return publication_checks(
@@ -550,12 +550,6 @@ def _refusal(failed: list[dict[str, Any]], cfg: DistillConfig, state_dir: Path) 
         fix = (f"--method {cfg.method} does not decouple the proxies from their sources (it is an ablation or "
                "baseline row): use --method pfd, or pass --resume --allow-linkable to publish it anyway")
     return f"not published: {'; '.join(parts)}. The state is kept in {state_dir}: {fix}"
-
-
-def _within(path: Path, folder: Path) -> bool:
-    """Whether ``path`` is ``folder`` or lies below it (symlinks resolved)."""
-    p, f = path.resolve(), folder.resolve()
-    return p == f or f in p.parents
 
 
 def distill(

@@ -2,10 +2,10 @@
 
 Prints two things (timings on a shared machine are noisy: read the ratios, run twice):
 
-1. Throughput of :func:`pfd.attacks.linkability.streamed_top1` (exact top-1 over gallery chunks,
+1. Throughput of :func:`pfd.attacks.linkability.matching.streamed_top1` (exact top-1 over gallery chunks,
    memory ``query_chunk × chunk``) divided by that of one plain ``(Q Gᵀ).max(1)`` over the whole
    gallery (memory ``q × g``). Target: ratio >= 0.8, i.e. streaming costs at most ~20 %.
-2. Seconds of :func:`pfd.attacks.membership.identity_statistics` (all four statistics) as the
+2. Seconds of :func:`pfd.attacks.membership.statistics.identity_statistics` (all four statistics) as the
    number of identities grows (k images each); ProtoCE is O(n·C·D), so expect ~quadratic growth.
 
 Usage::
@@ -25,8 +25,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
-from pfd.attacks.linkability import streamed_top1  # noqa: E402
-from pfd.attacks.membership import identity_statistics  # noqa: E402
+from pfd.attacks.linkability.matching import streamed_top1  # noqa: E402
+from pfd.attacks.membership.statistics import identity_statistics  # noqa: E402
 
 
 def _best_of(fn, repeats: int) -> float:

@@ -11,11 +11,11 @@ Three sweeps, each point in a fresh subprocess so that its peak RSS (``os.wait4`
   ``time.process_time`` in the measured, single-threaded process; ``--clock wall`` keeps wall
   time), plus the whole process's wall and CPU time and its peak RSS.
 * **distill vs K** (proxies per identity) at N = 24: RTA's work is N·K proxies.
-* **attack vs gallery size**: VisMatch and Rank-1 Re-ID (:mod:`pfd.attacks.linkability`, the
+* **attack vs gallery size**: VisMatch and Rank-1 Re-ID (:mod:`pfd.attacks.linkability.matching`, the
   streamed exact top-1) of 1000 synthetic query embeddings against 10³ … 10⁶ synthetic gallery
   embeddings (D = 64, 20 per identity): time should be linear in the gallery and the memory
   beyond the gallery itself flat (the gallery is streamed in chunks); and the four geometric MIA
-  statistics (:func:`pfd.attacks.membership.identity_statistics`) against the number of
+  statistics (:func:`pfd.attacks.membership.statistics.identity_statistics`) against the number of
   identities (10 embeddings each).
 
 Each curve gets a least-squares exponent ``b`` of ``y ∝ x^b`` on log-log axes and a tail exponent
@@ -137,7 +137,7 @@ _ATTACK_CHILD = r"""
 import json, resource, sys, time
 import numpy as np, torch
 torch.set_num_threads(1)
-from pfd.attacks.linkability import visual_matching, rank1_reid
+from pfd.attacks.linkability.matching import visual_matching, rank1_reid
 g, q, d, per = (int(a) for a in sys.argv[1:5])
 rng = np.random.default_rng(0)
 ids = g // per
@@ -165,7 +165,7 @@ _MIA_CHILD = r"""
 import json, resource, sys, time
 import numpy as np, torch
 torch.set_num_threads(1)
-from pfd.attacks.membership import identity_statistics
+from pfd.attacks.membership.statistics import identity_statistics
 c, k, d = (int(a) for a in sys.argv[1:4])
 rng = np.random.default_rng(0)
 centres = rng.standard_normal((c, d))

@@ -67,15 +67,15 @@ _EXPORTS: dict[str, str] = {
     # attacks
     **{n: "pfd.attacks.metrics" for n in ("wilson_interval", "oriented_auc", "tpr_at_fpr", "clopper_pearson",
                                           "clustered_interval", "composition_chance")},
-    "max_auc_permutation_test": "pfd.attacks.permutation",
-    "group_separation": "pfd.attacks.reference",
-    **{n: "pfd.attacks.models" for n in ("load_attacker", "load_outside_attacker")},
-    **{n: "pfd.attacks.outside" for n in ("AttackerSpec", "InputConvention")},
-    **{n: "pfd.attacks.membership" for n in ("identity_statistics", "membership_report")},
-    "fusion_cv": "pfd.attacks.fusion",
-    **{n: "pfd.attacks.dataset_mia" for n in ("dataset_membership", "most_likely")},
-    **{n: "pfd.attacks.linkability" for n in ("streamed_top1", "visual_matching", "rank1_reid")},
-    **{n: "pfd.attacks.attributes" for n in ("attribute_recovery", "LinearProbe", "read_attributes_csv")},
+    "max_auc_permutation_test": "pfd.attacks.membership.permutation",
+    "group_separation": "pfd.attacks.membership.reference",
+    **{n: "pfd.attacks.models.loading" for n in ("load_attacker", "load_outside_attacker")},
+    **{n: "pfd.attacks.models.outside" for n in ("AttackerSpec", "InputConvention")},
+    **{n: "pfd.attacks.membership.statistics" for n in ("identity_statistics", "membership_report")},
+    "fusion_cv": "pfd.attacks.membership.fusion",
+    **{n: "pfd.attacks.membership.dataset" for n in ("dataset_membership", "most_likely")},
+    **{n: "pfd.attacks.linkability.matching" for n in ("streamed_top1", "visual_matching", "rank1_reid")},
+    **{n: "pfd.attacks.attributes.recovery" for n in ("attribute_recovery", "LinearProbe", "read_attributes_csv")},
 }
 
 __all__ = ["__version__", "PfdError", *sorted(_EXPORTS)]

@@ -310,8 +310,8 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
     """
     if ctx.invoked_subcommand is not None:
         return
-    from pfd.attacks.report import summary_rows, summary_table, write_report
-    from pfd.attacks.scorecard import run_scorecard
+    from pfd.attacks.scorecard.report import summary_rows, summary_table, write_report
+    from pfd.attacks.scorecard.run import run_scorecard
     from pfd.config import AttackConfig, build_config, load_recipe
 
     table = dict(load_recipe(recipe).get("attack", {})) if recipe else {}
@@ -365,7 +365,7 @@ def attack_mia(model: str, members: str, nonmembers: str, **kw: Any) -> None:
       pfd attack mia --model net.ts --model-size 112 --members a/ --nonmembers b/ --report mia_report
       pfd attack mia --model finetuned.pt --reference public.pt --members private/ --nonmembers heldout/
     """
-    from pfd.attacks.audit import format_membership_table, run_mia
+    from pfd.attacks.membership.audit import format_membership_table, run_mia
 
     rep = run_mia(model, members, nonmembers, **kw)
     click.echo(f"head {rep['config']['head']} s={rep['config']['scale']} m={rep['config']['margin']} "
@@ -402,7 +402,7 @@ def attack_dataset(model: str, candidates_flag: bool, candidates: tuple[str, ...
       pfd attack dataset --model model.pt --n 200 --candidates synthetic:public synthetic:test \\
           synthetic:private,domain=lowres synthetic:private,domain=nir
     """
-    from pfd.attacks.audit import format_dataset_table, run_dataset
+    from pfd.attacks.membership.audit import format_dataset_table, run_dataset
 
     rows = run_dataset(model, list(candidates), **kw)
     click.echo(format_dataset_table(rows))
@@ -488,7 +488,7 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     Private state goes to --state-dir (mode 0700; never publish it); see docs/distill.md.
     """
     from pfd.config import DistillConfig, build_config, load_recipe
-    from pfd.config_checks import ignored_options
+    from pfd.config.checks import ignored_options
     from pfd.distill.gate import PublicationRefused
     from pfd.distill.pipeline import distill
     from pfd.distill.summary import format_summary

@@ -12,10 +12,11 @@ import contextlib
 import hashlib
 import io
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import torch
 
@@ -27,6 +28,7 @@ __all__ = [
     "atomic_torch_save",
     "sha256_file",
     "sha256_bytes",
+    "jsonable",
 ]
 
 
@@ -92,3 +94,16 @@ def sha256_file(path: str | os.PathLike, *, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def jsonable(obj: Any) -> Any:
+    """Plain JSON values: numpy scalars/arrays to Python, NaN/inf (e.g. ROC thresholds) to None."""
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
+        return jsonable(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

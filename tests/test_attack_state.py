@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from pfd.attacks.state import open_release_state, proxy_sources, state_private_spec
+from pfd.attacks.scorecard.inputs import open_release_state, proxy_sources, state_private_spec
 from pfd.data.faceset import TensorFaces
 from pfd.data.release import read_release
 from pfd.errors import PfdError

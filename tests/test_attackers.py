@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
 
-from pfd.attacks.linkability import rank1_reid, streamed_top1, visual_matching
-from pfd.attacks.models import load_attacker, load_outside_attacker
-from pfd.attacks.outside import AttackerSpec, ConventionAdapter, InputConvention, read_attacker_spec
+from pfd.attacks.linkability.matching import rank1_reid, streamed_top1, visual_matching
+from pfd.attacks.models.loading import load_attacker, load_outside_attacker
+from pfd.attacks.models.outside import AttackerSpec, ConventionAdapter, InputConvention, read_attacker_spec
 from pfd.cli import main
 from pfd.errors import PfdError
 from pfd.nn.iresnet import create_backbone

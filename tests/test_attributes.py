@@ -1,4 +1,4 @@
-"""Tests for pfd.attacks.attributes: majority vote, recovery metrics and chance, probe, csv."""
+"""Tests for pfd.attacks.attributes.recovery: majority vote, recovery metrics and chance, probe, csv."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import balanced_accuracy_score, f1_score
 
-from pfd.attacks.attributes import (
+from pfd.attacks.attributes.recovery import (
     LinearProbe,
     _confusions,
     _metrics_from_confusion,

@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from pfd.attacks.audit import HEAD_MARGINS, format_dataset_table, resolve_head
+from pfd.attacks.membership.audit import HEAD_MARGINS, format_dataset_table, resolve_head
 from pfd.cli import main
 from pfd.errors import PfdError
 from tests.attack_world import HOLDOUT, LOWRES, OTHER_CANDIDATES, PRIVATE, build_world

@@ -15,7 +15,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 def bench_modules():
     sys.path.insert(0, str(BENCH))
     try:
-        yield importlib.import_module("privacy_utility"), importlib.import_module("pu_report")
+        yield importlib.import_module("privacy_utility"), importlib.import_module("pu.report")
     finally:
         sys.path.remove(str(BENCH))
 
@@ -48,7 +48,7 @@ def test_results_table_shows_each_row_with_chance_and_intervals(bench_modules):
 def test_light_angle_reads_yale_b_names_and_subsets_follow_it(bench_modules):
     import math
 
-    yd = importlib.import_module("yale_data")
+    yd = importlib.import_module("pu.yale")
     assert yd.light_angle("yaleB01/yaleB01_P00A+000E+00.pgm") == 0.0
     # acos(cos 35° · cos 15°) = 37.9°: subset 3; (+85°, +20°) = 85.3°: subset 5.
     assert abs(yd.light_angle("yaleB02_P00A+035E+15.pgm") - math.degrees(math.acos(math.cos(math.radians(35)) * math.cos(math.radians(15))))) < 1e-9
@@ -91,8 +91,8 @@ def test_rescore_bounds_the_membership_p_exactly_and_widens_clustered_links(benc
 
 
 def test_ablation_variants_change_only_their_settings_and_the_table_counts_links(bench_modules):
-    pu, _ = bench_modules
-    abl = importlib.import_module("pu_ablation")
+    pu = importlib.import_module("pu.settings")
+    abl = importlib.import_module("pu.ablation")
     base = abl.variant_settings("default")
     assert base["seeds"] == 1 and base["rta"] == pu.SETTINGS["rta"] and "method" not in base
     raw4 = abl.variant_settings("raw-ipc4")
@@ -112,7 +112,7 @@ def test_ablation_variants_change_only_their_settings_and_the_table_counts_links
 def test_merge_joins_scenarios_run_in_parallel_and_refuses_other_settings(bench_modules, tmp_path):
     import json
 
-    pu, _ = bench_modules
+    runner = importlib.import_module("pu.runner")
     key = "k" * 16
     a = {"version": 2, "settings_hash": key, "settings": {"seeds": 3}, "scenarios": {"celeba": {"units": {"base/seed0": {}}, "rows": {}}},
          "public_model": {"verification_curve": {"celeba": []}}}
@@ -121,7 +121,7 @@ def test_merge_joins_scenarios_run_in_parallel_and_refuses_other_settings(bench_
          "public_model": {"verification_curve": {"yaleb": [{"step": 1, "accuracy": 0.5}]}}}
     (tmp_path / "a.json").write_text(json.dumps(a))
     (tmp_path / "b.json").write_text(json.dumps(b))
-    assert pu.merge_results(tmp_path / "a.json", tmp_path / "b.json", key) == 0
+    assert runner.merge_results(tmp_path / "a.json", tmp_path / "b.json", key) == 0
     merged = json.loads((tmp_path / "a.json").read_text())
     assert set(merged["scenarios"]) == {"celeba", "yaleb"} and len(merged["scenarios"]["yaleb"]["units"]) == 2
     assert merged["public_model"]["verification_curve"]["yaleb"][0]["accuracy"] == 0.5
@@ -129,38 +129,40 @@ def test_merge_joins_scenarios_run_in_parallel_and_refuses_other_settings(bench_
     b["settings_hash"] = "other"
     (tmp_path / "b.json").write_text(json.dumps(b))
     with pytest.raises(SystemExit, match="other settings"):
-        pu.merge_results(tmp_path / "a.json", tmp_path / "b.json", key)
+        runner.merge_results(tmp_path / "a.json", tmp_path / "b.json", key)
 
 
 def test_cached_public_model_is_reused_from_a_moved_work_dir_but_not_with_other_settings(bench_modules, tmp_path, monkeypatch):
-    pu, _ = bench_modules
-    cfg = pu.build_config(pu.TrainConfig, {"epochs": 3, "out": str(tmp_path / "new" / "public-x")})
-    stored = {"train": {**pu.config_to_dict(cfg), "out": "/elsewhere/public-x"}}
+    from pfd.config import TrainConfig, build_config, config_to_dict
+
+    runner = importlib.import_module("pu.runner")
+    cfg = build_config(TrainConfig, {"epochs": 3, "out": str(tmp_path / "new" / "public-x")})
+    stored = {"train": {**config_to_dict(cfg), "out": "/elsewhere/public-x"}}
     (tmp_path / "model.pt").write_bytes(b"x")
-    monkeypatch.setattr(pu, "load_checkpoint", lambda path: {"config": stored})
-    assert pu._same_training(tmp_path / "model.pt", cfg)
+    monkeypatch.setattr(runner, "load_checkpoint", lambda path: {"config": stored})
+    assert runner._same_training(tmp_path / "model.pt", cfg)
     stored["train"]["epochs"] = 4
-    assert not pu._same_training(tmp_path / "model.pt", cfg)
-    assert not pu._same_training(tmp_path / "absent.pt", cfg)
+    assert not runner._same_training(tmp_path / "model.pt", cfg)
+    assert not runner._same_training(tmp_path / "absent.pt", cfg)
 
 
 def test_units_group_by_scenario_and_seed_costliest_first(bench_modules):
-    pu, _ = bench_modules
+    runner = importlib.import_module("pu.runner")
     todo = {"yaleb": [("base", 0), ("raw", 0), ("pfd", 0), ("raw", 1)], "celeba": [("raw", 0), ("pfd", 0), ("raw", 1), ("pfd", 1)]}
-    groups = pu.unit_groups(todo, cost={"celeba": 3.0, "yaleb": 1.0})
+    groups = runner.unit_groups(todo, cost={"celeba": 3.0, "yaleb": 1.0})
     assert [(sc, seed) for sc, seed, _ in groups] == [("celeba", 0), ("celeba", 1), ("yaleb", 0), ("yaleb", 1)]
     assert groups[0][2] == ["raw", "pfd"] and groups[2][2] == ["base", "raw", "pfd"]  # row order kept in a group
     # Every unit lands in exactly one group.
     assert sorted((sc, n, s) for sc, s, names in groups for n in names) == sorted(
         (sc, n, s) for sc, units in todo.items() for n, s in units)
     # Without costs the group with more units starts first.
-    assert pu.unit_groups(todo)[0][:2] == ("yaleb", 0)
+    assert runner.unit_groups(todo)[0][:2] == ("yaleb", 0)
 
 
 def test_shards_of_an_interrupted_run_are_read_back_only_with_the_same_settings(bench_modules, tmp_path):
     import json
 
-    pu, _ = bench_modules
+    runner = importlib.import_module("pu.runner")
     (tmp_path / "shards").mkdir()
     write = lambda name, doc: (tmp_path / "shards" / name).write_text(json.dumps(doc))  # noqa: E731
     write("celeba-seed0.json", {"settings_hash": "k", "scenario": "celeba", "units": {"raw/seed0": {"a": 1}},
@@ -168,7 +170,7 @@ def test_shards_of_an_interrupted_run_are_read_back_only_with_the_same_settings(
     write("celeba-seed1.json", {"settings_hash": "k", "scenario": "celeba", "units": {"raw/seed1": {"a": 2}}, "curve": None})
     write("yaleb-seed0.json", {"settings_hash": "old", "scenario": "yaleb", "units": {"raw/seed0": {}}})
     (tmp_path / "shards" / "junk.json").write_text("{not json")
-    got = pu.read_shards(tmp_path, "k")
+    got = runner.read_shards(tmp_path, "k")
     assert set(got) == {"celeba"} and set(got["celeba"]["units"]) == {"raw/seed0", "raw/seed1"}
     assert got["celeba"]["curve"] == [{"step": 1}]
-    assert pu._shard_path(tmp_path, "dp-pix ε=10", 2).name == "dp-pix-eps10-seed2.json"
+    assert runner.shard_path(tmp_path, "dp-pix ε=10", 2).name == "dp-pix-eps10-seed2.json"

@@ -169,7 +169,7 @@ def test_attack_commands_take_skip_bad_and_no_progress(cmd):
 
 def test_attack_skip_bad_reaches_the_private_set(tmp_path):
     """A corrupt private image stops the scorecard's loader unless --skip-bad is given."""
-    from pfd.attacks.scorecard import _Sets
+    from pfd.attacks.scorecard.run import _Sets
 
     folder = tmp_path / "private"
     g = np.random.default_rng(0)

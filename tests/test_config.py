@@ -15,7 +15,7 @@ from pfd.config import (
     save_config,
     validate_config,
 )
-from pfd.config_checks import ignored_options
+from pfd.config.checks import ignored_options
 from pfd.errors import PfdError
 
 

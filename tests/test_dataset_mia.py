@@ -1,4 +1,4 @@
-"""Tests for pfd.attacks.dataset_mia (dataset membership paper, Algorithm 1)."""
+"""Tests for pfd.attacks.membership.dataset (dataset membership paper, Algorithm 1)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pfd.attacks.dataset_mia import (
+from pfd.attacks.membership.dataset import (
     dataset_membership,
     identity_templates,
     most_likely,

@@ -1,4 +1,4 @@
-"""Tests for pfd.attacks.linkability: streamed top-1, VisMatch and Rank-1 Re-ID."""
+"""Tests for pfd.attacks.linkability.matching: streamed top-1, VisMatch and Rank-1 Re-ID."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pfd.attacks.linkability import rank1_reid, streamed_top1, visual_matching
+from pfd.attacks.linkability.matching import rank1_reid, streamed_top1, visual_matching
 from pfd.errors import PfdError
 
 

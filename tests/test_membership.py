@@ -1,4 +1,4 @@
-"""Tests for pfd.attacks.membership (geometric MIA §3.2) and pfd.attacks.fusion (§5.4)."""
+"""Tests for pfd.attacks.membership.statistics (geometric MIA §3.2) and pfd.attacks.membership.fusion (§5.4)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from pfd.attacks.fusion import fusion_cv
-from pfd.attacks.membership import (
+from pfd.attacks.membership.fusion import fusion_cv
+from pfd.attacks.membership.statistics import (
     STATISTICS,
     identity_statistics,
     membership_report,
@@ -197,7 +197,7 @@ def test_fusion_deterministic_and_validates():
 def test_permutation_test_matches_the_exact_mann_whitney_tail_for_one_score():
     from scipy.stats import mannwhitneyu
 
-    from pfd.attacks.permutation import max_auc_permutation_test
+    from pfd.attacks.membership.permutation import max_auc_permutation_test
 
     rng = np.random.default_rng(4)
     x = np.r_[rng.normal(0.5, 1, 12), rng.normal(0, 1, 10)]

@@ -3,7 +3,7 @@
 Each test simulates many seeded audits at the level of embeddings or predictions (no training),
 runs the verdict rule the scorecard uses, and counts how often it says LEAKS:
 
-* membership: :func:`~pfd.attacks.membership.membership_report`'s permutation test, members and
+* membership: :func:`~pfd.attacks.membership.statistics.membership_report`'s permutation test, members and
   non-members drawn from the same people distribution (28 vs 28 identities);
 * VisMatch / Re-ID: the clustered interval against the composition chance, with K proxies per
   source sharing one direction (clustered successes), unbalanced galleries and a source subset
@@ -21,10 +21,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pfd.attacks.attributes import attribute_recovery
-from pfd.attacks.linkability import rank1_reid, visual_matching
-from pfd.attacks.membership import membership_report
-from pfd.attacks.report import verdict
+from pfd.attacks.attributes.recovery import attribute_recovery
+from pfd.attacks.linkability.matching import rank1_reid, visual_matching
+from pfd.attacks.membership.statistics import membership_report
+from pfd.attacks.scorecard.report import verdict
 
 AUDITS = 240
 

@@ -12,7 +12,10 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from pu_data import SpecResolver, adaptive_pairs, celeba_split, pair_identities  # noqa: E402
+import pu.plan as pu_plan  # noqa: E402
+import pu.settings as pu_settings  # noqa: E402
+import pu.units as pu_units  # noqa: E402
+from pu.data import SpecResolver, adaptive_pairs, celeba_split, pair_identities  # noqa: E402
 
 from pfd.data.faceset import TensorFaces  # noqa: E402
 from pfd.errors import PfdError  # noqa: E402
@@ -169,7 +172,7 @@ def test_scenario_presets_and_overrides():
 
 
 def test_shared_folders_of_specs():
-    from pu_data import shared_folders
+    from pu.data import shared_folders
 
     assert shared_folders(["synthetic:public", "celeba:public", "yale-a", "yale-b:test"]) == {
         "celeba-faces", "yale-a", "extended-yale-b-cropped"}
@@ -177,24 +180,23 @@ def test_shared_folders_of_specs():
 
 
 def test_per_identity_pick_and_link_summary():
-    pu = _pu()
     source = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2])
-    pick = pu._per_identity(source, 1, seed=0)
+    pick = pu_units._per_identity(source, 1, seed=0)
     assert sorted(source[pick].tolist()) == [0, 1, 2]
-    assert np.array_equal(pu._per_identity(source, 0, seed=0), np.arange(9))
+    assert np.array_equal(pu_units._per_identity(source, 0, seed=0), np.arange(9))
 
     def link(rate):
         return {"rate": rate, "chance": 0.1, "ci95": [rate / 2, min(1, rate + 0.2)], "count": int(rate * 10), "n": 10}
 
     seeds = [{"proxies": {"public": {"vismatch": link(0.2), "reid": link(0.4)}}},
              {"proxies": {"public": {"vismatch": link(0.4), "reid": link(0.4)}}}]
-    s = pu._link_summary(seeds)["proxies"]["public"]
+    s = pu_units._link_summary(seeds)["proxies"]["public"]
     assert np.isclose(s["vismatch"]["rate_mean"], 0.3) and np.isclose(s["vismatch"]["rate_sd"], np.std([0.2, 0.4], ddof=1))
     assert s["reid"]["rate_sd"] == 0.0 and s["vismatch"]["ci95_per_seed"] == [[0.1, 0.4], [0.2, 0.6000000000000001]]
 
 
 def test_v2_table_shows_differences_intervals_and_chance():
-    from pu_report import markdown
+    from pu.report import markdown
 
     diff = {"diff": 0.021, "ci95": [-0.004, 0.046], "row_mean": 0.81, "row_sd": 0.01}
     ref = {"diff": 0.0, "ci95": [0.0, 0.0], "row_mean": 0.79, "row_sd": 0.02}
@@ -219,7 +221,7 @@ def test_v2_table_shows_differences_intervals_and_chance():
 
 
 def test_augmented_faces_are_reproducible_variants():
-    from pu_augment import AugmentedFaces, augment_image
+    from pu.augment import AugmentedFaces, augment_image
 
     faces = TensorFaces(torch.rand(4, 3, 16, 16), [0, 0, 1, 1])
     a, b = AugmentedFaces(faces, {"crop_scale": [0.6, 0.9]}, seed=3), AugmentedFaces(faces, {"crop_scale": [0.6, 0.9]}, seed=3)
@@ -236,36 +238,34 @@ def test_augmented_faces_are_reproducible_variants():
 
 
 def test_plan_counts_image_passes_by_stage():
-    pu = _pu()
     s = {"seeds": 3, "ogp": {"epochs": 2}, "rta": {"ipc": 2, "iterations": 60},
          "downstream": {"epochs": 2, "public_images": 768}, "eval": {"flip": False},
          "recon": {"iterations": 50, "per_identity": 1, "seeds": 1}}
-    p = pu.plan_passes(s, private_ids=72, private_images=1589, test_images=1567, rows=[r[0] for r in pu.ROWS])
+    p = pu_plan.plan_passes(s, private_ids=72, private_images=1589, test_images=1567, rows=[r[0] for r in pu_settings.ROWS])
     assert p["fine-tune (OGP / plain)"]["train"] == 3 * 2 * 2 * 1589  # plain fine-tune + pfd's OGP per seed
     assert p["RTA"]["invert"] == 3 * 3 * 2 * 72 * 60  # sre2l, rta-only, pfd
     units = 1 + 7 * 3  # base once, every other row per seed
     assert p["downstream"]["train"] == (units - 1) * 2 * (768 + 144)
     assert p["evaluation"]["forward"] == units * (1589 + 1567) + 3 * 6 * 1589
     assert p["reconstruction"]["invert"] == 6 * 72 * 50
-    only = pu.plan_passes(s, private_ids=72, private_images=1589, test_images=1567, rows=["base", "public-ft", "raw"])
+    only = pu_plan.plan_passes(s, private_ids=72, private_images=1589, test_images=1567, rows=["base", "public-ft", "raw"])
     assert only["RTA"]["invert"] == 0 and only["fine-tune (OGP / plain)"]["train"] == 3 * 2 * 1589
 
 
 def test_groups_that_base_already_separates_make_the_leaks_count_inconclusive():
-    from pu_report import markdown
+    from pu.report import markdown
 
-    pu = _pu()
     rng = np.random.default_rng(0)
-    loose = {s: {"members": list(rng.normal(-1.5, 1, 28)), "nonmembers": list(rng.normal(0, 1, 10))} for s in pu.MIA_STATS}
-    same = {s: {"members": list(rng.normal(0, 1, 28)), "nonmembers": list(rng.normal(0, 1, 10))} for s in pu.MIA_STATS}
-    g = pu.group_check({"base/seed0": {"membership": {"scores": loose}}}, permutations=500)
+    loose = {s: {"members": list(rng.normal(-1.5, 1, 28)), "nonmembers": list(rng.normal(0, 1, 10))} for s in pu_settings.MIA_STATS}
+    same = {s: {"members": list(rng.normal(0, 1, 28)), "nonmembers": list(rng.normal(0, 1, 10))} for s in pu_settings.MIA_STATS}
+    g = pu_units.group_check({"base/seed0": {"membership": {"scores": loose}}}, permutations=500)
     assert g["separates"] and g["statistic"].startswith("-") and g["p"] < 0.01  # members looser a priori
-    assert pu.group_check({"raw/seed0": {}}) is None  # no base unit yet
+    assert pu_units.group_check({"raw/seed0": {}}) is None  # no base unit yet
     mem = {"auc": 0.55, "diff": 0.03, "ci95": [-0.05, 0.11]}
     util = {"all": {"accuracy": {"diff": 0.0, "ci95": [0, 0], "row_mean": 0.7, "row_sd": 0.0}}}
     rows = {"public-ft": {"row": "public-ft", "utility": util, "membership": {"pair_cos": mem},
                           "membership_verdict": {"leaks": 2, "of": 3}}}
-    for groups, word in ((g, "2/3 inconclusive"), (pu.group_check({"base/seed0": {"membership": {"scores": same}}},
+    for groups, word in ((g, "2/3 inconclusive"), (pu_units.group_check({"base/seed0": {"membership": {"scores": same}}},
                                                                    permutations=500), "| 2/3 |")):
         doc = {"version": 2, "row_order": ["public-ft"], "settings": {"seeds": 3},
                "scenarios": {"yaleb": {"rows": rows, "groups": groups}}}

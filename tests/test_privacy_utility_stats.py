@@ -1,4 +1,4 @@
-"""Identity-bootstrap intervals of the privacy-utility benchmark (benchmarks/pu_stats.py)."""
+"""Identity-bootstrap intervals of the privacy-utility benchmark (benchmarks/pu/stats.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from pu_stats import (  # noqa: E402
+from pu.stats import (  # noqa: E402
     auc_difference,
     identity_bootstrap_weights,
     paired_difference,
@@ -106,7 +106,7 @@ def test_intervals_detect_a_real_difference():
 
 
 def test_bias_corrected_interval():
-    from pu_stats import bc_interval
+    from pu.stats import bc_interval
 
     boot = np.random.default_rng(5).normal(0.0, 1.0, 4001)
     med = float(np.median(boot))

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pfd.attacks.reconstruction import BNInversion, check_reconstructions
+from pfd.attacks.linkability.reconstruction import BNInversion, check_reconstructions
 from pfd.errors import PfdError
 from tests.distill_stubs import calibrated_net, one_thread  # noqa: F401 (fixture)
 

@@ -1,4 +1,4 @@
-"""The reference-model check of the membership verdict (pfd.attacks.reference)."""
+"""The reference-model check of the membership verdict (pfd.attacks.membership.reference)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from pfd.attacks.membership import membership_report
-from pfd.attacks.reference import group_separation
+from pfd.attacks.membership.statistics import membership_report
+from pfd.attacks.membership.reference import group_separation
 from pfd.errors import PfdError
 
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from pfd.attacks.linkability import visual_matching
-from pfd.attacks.membership import STATISTICS, membership_report
-from pfd.attacks.plots import kde, plot_densities, plot_match_grid, plot_roc
-from pfd.attacks.report import format_markdown, jsonable, summary_rows, verdict, write_report
-from pfd.attacks.scorecard import Scorecard
+from pfd.attacks.linkability.matching import visual_matching
+from pfd.attacks.membership.statistics import STATISTICS, membership_report
+from pfd.attacks.scorecard.plots import kde, plot_densities, plot_match_grid, plot_roc
+from pfd.attacks.scorecard.report import format_markdown, jsonable, summary_rows, verdict, write_report
+from pfd.attacks.scorecard.run import Scorecard
 
 
 def _clusters(n_ids, k, spread, rng, d=16):
@@ -72,7 +72,7 @@ def test_summary_rows_carry_chance_interval_and_verdict(membership):
 
 
 def test_membership_row_is_inconclusive_when_the_reference_already_separates_the_groups():
-    from pfd.attacks.report import membership_row
+    from pfd.attacks.scorecard.report import membership_row
 
     rng = np.random.default_rng(0)
     m, lm = _clusters(12, 4, 0.3, rng)

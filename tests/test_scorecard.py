@@ -10,7 +10,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from pfd.attacks.scorecard import run_scorecard
+from pfd.attacks.scorecard.run import run_scorecard
 from pfd.cli import main
 from pfd.config import AttackConfig
 from tests.attack_world import HOLDOUT, PRIVATE, SIZE, build_world, make_release

@@ -1,30 +1,14 @@
-"""The state dir contract: clobber checks, settings on resume, batch files, interrupted releases."""
+"""The state dir contract (pfd.distill.state): layout names, batch files, interrupted releases."""
 
 from __future__ import annotations
 
-import os
-import signal
-import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from pfd.config import DistillConfig, save_config
-from pfd.data.release import write_release
-from pfd.distill.lock import StateLock, read_marker, write_marker
-from pfd.distill.state import (
-    StateDir,
-    check_outputs,
-    claim_state_dir,
-    check_same_settings,
-    clear_interrupted_release,
-    load_batch,
-    save_batch,
-)
+from pfd.distill.state import StateDir, clear_interrupted_release, load_batch, save_batch
 from pfd.errors import PfdError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,133 +22,6 @@ def test_layout_names_are_the_contract(tmp_path):
         "summary.json", "batches/batch_00007.pt",
     ]  # fmt: skip
     assert st.ogp.name == "ogp"
-
-
-def test_outputs_holding_work_need_resume(tmp_path):
-    st = StateDir.at(tmp_path / "state")
-    check_outputs(tmp_path / "release", st, resume=False)  # nothing there yet
-    st.root.mkdir()
-    check_outputs(tmp_path / "release", st, resume=False)  # empty is fine
-    write_marker(st.root, "run-a")
-    save_config(DistillConfig(), st.config, section="distill")
-    check_outputs(tmp_path / "release", st, resume=False)  # a run that died before its first stage: no block
-    (st.root / "adapted.pt").write_bytes(b"x")
-    with pytest.raises(PfdError, match="state dir already holds.*--resume"):
-        check_outputs(tmp_path / "release", st, resume=False)
-    check_outputs(tmp_path / "release", st, resume=True)
-    (tmp_path / "release").mkdir()
-    (tmp_path / "release" / "a.png").write_bytes(b"x")
-    with pytest.raises(PfdError, match="release: already exists.*--resume"):
-        check_outputs(tmp_path / "release", StateDir.at(tmp_path / "other"), resume=False)
-
-
-def _tree(root):
-    return {p.relative_to(root).as_posix(): (p.read_bytes(), stat.S_IMODE(p.stat().st_mode))
-            for p in sorted(root.rglob("*")) if p.is_file()} | {".": stat.S_IMODE(root.stat().st_mode)}
-
-
-def test_foreign_folders_are_refused_untouched_with_or_without_resume(tmp_path):
-    user = tmp_path / "mine"
-    user.mkdir(mode=0o755)
-    os.chmod(user, 0o755)
-    (user / "summary.json").write_text('{"mine": 1}')
-    (user / "proxy_map.json").write_text("{}")
-    before = _tree(user)
-    for resume in (False, True):
-        with pytest.raises(PfdError, match="pfd-state.json" if resume else "did not write"):
-            claim_state_dir(StateDir.at(user), tmp_path / "release", resume=resume)
-        assert _tree(user) == before and not (user / ".pfd-lock").exists()
-    # --resume of a fresh (new or empty) state dir: nothing to continue.
-    with pytest.raises(PfdError, match="no pfd run to resume"):
-        claim_state_dir(StateDir.at(tmp_path / "fresh"), tmp_path / "release", resume=True)
-    assert not (tmp_path / "fresh").exists()
-
-
-def test_resume_refuses_a_release_of_another_run(tmp_path):
-    st = StateDir.at(tmp_path / "state")
-    st.root.mkdir()
-    write_marker(st.root, "run-a")
-    x = torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(0))
-    rel = tmp_path / "release"
-    write_release(rel, x, [0, 0, 1, 1], method="pfd", label_seed=0, run_id="run-b")
-    before = _tree(rel)
-    with pytest.raises(PfdError, match="another run"):
-        claim_state_dir(st, rel, resume=True)
-    assert _tree(rel) == before
-    claim = claim_state_dir(st, tmp_path / "release2", resume=True)  # no release yet: fine
-    assert claim.run_id == "run-a"
-    claim.close()
-    write_release(tmp_path / "release3", x, [0, 0, 1, 1], method="pfd", label_seed=0, run_id="run-a")
-    claim = claim_state_dir(st, tmp_path / "release3", resume=True)  # this run's own release
-    claim.close()
-
-
-def test_one_writer_per_state_dir_and_the_pid_is_named(tmp_path):
-    st = StateDir.at(tmp_path / "state")
-    first = claim_state_dir(st, tmp_path / "release", resume=False)
-    first.begin()
-    assert read_marker(st.root)["run_id"] == first.run_id
-    with pytest.raises(PfdError, match=rf"another pfd distill \(pid {os.getpid()}\)"):
-        claim_state_dir(st, tmp_path / "release", resume=False)
-    # A second *process* is refused too (flock is per open file, so this holds across processes).
-    code = (
-        "import sys; from pathlib import Path; from pfd.distill.lock import StateLock; from pfd.errors import PfdError\n"
-        "try:\n    StateLock(Path(sys.argv[1]))\nexcept PfdError as e:\n    print(e); sys.exit(3)\n"
-    )
-    res = subprocess.run([sys.executable, "-c", code, str(st.root)], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert res.returncode == 3 and f"pid {os.getpid()}" in res.stdout, res.stdout + res.stderr
-    first.close()
-    claim_state_dir(st, tmp_path / "release", resume=True).close()  # released: the next run may go
-
-
-def test_the_lock_dies_with_its_process(tmp_path):
-    """kill -9 leaves no stale lock: the kernel drops a flock with its holder."""
-    root = tmp_path / "state"
-    code = "import sys, time; from pathlib import Path; from pfd.distill.lock import StateLock\n" \
-           "l = StateLock(Path(sys.argv[1])); print('locked', flush=True); time.sleep(60)\n"
-    proc = subprocess.Popen([sys.executable, "-c", code, str(root)], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.stdout.readline().strip() == "locked"
-    with pytest.raises(PfdError, match=f"pid {proc.pid}"):
-        StateLock(root)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    StateLock(root).release()
-
-
-def test_state_tree_is_private_whatever_the_umask(tmp_path):
-    old = os.umask(0o022)
-    try:
-        st = StateDir.at(tmp_path / "state")
-        claim = claim_state_dir(st, tmp_path / "release", resume=False)
-        claim.begin()
-        (st.root / "ogp").mkdir()
-        (st.root / "ogp" / "metrics.jsonl").write_text("{}")
-        claim.close()
-    finally:
-        os.umask(old)
-    modes = {p.relative_to(st.root).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in st.root.rglob("*")}
-    assert stat.S_IMODE(st.root.stat().st_mode) == 0o700
-    # A resumed run tightens what a killed one left behind, before it does anything else.
-    os.chmod(st.root / "ogp" / "metrics.jsonl", 0o644)
-    again = claim_state_dir(st, tmp_path / "release", resume=True)
-    again.begin()
-    assert stat.S_IMODE((st.root / "ogp" / "metrics.jsonl").stat().st_mode) == 0o600
-    again.close()
-    assert modes == {"ogp": 0o700, "ogp/metrics.jsonl": 0o600, "pfd-state.json": 0o600, ".pfd-lock": 0o600}
-
-
-def test_resume_needs_the_same_settings_except_paths(tmp_path):
-    st = StateDir.at(tmp_path)
-    cfg = DistillConfig()
-    save_config(cfg, st.config, section="distill")
-    check_same_settings(st, DistillConfig(out="elsewhere", state_dir="moved", resume=True, workers=4))
-    other = DistillConfig()
-    other.rta.iterations = 7
-    other.ogp.rep_margin = 0.3
-    with pytest.raises(PfdError, match=r"ogp.rep_margin: 0.2 -> 0.3; rta.iterations: 1000 -> 7"):
-        check_same_settings(st, other)
 
 
 def test_batch_round_trip_and_damage(tmp_path):
@@ -191,26 +48,3 @@ def test_interrupted_release_is_cleared_only_in_its_own_layout(tmp_path):
     (out / "notes.txt").write_text("mine")
     clear_interrupted_release(out)  # a foreign file: leave everything alone
     assert (out / "notes.txt").exists() and (out / "0001" / "000.png").exists()
-
-
-# -- the same rules through pfd distill (they fail in Distillation's constructor, before any stage) --
-
-
-def test_distill_refuses_a_second_writer_and_foreign_folders(tmp_path):
-    from pfd.distill.pipeline import distill
-    from tests.distill_public import tiny_distill_config
-
-    cfg = tiny_distill_config(tmp_path / "no-public.pt", tmp_path)
-    holder = StateLock(tmp_path / "state")  # another run, started at the same time
-    with pytest.raises(PfdError, match=rf"another pfd distill \(pid {os.getpid()}\)"):
-        distill(cfg, progress=False)
-    holder.release()
-    assert not (tmp_path / "release").exists() and not (tmp_path / "state" / "pfd-state.json").exists()
-    user = tmp_path / "user"
-    user.mkdir()
-    (user / "summary.json").write_text("mine")
-    before = _tree(user)
-    resume = tiny_distill_config(tmp_path / "no-public.pt", tmp_path, state_dir=str(user), resume=True)
-    with pytest.raises(PfdError, match="not a pfd state dir"):
-        distill(resume, progress=False)
-    assert _tree(user) == before

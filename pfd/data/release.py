@@ -238,7 +238,7 @@ def write_release(
         method: Method name recorded in the manifest (``pfd``, ``rta-only``, ``sre2l``, ``raw``).
         label_seed: Seed of the label permutation and in-class shuffles (not written to the
             release; keep it in the state dir).
-        run_id: The run id of the state dir (:mod:`pfd.distill.lock`), recorded in the manifest;
+        run_id: The run id of the state dir (:mod:`pfd.distill.claim`), recorded in the manifest;
             with ``resume`` a previous release must carry the same one.
         checks: The publication gate's verdicts (:data:`CHECK_NAMES` -> passed), recorded in the
             manifest so that a reader sees which of pfd's own checks the release passed.

@@ -13,7 +13,7 @@ A release is the last thing a run writes, and only when the pipeline's own attac
 * ``public_vismatch`` / ``public_reid``: the same with the public model an outside attacker has.
 
 A linkability check fails when its 95 % interval lies above chance (the scorecard's LEAKS verdict
-in :mod:`pfd.attacks.report`), with the interval and chance of :mod:`pfd.attacks.linkability`:
+in :mod:`pfd.attacks.scorecard.report`), with the interval and chance of :mod:`pfd.attacks.linkability.matching`:
 an exact binomial interval at the effective sample size of proxies clustered by source identity,
 and chance from the gallery's composition. Over 200 simulated releases with no signal
 (``tests/test_gate.py``) each check refused at most 1 % of them (the test allows 7 %); a refusal
@@ -68,7 +68,7 @@ def linkability_check(
         ``name``, ``rate``, ``count``, ``n``, ``chance``, ``ci95`` and ``passed`` (the interval
         does not lie above chance).
     """
-    from pfd.attacks.linkability import rank1_reid, visual_matching
+    from pfd.attacks.linkability.matching import rank1_reid, visual_matching
 
     fn = {"vismatch": visual_matching, "reid": rank1_reid}[attack]
     r = fn(proxy_emb, proxy_source, private_emb, private_labels)

@@ -43,17 +43,9 @@ import torch.nn.functional as F
 from pfd.config import DistillConfig, config_to_dict, save_config, validate_config
 from pfd.data.faces import check_min_identities, check_min_images
 from pfd.data.faceset import FaceSet, to_memory
-from pfd.data.release import check_outside_release, check_separate, to_uint8, write_proxy_map, write_release
-from pfd.distill.lock import is_main_rank
-from pfd.distill.state import (
-    StateDir,
-    check_outputs,
-    check_same_settings,
-    claim_state_dir,
-    clear_interrupted_release,
-    load_batch,
-    save_batch,
-)
+from pfd.data.release import to_uint8, write_proxy_map, write_release
+from pfd.distill.claim import claim_run
+from pfd.distill.state import StateDir, clear_interrupted_release, load_batch, save_batch
 from pfd.distill.summary import build_summary
 from pfd.errors import PfdError
 from pfd.io import atomic_torch_save, atomic_write_bytes, atomic_write_json
@@ -172,27 +164,23 @@ class Distillation:
         _ = self.baseline  # a bad --epsilon / --dp-cell / --blur-sigma fails before anything is written
         self.out = Path(cfg.out).expanduser()
         self.state = StateDir.at(cfg.state_dir)
-        check_separate(self.out, self.state.root)
-        # Cached private embeddings are private state: never inside the release.
         self.embed_cache = Path(cfg.embed_cache).expanduser() if cfg.embed_cache else None
-        if self.embed_cache is not None:
-            check_outside_release(self.embed_cache, self.out, what="the embedding cache", option="--embed-cache")
-        check_outputs(self.out, self.state, resume=cfg.resume)
-        if cfg.resume:
-            check_same_settings(self.state, cfg)
-        if faces is None:
-            faces = to_memory(open_faces(cfg.private, size=cfg.size, min_images=max(1, cfg.min_images), skip_bad=cfg.skip_bad))
-        self.faces = faces
-        if self.faces.size != cfg.size:
-            raise PfdError(f"{cfg.private}: images are {self.faces.size}px but size is {cfg.size}; set --size consistently")
-        k = cfg.rta.ipc
-        check_min_images(self.faces, k, need=f"K = {k} proxies per class (rta.ipc) need at least {k}", fix="lower --ipc")
-        check_min_identities(self.faces, 2, what="a release", where=cfg.private)
-        if len(self.faces) < cfg.ogp.batch_size:
-            raise PfdError(f"{cfg.private}: {len(self.faces)} private images, fewer than one fine-tuning batch of "
-                           f"{cfg.ogp.batch_size}; lower --ogp-batch-size")
-        # One writer per state dir (a lock held by the main process until close()), checked again under it.
-        self.claim = claim_state_dir(self.state, self.out, resume=cfg.resume, main=is_main_rank())
+
+        def check_private() -> None:  # after the folder checks, before the lock: nothing written yet
+            self.faces = faces if faces is not None else to_memory(
+                open_faces(cfg.private, size=cfg.size, min_images=max(1, cfg.min_images), skip_bad=cfg.skip_bad))
+            if self.faces.size != cfg.size:
+                raise PfdError(f"{cfg.private}: images are {self.faces.size}px but size is {cfg.size}; set --size consistently")
+            k = cfg.rta.ipc
+            check_min_images(self.faces, k, need=f"K = {k} proxies per class (rta.ipc) need at least {k}", fix="lower --ipc")
+            check_min_identities(self.faces, 2, what="a release", where=cfg.private)
+            if len(self.faces) < cfg.ogp.batch_size:
+                raise PfdError(f"{cfg.private}: {len(self.faces)} private images, fewer than one fine-tuning batch of "
+                               f"{cfg.ogp.batch_size}; lower --ogp-batch-size")
+
+        # Folders, resume settings, the private set, then one writer per state dir (a lock held by
+        # the main process until close()), checked again under it.
+        self.claim = claim_run(cfg, check_inputs=check_private)
         self.acc = accelerator if accelerator is not None else make_accelerator(cfg.mixed_precision)
         self.progress = progress
         self.times: dict[str, float] = {}

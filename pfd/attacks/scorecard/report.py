@@ -14,10 +14,10 @@ rate under the null is tested by simulation (``tests/test_null_calibration.py``)
 * **attribute** rows: **LEAKS** when the one-sided identity-level permutation p-value is
   <= 0.05; the interval shown is a cluster bootstrap over source identities.
 * **membership**: one row, the max-T permutation test over the four statistics (a-priori
-  direction) and the fused classifier (:mod:`pfd.attacks.permutation`); **LEAKS** when p <= 0.05.
+  direction) and the fused classifier (:mod:`pfd.attacks.membership.permutation`); **LEAKS** when p <= 0.05.
   The cell shows p and the AUC the null exceeds 5 % of the time, and TPR at 1 % / 0.1 % FPR.
   **inconclusive** instead of LEAKS when the reference model (the public one in a scorecard)
-  already separates members from non-members (:mod:`pfd.attacks.reference`).
+  already separates members from non-members (:mod:`pfd.attacks.membership.reference`).
 
 Otherwise **≈ chance** (or **below chance** when a rate's interval lies below it). Each row is a
 separate test at the 5 % level, so with a dozen rows one "LEAKS" at the edge can be luck; the
@@ -30,13 +30,12 @@ detail sections give counts, p-values and settings.
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from pfd.attacks.membership import STATISTICS
-from pfd.io import atomic_write_json, atomic_write_text
+from pfd.attacks.membership.statistics import STATISTICS
+from pfd.io import atomic_write_json, atomic_write_text, jsonable
 
 __all__ = ["jsonable", "verdict", "summary_rows", "summary_table", "format_markdown", "write_report"]
 
@@ -79,7 +78,7 @@ def membership_row(mem: Mapping[str, Any], attacker: str = "downstream") -> dict
     row = _row(f"Membership: max AUC of 4 statistics + fusion (a priori; best {name})", attacker, v["auc"], 0.5,
                None, "auc", test_p=v["p"], null95=v["null95"], tpr_at_1pct_fpr=t1["tpr"],
                tpr_at_01pct_fpr=t01["tpr"], tpr_resolvable=[t1["resolvable"], t01["resolvable"]])
-    if v.get("inconclusive"):  # the reference model already separates the groups (pfd.attacks.reference)
+    if v.get("inconclusive"):  # the reference model already separates the groups (pfd.attacks.membership.reference)
         row.update(verdict="inconclusive", reference_p=(mem.get("reference") or {}).get("p"))
     return row
 
@@ -88,7 +87,7 @@ def summary_rows(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The figures of the summary table, each with its chance level, 95 % interval and verdict.
 
     Args:
-        data: :attr:`pfd.attacks.scorecard.Scorecard.data`.
+        data: :attr:`pfd.attacks.scorecard.run.Scorecard.data`.
 
     Returns:
         Rows ``{"attack", "attacker", "value", "chance", "ci95", "kind", "verdict", ...}``;
@@ -267,30 +266,17 @@ def format_markdown(data: Mapping[str, Any], rows: list[dict[str, Any]], plots: 
     return "\n".join(out)
 
 
-def jsonable(obj: Any) -> Any:
-    """Plain JSON values: numpy scalars/arrays to Python, NaN/inf (e.g. ROC thresholds) to None."""
-    if isinstance(obj, Mapping):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
-        return jsonable(obj.tolist())
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
 def write_report(card: Any, out: str | os.PathLike) -> dict[str, Path]:
     """Write ``report.json``, ``report.md`` and the plots of a scorecard into ``out``.
 
     Args:
-        card: A :class:`pfd.attacks.scorecard.Scorecard`.
+        card: A :class:`pfd.attacks.scorecard.run.Scorecard`.
         out: The report folder (created).
 
     Returns:
         ``{"json", "markdown", <plot name>...}`` -> written paths.
     """
-    from pfd.attacks.plots import plot_densities, plot_match_grid, plot_roc
+    from pfd.attacks.scorecard.plots import plot_densities, plot_match_grid, plot_roc
 
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Attacker models: any face-recognition model an auditor holds, as an image -> embedding map.
 
-:func:`load_attacker` loads every kind; the last three go through :mod:`pfd.attacks.outside`,
+:func:`load_attacker` loads every kind; the last three go through :mod:`pfd.attacks.models.outside`,
 with an input convention (insightface's by default):
 
 * pfd / insightface / AdaFace **checkpoints** and pfd-convention **TorchScript** (below);
@@ -34,10 +34,7 @@ attacker would do.
 
 from __future__ import annotations
 
-import json
 import os
-import warnings
-import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,26 +45,10 @@ from torch import nn
 
 from pfd.data.faceset import FaceSet
 from pfd.embed import Embedder
+from pfd.attacks.models.torchscript import first_line, is_torchscript, load_torchscript
 from pfd.errors import PfdError
 
 __all__ = ["Attacker", "load_attacker", "load_outside_attacker", "is_torchscript", "resize_images", "checkpoint_head"]
-
-#: Extra file of a TorchScript archive that may carry ``{"size": S}``.
-META_FILE = "pfd.json"
-
-
-def is_torchscript(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a TorchScript archive (a zip holding ``code/`` and ``constants.pkl``).
-
-    Plain ``torch.save`` files are zips too, but without TorchScript code.
-    """
-    try:
-        with zipfile.ZipFile(path) as z:
-            names = z.namelist()
-    except (OSError, zipfile.BadZipFile):
-        return False
-    return any("/code/" in n for n in names) and any(n.endswith("constants.pkl") for n in names)
-
 
 def resize_images(x: torch.Tensor, size: int) -> torch.Tensor:
     """Resize ``(n, 3, s, s)`` images to ``(n, 3, size, size)`` (bilinear, antialiased); no-op if equal."""
@@ -119,7 +100,7 @@ class Attacker:
         try:
             return self.embedder(x)
         except RuntimeError as e:  # a TorchScript model that rejects the input
-            raise PfdError(f"{self.path}: model failed on {self.size}px images ({_first_line(e)}); "
+            raise PfdError(f"{self.path}: model failed on {self.size}px images ({first_line(e)}); "
                            "check --public-model-size and the input convention in docs/attacks.md") from None
 
     @property
@@ -140,54 +121,13 @@ class Attacker:
         return d
 
 
-def _first_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
-def _jit_load(path: Path, extra: dict[str, Any] | None = None) -> Any:
-    with warnings.catch_warnings():  # torch >= 2.9 deprecates TorchScript; loading still works
-        warnings.simplefilter("ignore", FutureWarning)
-        return torch.jit.load(str(path), map_location="cpu", _extra_files=extra if extra is not None else {})
-
-
-def _torchscript_size(model: Any, path: Path, meta: str) -> int | None:
-    """The input side declared by a TorchScript archive (extra file, then module attribute)."""
-    if meta:
-        try:
-            return int(json.loads(meta)["size"])
-        except (ValueError, KeyError, TypeError):
-            raise PfdError(f"{path}: its {META_FILE} is not JSON with an integer 'size'; re-save it or "
-                           "pass --public-model-size") from None
-    for attr in ("size", "input_size"):
-        v = getattr(model, attr, None)
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    return None
-
-
-def _load_torchscript(path: Path, size: int | None) -> tuple[nn.Module, int]:
-    extra = {META_FILE: ""}
-    try:
-        model = _jit_load(path, extra)
-    except Exception as e:  # noqa: BLE001 - any failure to deserialise is a bad file
-        raise PfdError(f"{path}: cannot load as TorchScript ({_first_line(e)}); re-export it with torch.jit.save") from None
-    meta = extra[META_FILE]
-    declared = _torchscript_size(model, path, meta.decode("utf-8", "replace") if isinstance(meta, bytes) else str(meta))
-    side = size if size is not None else declared
-    if side is None:
-        raise PfdError(f"{path}: TorchScript model with no declared input size; pass --public-model-size S "
-                       f"(or save it with _extra_files={{'{META_FILE}': '{{\"size\": S}}'}})")
-    return model.eval(), int(side)
-
-
 def _probe_dim(model: nn.Module, size: int, path: Path) -> int:
     """Run a (2, 3, S, S) batch through the model; return D or raise a one-line PfdError."""
     try:
         with torch.inference_mode():
             out = model(torch.full((2, 3, size, size), 0.5))
     except Exception as e:  # noqa: BLE001 - the model rejected the input; say what it needs
-        raise PfdError(f"{path}: model does not accept (B, 3, {size}, {size}) images in [0, 1] ({_first_line(e)}); "
+        raise PfdError(f"{path}: model does not accept (B, 3, {size}, {size}) images in [0, 1] ({first_line(e)}); "
                        "pass the model's input size with --public-model-size") from None
     if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != 2:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
@@ -230,7 +170,7 @@ def load_attacker(
         PfdError: Missing or unreadable file, a size that does not fit the model, or a model that
             does not map ``(B, 3, S, S)`` images to ``(B, D)`` features.
     """
-    from pfd.attacks.outside import is_entry_point
+    from pfd.attacks.models.outside import is_entry_point
 
     if not isinstance(path, (str, os.PathLike)) or is_entry_point(path) or Path(path).suffix.lower() in (".onnx", ".toml"):
         return load_outside_attacker(path, role=None if role == "model" else role, size=size, batch_size=batch_size,
@@ -240,7 +180,7 @@ def load_attacker(
         raise PfdError(f"{p}: no such model file; pass a pfd/insightface/AdaFace checkpoint, a TorchScript, "
                        "ONNX or .toml attacker file, or module:callable")
     if is_torchscript(p):
-        model, side = _load_torchscript(p, size)
+        model, side = load_torchscript(p, size)
         kind = "torchscript"
     else:
         from pfd.nn.checkpoints import load_backbone
@@ -270,11 +210,11 @@ def load_outside_attacker(
     """Load an outside attacker: ONNX, TorchScript, ``module:callable``, a module/function or a TOML spec.
 
     Args:
-        spec: An :class:`~pfd.attacks.outside.AttackerSpec`, a ``.toml`` spec, an ``.onnx`` or
+        spec: An :class:`~pfd.attacks.models.outside.AttackerSpec`, a ``.toml`` spec, an ``.onnx`` or
             TorchScript file, ``"module:callable"``, an ``nn.Module`` or a function
             ``images -> embeddings``.
         role: Row label (default: the spec's name, else the file stem / callable name).
-        convention: :class:`~pfd.attacks.outside.InputConvention` for a spec that does not carry
+        convention: :class:`~pfd.attacks.models.outside.InputConvention` for a spec that does not carry
             its own (a TOML spec or an ``AttackerSpec`` does); default insightface's.
         size: Input side, overriding the convention's (``--model-size``).
         batch_size: Embedding batch size.
@@ -289,7 +229,7 @@ def load_outside_attacker(
         PfdError: Unreadable model or spec, a size that contradicts the model's declared one, or
             a model that does not return ``(B, D)`` embeddings.
     """
-    from pfd.attacks.outside import (
+    from pfd.attacks.models.outside import (
         INSIGHTFACE,
         AttackerSpec,
         ConventionAdapter,
@@ -327,7 +267,7 @@ def checkpoint_head(path: str | os.PathLike) -> dict[str, Any] | None:
     """
     from pfd.nn.checkpoints import load_checkpoint
 
-    from pfd.attacks.outside import is_entry_point
+    from pfd.attacks.models.outside import is_entry_point
 
     if not isinstance(path, (str, os.PathLike)) or is_entry_point(path) or Path(path).suffix.lower() in (".onnx", ".toml"):
         return None

@@ -22,7 +22,7 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from pfd.attacks.membership import STATISTICS
+from pfd.attacks.membership.statistics import STATISTICS
 from pfd.attacks.metrics import roc_points
 from pfd.io import atomic_write_bytes
 
@@ -69,7 +69,7 @@ def plot_roc(report: Mapping[str, Any], path: str | os.PathLike, *, title: str =
     """Log-log ROC curves of the four statistics (oriented) and the fused out-of-fold scores.
 
     Args:
-        report: A :func:`pfd.attacks.membership.membership_report` dict.
+        report: A :func:`pfd.attacks.membership.statistics.membership_report` dict.
         path: PNG destination.
         title: Figure title.
     """

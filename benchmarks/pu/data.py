@@ -9,8 +9,8 @@ labels, by the public model and by every downstream model), the publisher's *pri
   ``synthetic:<split>[,key=value...]``;
 * a named part of the shared data (``--data-root``, default ``../shared/data``):
   ``celeba:public`` / ``celeba:private`` / ``celeba:test`` (:func:`celeba_split`),
-  ``yale-b:private`` / ``yale-b:test`` (:func:`yale_data.split_yale_b`, near-black images dropped)
-  and ``yale-a`` (cropped, :func:`yale_data.yale_a`).
+  ``yale-b:private`` / ``yale-b:test`` (:func:`pu.yale.split_yale_b`, near-black images dropped)
+  and ``yale-a`` (cropped, :func:`pu.yale.yale_a`).
 
 Presets (:data:`SCENARIOS`): ``celeba`` (private and test = CelebA identities, the in-the-wild
 domain of the public data) and ``yaleb`` (private and test = Extended Yale B identities: a
@@ -43,7 +43,7 @@ from pfd.data.faceset import FaceSet, TensorFaces, to_memory
 from pfd.data.pairs import VerificationPairs, generate_pairs
 from pfd.data.sources import ACCEPTED_SPECS, open_faces
 from pfd.errors import PfdError
-from yale_data import N_PRIVATE, YALE_A, YALE_B, split_yale_b, yale_a, yale_b
+from pu.yale import N_PRIVATE, YALE_A, YALE_B, split_yale_b, yale_a, yale_b
 
 __all__ = ["CELEBA", "SCENARIOS", "Scenario", "celeba_split", "SpecResolver", "adaptive_pairs", "pair_identities", "shared_folders"]
 

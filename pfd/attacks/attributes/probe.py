@@ -2,10 +2,10 @@
 
 The PFD paper (Tab. 4) labels proxies and private images with a fixed off-the-shelf attribute
 predictor (FairFace). pfd has no such predictor, so the attacker builds one: a
-:class:`~pfd.attacks.attributes.LinearProbe` on *their public model's* embeddings, fitted on an
+:class:`~pfd.attacks.attributes.recovery.LinearProbe` on *their public model's* embeddings, fitted on an
 **auxiliary labelled set** they own. The private set's own attributes are never used to fit it
 (the attacker does not have them); the probe then labels every proxy and every private image,
-and :func:`~pfd.attacks.attributes.attribute_recovery` compares each proxy's label with the
+and :func:`~pfd.attacks.attributes.recovery.attribute_recovery` compares each proxy's label with the
 majority label of its source identity.
 
 Default auxiliary set: for a synthetic private set, the ``public`` split of the same domain,
@@ -17,7 +17,7 @@ Each figure also gets a 95 % cluster-bootstrap interval (percentile method, resa
 identities* with replacement and keeping all their proxies, since the proxies of one source are
 not independent), so the scorecard can show "figure, chance, interval" as for the other attacks;
 the chance level and the one-sided p-value that decides the verdict come from the identity-level
-permutation null of :func:`~pfd.attacks.attributes.attribute_recovery`.
+permutation null of :func:`~pfd.attacks.attributes.recovery.attribute_recovery`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pfd.attacks.attributes import (
+from pfd.attacks.attributes.recovery import (
     LinearProbe,
     _metrics_from_confusion,
     attribute_recovery,

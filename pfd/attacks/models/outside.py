@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pfd.attacks.models.torchscript import META_FILE, is_torchscript, jit_load, torchscript_size
 from pfd.errors import PfdError
 
 if sys.version_info >= (3, 11):
@@ -279,8 +280,6 @@ def load_outside_model(model: Any, size: int | None = None) -> tuple[nn.Module, 
     Raises:
         PfdError: For a missing file, an unreadable model or a bad entry point.
     """
-    from pfd.attacks.models import META_FILE, _jit_load, _torchscript_size, is_torchscript
-
     if isinstance(model, nn.Module):
         return model.eval(), "python", _declared_size(model), type(model).__name__
     if callable(model):
@@ -299,11 +298,11 @@ def load_outside_model(model: Any, size: int | None = None) -> tuple[nn.Module, 
     if is_torchscript(p):
         extra = {META_FILE: ""}
         try:
-            ts = _jit_load(p, extra)
+            ts = jit_load(p, extra)
         except Exception as e:  # noqa: BLE001
             raise PfdError(f"{p}: cannot load as TorchScript ({_first_line(e)}); re-export it") from None
         meta = extra[META_FILE]
-        side = _torchscript_size(ts, p, meta.decode("utf-8", "replace") if isinstance(meta, bytes) else str(meta))
+        side = torchscript_size(ts, p, meta.decode("utf-8", "replace") if isinstance(meta, bytes) else str(meta))
         return ts.eval(), "torchscript", (side, side) if side else None, str(p)
     raise PfdError(f"{p}: not an ONNX file (.onnx), a TorchScript archive or a .toml attacker spec; "
                    "export the model to one of them or pass module:callable")

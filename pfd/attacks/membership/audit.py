@@ -3,10 +3,10 @@
 These run on *any* face-recognition model an auditor can query, release or no release:
 
 * :func:`membership_audit` embeds a member set and a non-member set (``k >= 2`` images per
-  identity) and calls :func:`pfd.attacks.membership.membership_report` (geometric MIA paper §3,
+  identity) and calls :func:`pfd.attacks.membership.statistics.membership_report` (geometric MIA paper §3,
   §5.4): four per-identity statistics, their AUCs, TPR at low FPR, and the fused classifier.
 * :func:`dataset_audit` embeds candidate datasets and ranks them with
-  :func:`pfd.attacks.dataset_mia.dataset_membership` (dataset membership paper, Algorithm 1).
+  :func:`pfd.attacks.membership.dataset.dataset_membership` (dataset membership paper, Algorithm 1).
 
 ``pfd attack mia`` / ``pfd attack dataset`` are thin wrappers over :func:`run_mia` and
 :func:`run_dataset`; the scorecard reuses :func:`membership_audit` for the release's own
@@ -20,14 +20,13 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pfd.attacks.dataset_mia import dataset_membership
-from pfd.attacks.membership import STATISTICS, membership_report
-from pfd.attacks.models import Attacker, checkpoint_head, load_attacker
-from pfd.attacks.report import jsonable
+from pfd.attacks.membership.dataset import dataset_membership
+from pfd.attacks.membership.statistics import STATISTICS, membership_report
+from pfd.attacks.models.loading import Attacker, checkpoint_head, load_attacker
 from pfd.data.faceset import FaceSet
 from pfd.data.sources import open_faces
 from pfd.errors import PfdError
-from pfd.io import atomic_write_json
+from pfd.io import atomic_write_json, jsonable
 
 __all__ = [
     "HEAD_MARGINS",
@@ -94,14 +93,14 @@ def membership_audit(
         seed: Seed of the fusion classifier and the verdict's permutations.
         permutations: Label permutations of the verdict's null.
         reference: Optional model that trained on neither group (e.g. the backbone the audited
-            model was fine-tuned from): the check of :mod:`pfd.attacks.reference`.
+            model was fine-tuned from): the check of :mod:`pfd.attacks.membership.reference`.
         reference_sets: The same members and non-members opened at the reference's size (default:
             ``members`` and ``nonmembers``).
         reference_member_emb: The reference's embeddings of the members when the caller already
             has them (a scorecard's public gallery); they are not embedded again.
 
     Returns:
-        :func:`~pfd.attacks.membership.membership_report`'s dict plus ``model`` and ``seconds``.
+        :func:`~pfd.attacks.membership.statistics.membership_report`'s dict plus ``model`` and ``seconds``.
 
     Raises:
         PfdError: Mismatched sizes, an identity with fewer than 2 images (named), or a bad model.
@@ -136,7 +135,7 @@ def dataset_audit(
         candidates: ``{name: FaceSet}`` (at least 3), each opened at ``attacker.size``.
         n: Gallery (= probe) identities per candidate (paper: 500; capped by the smallest set).
         seed: Sampling seed.
-        per_identity: ``"mean"`` or ``"sample"`` (see :mod:`pfd.attacks.dataset_mia`).
+        per_identity: ``"mean"`` or ``"sample"`` (see :mod:`pfd.attacks.membership.dataset`).
 
     Returns:
         Rows sorted by robust z (rank 1 = most likely training set).
@@ -240,7 +239,7 @@ def run_mia(
         progress: Progress bars.
         skip_bad: Skip (and list) unreadable images of identity-folder sets.
         reference: Optional model that trained on neither group (the audited model's starting
-            point): adds the reference check (:mod:`pfd.attacks.reference`).
+            point): adds the reference check (:mod:`pfd.attacks.membership.reference`).
         reference_size: Input size of a TorchScript, ONNX or Python reference model.
 
     Returns:
@@ -264,7 +263,7 @@ def run_mia(
                            reference=ref, reference_sets=ref_sets)
     rep.update(members=str(members), nonmembers=str(nonmembers), head_source=source)
     if report:
-        from pfd.attacks.plots import plot_densities, plot_roc
+        from pfd.attacks.scorecard.plots import plot_densities, plot_roc
 
         out = Path(report)
         atomic_write_json(out / "membership.json", jsonable(rep))

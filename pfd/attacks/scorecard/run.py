@@ -7,7 +7,7 @@ which runs, in order (each only when its inputs exist; otherwise the reason goes
    proxies against the private gallery, for each attacker: ``public`` (the public model),
    ``insider`` (the publisher's adapted model, worst case) and every outside attacker the auditor
    brings (``--attacker``: ONNX, TorchScript, ``module:callable`` or a TOML spec, each with its
-   input convention and its own distance; :mod:`pfd.attacks.outside`).
+   input convention and its own distance; :mod:`pfd.attacks.models.outside`).
 2. **Reconstruction**: each proxy's public-model embedding is turned back into an image (BN-prior
    inversion through the public model, or a user ``reconstructor``) and the reconstructions are
    linked like the proxies, by every attacker.
@@ -18,7 +18,7 @@ which runs, in order (each only when its inputs exist; otherwise the reason goes
 
 The proxy -> source map of the state dir is used only to score. The returned :class:`Scorecard`
 holds the JSON-ready figures and the few images the match grid shows;
-:func:`pfd.attacks.report.write_report` writes ``report.json``, ``report.md`` and the plots.
+:func:`pfd.attacks.scorecard.report.write_report` writes ``report.json``, ``report.md`` and the plots.
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from pfd.attacks.attribute_audit import default_aux_spec, probe_attribute_recovery
-from pfd.attacks.audit import membership_audit, resolve_head
-from pfd.attacks.downstream import downstream_config, train_downstream
-from pfd.attacks.linkability import rank1_reid, visual_matching
-from pfd.attacks.models import Attacker, load_attacker, load_outside_attacker
-from pfd.attacks.outside import InputConvention
-from pfd.attacks.reconstruction import BNInversion, Reconstructor, check_reconstructions
-from pfd.attacks.state import (
+from pfd.attacks.attributes.probe import default_aux_spec, probe_attribute_recovery
+from pfd.attacks.membership.audit import membership_audit, resolve_head
+from pfd.attacks.membership.downstream import downstream_config, train_downstream
+from pfd.attacks.linkability.matching import rank1_reid, visual_matching
+from pfd.attacks.models.loading import Attacker, load_attacker, load_outside_attacker
+from pfd.attacks.models.outside import InputConvention
+from pfd.attacks.linkability.reconstruction import BNInversion, Reconstructor, check_reconstructions
+from pfd.attacks.scorecard.inputs import (
     ADAPTED_MODEL,
     PUBLIC_MODEL,
     ReleaseState,
@@ -60,7 +60,7 @@ class Scorecard:
     """What a scorecard run produced.
 
     Attributes:
-        data: JSON-ready figures (see :mod:`pfd.attacks.report` for the layout).
+        data: JSON-ready figures (see :mod:`pfd.attacks.scorecard.report` for the layout).
         grid: Images of the match grid: ``{"proxies", "matches", "sources", "reconstructions"?}``
             tensors ``(r, 3, S, S)`` and ``"success"`` (r,) bool.
     """
@@ -257,7 +257,7 @@ def _membership(run: _Run, private_spec: str) -> dict[str, Any]:
     kind, s, m, _ = resolve_head(path, None, None, None)
     holdout = open_faces(cfg.holdout, size=model.size, skip_bad=cfg.skip_bad)
     # The public model saw neither the private nor the held-out people: the reference check of
-    # pfd.attacks.reference (a LEAKS verdict on groups that differ before training is inconclusive).
+    # pfd.attacks.membership.reference (a LEAKS verdict on groups that differ before training is inconclusive).
     # Its private gallery is already embedded (stage 1), so only the held-out people are new to it.
     ref = run.public
     ref_sets = (run.sets.private(ref.size), holdout if ref.size == model.size
@@ -280,14 +280,14 @@ def run_scorecard(
         cfg: The attack configuration (release, state dir, private set, options).
         attackers: Outside attackers in addition to ``cfg.attackers``: paths, ``module:callable``,
             ``nn.Module`` objects, functions ``images (B, 3, S, S) -> embeddings`` or
-            :class:`~pfd.attacks.outside.AttackerSpec` (model + input convention). Each adds
+            :class:`~pfd.attacks.models.outside.AttackerSpec` (model + input convention). Each adds
             linkability rows (proxies and reconstructions) beside ``public`` and ``insider``.
         reconstructor: Replaces the built-in BN-prior inversion: ``f(embeddings (n, D) unit rows,
             public-model space) -> images (n, 3, S, S) in [0, 1]`` (e.g. an Arc2Face wrapper).
         progress: Progress bars.
 
     Returns:
-        The :class:`Scorecard` (write it with :func:`pfd.attacks.report.write_report`).
+        The :class:`Scorecard` (write it with :func:`pfd.attacks.scorecard.report.write_report`).
 
     Raises:
         PfdError: For missing or mismatched inputs (release, state dir, private set, models).

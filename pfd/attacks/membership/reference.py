@@ -1,6 +1,6 @@
 """Do members and non-members differ before training? The reference-model check of a membership audit.
 
-The membership verdict (:func:`pfd.attacks.permutation.max_auc_permutation_test`) is exact when
+The membership verdict (:func:`pfd.attacks.membership.permutation.max_auc_permutation_test`) is exact when
 members and non-members are exchangeable: identities drawn from one population and then split
 at random. An audit often cannot choose its split: the members are whoever was trained on, the
 non-members whoever else is at hand. Two fixed groups of people can differ in how compact a
@@ -13,7 +13,7 @@ model was fine-tuned from, shows such a difference directly. :func:`group_separa
 the reference tells the two groups apart **in either direction**: a max-T permutation test over
 every statistic in both orientations (``2 × 4`` scores; exact under exchangeability, like the
 verdict). When it does (``p <= alpha``), the groups are not exchangeable and the audited model's
-verdict cannot be read as membership; :func:`pfd.attacks.membership.membership_report` then
+verdict cannot be read as membership; :func:`pfd.attacks.membership.statistics.membership_report` then
 reports the verdict as **inconclusive** instead of LEAKS.
 
 What this check does not do: it cannot see an a-priori difference too small for its own test,
@@ -33,7 +33,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from pfd.attacks.permutation import max_auc_permutation_test
+from pfd.attacks.membership.permutation import max_auc_permutation_test
 
 __all__ = ["group_separation"]
 
@@ -61,7 +61,7 @@ def group_separation(
         member}, "null95", "permutations", "seed", "alpha"}``.
 
     Raises:
-        PfdError: As :func:`~pfd.attacks.permutation.max_auc_permutation_test`.
+        PfdError: As :func:`~pfd.attacks.membership.permutation.max_auc_permutation_test`.
     """
     x = {n: np.asarray(v, dtype=np.float64).ravel() for n, v in stats.items()}
     both = {**x, **{f"-{n}": -v for n, v in x.items()}}  # both orientations in one max-T null

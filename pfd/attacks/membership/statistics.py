@@ -43,9 +43,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from pfd.attacks.fusion import fusion_cv
+from pfd.attacks.membership.fusion import fusion_cv
 from pfd.attacks.metrics import auc, auc_standard_error, oriented_auc, roc_points, tpr_at_fpr
-from pfd.attacks.permutation import max_auc_permutation_test
+from pfd.attacks.membership.permutation import max_auc_permutation_test
 from pfd.errors import PfdError
 from pfd.nn.heads import penalty
 
@@ -372,17 +372,17 @@ def membership_report(
     ProtoCE's negatives are the same set for both groups (the pool-composition confound noted
     in §3.2 then cancels). PairCos, κ and PenLogit do not depend on the pool.
 
-    **Verdict** (``verdict``): :func:`pfd.attacks.permutation.max_auc_permutation_test` over the
+    **Verdict** (``verdict``): :func:`pfd.attacks.membership.permutation.max_auc_permutation_test` over the
     four statistics in their a-priori direction (higher = member) and the fused classifier's
     out-of-fold score, with ``permutations`` label permutations; LEAKS iff ``p <= 0.05``. Its
     false-LEAKS rate under the null is at most 5 % (tested by simulation). It also carries TPR at
     1 % and 0.1 % FPR of the selected score (a-priori direction).
 
     **Reference check** (``reference``, when the same images embedded by a reference model that
-    trained on neither group are given): :func:`pfd.attacks.reference.group_separation` on the
+    trained on neither group are given): :func:`pfd.attacks.membership.reference.group_separation` on the
     reference's statistics. When the reference already separates the groups, they are not
     exchangeable and a LEAKS verdict is reported as inconclusive (``leaks`` False,
-    ``inconclusive`` True, ``unadjusted_leaks`` True); see :mod:`pfd.attacks.reference` for what
+    ``inconclusive`` True, ``unadjusted_leaks`` True); see :mod:`pfd.attacks.membership.reference` for what
     the check can and cannot catch.
 
     **Description** (not tests): for each statistic ``auc`` is *oriented* (``max(A, 1 − A)``, as
@@ -391,7 +391,7 @@ def membership_report(
     interval of the oriented value, TPR at 1 % and 0.1 % FPR in the oriented direction (with the
     ``resolvable`` flag) and in the a-priori one, and ROC points. The oriented figures are chosen
     after looking at the data, so they are biased upward under the null. The fusion block (§5.4)
-    is :func:`pfd.attacks.fusion.fusion_cv`; it is skipped, with a reason, when either group has
+    is :func:`pfd.attacks.membership.fusion.fusion_cv`; it is skipped, with a reason, when either group has
     fewer identities than ``folds + 1``.
 
     Args:
@@ -484,7 +484,7 @@ def _reference_check(ref_m: Any, ref_n: Any, mem: _Clusters, non: _Clusters, is_
                      head: Penalty | str, scale: float, margin: float, chunk: int, device: Any, seed: int,
                      permutations: int) -> dict[str, Any]:
     """Statistics of the same images in the reference model and :func:`group_separation` on them."""
-    from pfd.attacks.reference import group_separation
+    from pfd.attacks.membership.reference import group_separation
 
     for which, r, a in (("member", ref_m, mem), ("non-member", ref_n, non)):
         if len(r) != a.e.shape[0]:

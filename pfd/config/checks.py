@@ -1,7 +1,7 @@
 """The range rules of every stage config: checked before any stage runs.
 
-:func:`pfd.config.validate_config` (called by :func:`pfd.config.build_config` and again by the
-stages) applies them; a broken rule is one :class:`~pfd.errors.PfdError` line that names the CLI
+:func:`validate_config` (called by :func:`pfd.config.build_config` and again by the stages)
+applies them; a broken rule is one :class:`~pfd.errors.PfdError` line that names the CLI
 flag, the setting and the value, e.g. ``--ipc (rta.ipc) = 0: must be at least 1``.
 :func:`ignored_options` lists the ``pfd distill`` options a method does not use (a warning).
 """
@@ -12,10 +12,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pfd.config import AttackConfig, BaselineConfig, DistillConfig, EvalConfig, OGPConfig, RTAConfig, TrainConfig
+from pfd.config.stages import AttackConfig, BaselineConfig, DistillConfig, EvalConfig, OGPConfig, RTAConfig, TrainConfig
 from pfd.errors import PfdError
 
-__all__ = ["check_config", "ignored_options"]
+__all__ = ["check_config", "ignored_options", "validate_config"]
 
 #: CLI flag of a setting where it is not ``--`` + the name with dashes (``pfd distill``'s nested tables).
 _FLAGS: dict[str, str | None] = {
@@ -214,3 +214,22 @@ _UNUSED_BY_METHOD: dict[str, tuple[str, ...]] = {
 def ignored_options(method: str, given: set[str] | frozenset[str]) -> list[str]:
     """The ``pfd distill`` options in ``given`` (parameter names) that ``method`` ignores, as flags."""
     return ["--" + k.replace("_", "-") for k in _UNUSED_BY_METHOD.get(method, ()) if k in given]
+
+
+def validate_config(cfg: Any) -> Any:
+    """Check every numeric (and choice) setting of a stage config before any work starts.
+
+    :func:`build_config` calls it for the top-level config; the stages call it again for
+    configs built in Python. The rules are the ``_check_*`` functions above.
+
+    Args:
+        cfg: A config dataclass.
+
+    Returns:
+        ``cfg`` (unchanged).
+
+    Raises:
+        PfdError: ``"--ipc (rta.ipc) = 0: must be at least 1"``: the flag, the setting, the value.
+    """
+    check_config(cfg)
+    return cfg

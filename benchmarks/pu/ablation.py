@@ -1,0 +1,290 @@
+"""Ablations of pfd inside the paper's method, on the CelebA scenario of ``privacy_utility.py``.
+
+Each variant changes one group of settings of the benchmark's pfd row (K proxies per identity,
+RTA iterations, λ_RTA, λ_BN and the first-layer BN weight, augmentation, the rotation's
+initialisation and repulsion margin) and runs one (row, seed) unit exactly as the benchmark does:
+distillation, downstream fine-tuning, utility on the CelebA test pairs, the 8 linkability figures
+(proxies and reconstructions, public and insider attacker) and the membership audit. Utility is
+reported as a difference against the benchmark's ``public-ft`` of the same seed (identity
+bootstrap, :func:`pu.stats.paired_difference`), membership as the a-priori AUC difference against
+``base`` (:func:`pu.stats.auc_difference`); both references are read from the main run's work dir
+and results, so run ``privacy_utility.py --scenario celeba --rows base public-ft pfd`` first.
+
+One seed per variant: a variant's utility difference is within the seed noise of the main table
+(its sd) unless it exceeds it; the table says so beside each figure.
+
+Usage:
+    python benchmarks/pu_ablation.py --work DIR [--variants ipc1 iters120] [--force]
+    python benchmarks/pu_ablation.py --list
+
+Results: ``benchmarks/results/pu_ablation.json`` and ``.md`` (resumable per variant; a variant
+whose settings changed is rerun). Run by hand, not in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pfd.io import atomic_write_json, atomic_write_text, jsonable
+from pu.data import SCENARIOS, Scenario, SpecResolver
+from pu.runner import train_public
+from pu.settings import MIA_STATS, REPO, SETTINGS, merge_settings, public_settings, settings_hash
+from pu.stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
+from pu.units import Bench
+
+STRONG: dict[str, Any] = {"downstream": {"epochs": 6, "lr": 0.05}}
+#: name -> (what changed, settings overrides merged into the benchmark's SETTINGS).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "default": ("the benchmark's pfd row", {}),
+    "ipc1": ("K = 1 proxy per identity", {"rta": {"ipc": 1}}),
+    "ipc4": ("K = 4 proxies per identity", {"rta": {"ipc": 4}}),
+    # The yardstick of ipc4's utility: raw at the same K (method raw; no RTA, cheap).
+    "raw-ipc4": ("raw release, K = 4 (not pfd: the yardstick for ipc4)", {"rta": {"ipc": 4}, "method": "raw"}),
+    "raw-ipc10": ("raw release, K = 10 (not pfd: how much real data moves utility here)", {"rta": {"ipc": 10}, "method": "raw"}),
+    "iters120": ("RTA 120 iterations", {"rta": {"iterations": 120}}),
+    "lbn0": ("λ_BN 0 (no BN-statistic term)", {"rta": {"lambda_bn": 0.0}}),
+    "bn1x": ("first-layer BN weight 1 (not 10)", {"rta": {"first_bn_multiplier": 1.0}}),
+    "augment": ("RTA augmentation: crop 0.5-1, flip, shift 4", {"rta": {"crop_scale": [0.5, 1.0], "flip": True, "shift": 4}}),
+    "init0.5": ("rotation init scale 0.5 (not 0.1)", {"ogp": {"init_scale": 0.5}}),
+    "repm0": ("repulsion margin 0 (not 0.1)", {"ogp": {"rep_margin": 0.0}}),
+    "repm0.2": ("repulsion margin 0.2", {"ogp": {"rep_margin": 0.2}}),
+    # A stronger downstream training on the main run's seed-0 releases (no new distillation): does
+    # the benchmark's light fine-tune (2 epochs, lr 0.02) compress utility and membership? Each is
+    # compared with public-ft under the same training ("ds6-public-ft"), not the main one.
+    "ds6-public-ft": ("downstream 6 epochs, lr 0.05: public-ft", STRONG | {"method": "public-ft", "reuse": True}),
+    "ds6-raw": ("downstream 6 epochs, lr 0.05: raw (main run's release)", STRONG | {"method": "raw", "reuse": True}),
+    "ds6-rta-only": ("downstream 6 epochs, lr 0.05: rta-only (main run's release)",
+                     STRONG | {"method": "rta-only", "reuse": True}),
+    "ds6-pfd": ("downstream 6 epochs, lr 0.05: pfd (main run's release)", STRONG | {"method": "pfd", "reuse": True}),
+    "iters30": ("RTA 30 iterations", {"rta": {"iterations": 30}}),
+    "lrta10": ("λ_RTA 10", {"rta": {"lambda_rta": 10.0}}),
+    "lrta200": ("λ_RTA 200", {"rta": {"lambda_rta": 200.0}}),
+    "lbn0.05": ("λ_BN 0.05", {"rta": {"lambda_bn": 0.05}}),
+}
+
+
+def variant_settings(name: str) -> dict[str, Any]:
+    """The benchmark's settings with variant ``name``'s overrides (one seed)."""
+    over = dict(VARIANTS[name][1])
+    over.pop("method", None)
+    over.pop("reuse", None)
+    s = merge_settings(SETTINGS, over)
+    s["seeds"] = 1
+    for k in ("method", "reuse"):
+        if k in VARIANTS[name][1]:
+            s[k] = VARIANTS[name][1][k]
+    s["public_model"] = public_settings(False)
+    return s
+
+
+def _reference(main_doc: dict[str, Any], main_work: Path, scenario: str) -> dict[str, Any]:
+    units = main_doc.get("scenarios", {}).get(scenario, {}).get("units", {})
+    need = ["base/seed0", "public-ft/seed0"]
+    missing = [k for k in need if k not in units]
+    scores = main_work / scenario / "rows" / "public-ft" / "seed0" / "scores" / "all.npy"
+    if missing or not scores.is_file():
+        raise SystemExit(f"the main run lacks {missing or [str(scores)]}; run privacy_utility.py --scenario "
+                         f"{scenario} --rows base public-ft first (same --work)")
+    return {"base": units["base/seed0"], "public_ft_scores": np.load(scores),
+            "pfd": units.get("pfd/seed0"), "settings_hash": main_doc.get("settings_hash")}
+
+
+def summarise(bench: Bench, unit: dict[str, Any], ref: dict[str, Any], scores: np.ndarray) -> dict[str, Any]:
+    """Utility vs public-ft, linkability verdicts and membership vs base of one unit."""
+    e, pairs = bench.s["eval"], bench.pairs["all"]
+    y, w = pairs.issame, bench.weights["all"]
+    acc = lambda sc, ww: weighted_kfold_accuracy(sc, y, ww, folds=e["folds"])  # noqa: E731
+    tar = lambda sc, ww: weighted_tar_at_far(sc, y, ww, 1e-2)  # noqa: E731
+    out: dict[str, Any] = {
+        "accuracy": paired_difference(acc, [scores], [ref["public_ft_scores"]], w),
+        "tar@far=0.01": paired_difference(tar, [scores], [ref["public_ft_scores"]], w),
+        "links": {}, "membership": {},
+    }
+    for target, roles in unit.get("linkability", {}).items():
+        if target not in ("proxies", "reconstructions"):
+            continue
+        for role, attacks in roles.items():
+            for attack, r in attacks.items():
+                out["links"][f"{target}/{role}/{attack}"] = {
+                    "rate": r["rate"], "chance": r["chance"], "ci95": r["ci95"], "above_chance": r["ci95"][0] > r["chance"]}
+    base = ref["base"]["membership"]["scores"]
+    for st in MIA_STATS:
+        sc = unit["membership"]["scores"][st]
+        out["membership"][st] = auc_difference([(np.asarray(sc["members"]), np.asarray(sc["nonmembers"]))],
+                                               (np.asarray(base[st]["members"]), np.asarray(base[st]["nonmembers"])),
+                                               replicates=e["bootstrap"], seed=e["seed"])
+    d = unit.get("distill", {})
+    out["below_margin"] = (d.get("rates") or {}).get("below_margin")
+    out["own_prototype"] = (d.get("rates") or {}).get("own_prototype")
+    out["ogp_steps"] = (d.get("counts") or {}).get("ogp_steps")
+    out["seconds"] = unit["times_s"]["total"]
+    return out
+
+
+def reuse_release(bench: Bench, method: str, main_rows: Path) -> tuple[dict[str, Any], np.ndarray]:
+    """Downstream training, utility and membership on the main run's seed-0 release of ``method``
+    (``public-ft``: no release) under this variant's downstream settings; ``(unit, scores)``."""
+    root = bench.work / "rows" / method / "seed0"
+    root.mkdir(parents=True, exist_ok=True)
+    release = None if method == "public-ft" else main_rows / method / "seed0" / "release"
+    t0 = time.perf_counter()
+    model = bench.downstream(release, root / "downstream", 0)
+    unit = {"utility": bench.utility(model, root / "scores"), "membership": bench.membership(model)}
+    unit["times_s"] = {"total": round(time.perf_counter() - t0, 1)}
+    return jsonable(unit), np.load(root / "scores" / "all.npy")
+
+
+def _store(doc: dict[str, Any], name: str, key: str, summary: dict[str, Any], ref: dict[str, Any], json_path: Path,
+           md_path: Path, *, scores: np.ndarray | None = None) -> None:
+    doc["variants"][name] = {"settings_hash": key, "overrides": VARIANTS[name][1], "summary": summary,
+                             "main_settings_hash": ref["settings_hash"]}
+    if scores is not None:  # a reference for the variants of its group
+        doc["variants"][name]["scores"] = scores.tolist()
+    doc["date"] = time.strftime("%Y-%m-%d %H:%M %Z")
+    atomic_write_json(json_path, jsonable(doc))
+    atomic_write_text(md_path, markdown(doc))
+    a = summary["accuracy"]
+    print(f"[ablation {name}] Δacc {100 * a['diff']:+.1f} pts, links above chance "
+          f"{sum(x['above_chance'] for x in summary['links'].values())}/{len(summary['links'])}, "
+          f"{summary['seconds']:.0f} s", flush=True)
+
+
+def release_geometry(release: Path, model: Path) -> dict[str, float]:
+    """How "solved" a release is for ``model``: mean cosine within and between labels, and the share
+    of released images whose nearest other released image has the same label (``nn_same``)."""
+    from pfd.attacks.models.loading import load_attacker
+    from pfd.data.release import read_release
+
+    a = load_attacker(model, role="model", progress=False)
+    faces = read_release(release, size=a.size)
+    e = torch.nn.functional.normalize(a.embed(faces), dim=1)  # (n, D)
+    y = torch.as_tensor(np.asarray(faces.labels))
+    sim = e @ e.T  # (n, n)
+    same = (y[:, None] == y[None, :]) & ~torch.eye(len(y), dtype=torch.bool)
+    nn_sim = sim.clone().fill_diagonal_(-2.0)
+    return {"within": float(sim[same].mean()), "between": float(sim[y[:, None] != y[None, :]].mean()),
+            "nn_same": float((y[nn_sim.argmax(1)] == y).float().mean()), "n": len(y)}
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The ablation table: one row per variant."""
+    head = ("| variant | change | Δacc vs public-ft (95 % CI) | ΔTAR@1e-2 | links above chance (of 8) | "
+            "largest link rate (chance) | ΔAUC vs base, max of 4 | below margin | s |")
+    lines = [f"# pfd ablations on CelebA (one seed each; {doc.get('date', '')})", "",
+             "Utility differences are against `public-ft` seed 0; the main table's seed sd for pfd is the yardstick "
+             "for whether a change is more than noise. A link is above chance when its clustered 95 % interval lies "
+             "above the gallery's chance.", "", head, "|" + "---|" * 9]
+    for name in VARIANTS:
+        v = doc.get("variants", {}).get(name)
+        if not v:
+            continue
+        s = v["summary"]
+        a, t = s["accuracy"], s["tar@far=0.01"]
+        links = s["links"]
+        above = str(sum(x["above_chance"] for x in links.values())) if links else "– (same release)"
+        top = max(links.items(), key=lambda kv: kv[1]["rate"] - kv[1]["chance"]) if links else None
+        top_s = f"{100 * top[1]['rate']:.1f} ({100 * top[1]['chance']:.1f}) {top[0]}" if top else "–"
+        dauc = max((m["diff"] for m in s["membership"].values()), default=float("nan"))
+        bm = s.get("below_margin")
+        lines.append(f"| {name} | {VARIANTS[name][0]} | {100 * a['diff']:+.1f} ({100 * a['ci95'][0]:+.1f}, "
+                     f"{100 * a['ci95'][1]:+.1f}) | {100 * t['diff']:+.1f} | {above} | {top_s} | {dauc:+.3f} | "
+                     f"{'–' if bm is None else f'{bm:.3f}'} | {s['seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--work", help="the main run's --work folder (its base and public-ft units)")
+    ap.add_argument("--results", default=str(REPO / "benchmarks" / "results"))
+    ap.add_argument("--data-root", default=None)
+    ap.add_argument("--variants", nargs="+", help=f"subset of {list(VARIANTS)}")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--geometry", action="store_true", help="print release_geometry of the main run's seed-0 "
+                    "releases in the public model, and exit")
+    args = ap.parse_args(argv)
+    if args.list:
+        for k, (what, over) in VARIANTS.items():
+            print(f"{k:10s} {what}: {over}")
+        return 0
+    if not args.work:
+        ap.error("--work is required: the main run's work folder")
+    unknown = sorted(set(args.variants or []) - set(VARIANTS))
+    if unknown:
+        ap.error(f"unknown variant(s) {unknown}")
+    torch.set_num_threads(args.threads)
+    if args.geometry:
+        rows = Path(args.work).expanduser() / "celeba" / "rows"
+        s0 = variant_settings("default")  # the public model's folder, as train_public names it
+        public = Path(args.work).expanduser() / f"public-{settings_hash({**s0['public_model'], 'split': s0['split']})[:8]}" / "model.pt"
+        for method in ("raw", "blur", "dp-pix", "sre2l", "rta-only", "pfd"):
+            if (rows / method / "seed0" / "release").is_dir():
+                g = release_geometry(rows / method / "seed0" / "release", public)
+                print(f"{method:9s} within {g['within']:.3f}  between {g['between']:.3f}  nn_same {g['nn_same']:.3f}  (n {g['n']})")
+        return 0
+    work, results = Path(args.work).expanduser(), Path(args.results)
+    main_doc = json.loads((results / "privacy_utility.json").read_text())
+    ref = _reference(main_doc, work, "celeba")
+    json_path, md_path = results / "pu_ablation.json", results / "pu_ablation.md"
+    doc: dict[str, Any] = json.loads(json_path.read_text()) if json_path.is_file() else {}
+    doc.setdefault("variants", {})
+    given = [Path(args.data_root)] if args.data_root else [REPO.parent / "shared" / "data", Path("/work/shared/data")]
+    data_root = next(c.resolve() for c in given if c.is_dir())
+    s0 = variant_settings("default")
+    cs = s0["split"]
+    resolver = SpecResolver(data_root, size=s0["public_model"]["train"]["size"], celeba=cs["celeba"],
+                            yale_seed=cs["yale_seed"], yale_private=cs["yale_private"],
+                            celeba_center=cs.get("celeba_center", 1.0))
+    public, _ = train_public(s0, resolver, work, progress=False)
+    sc0 = SCENARIOS["celeba"]
+    scenario = Scenario(sc0.name, tuple(s0["public_model"]["train"]["data"]), sc0.private, sc0.test, sc0.light_subsets)
+    # "default" last: it reuses the main run's pfd seed 0 when that has finished by then.
+    for name in sorted(args.variants or list(VARIANTS), key=lambda n: n == "default"):
+        s = variant_settings(name)
+        key = settings_hash(s)
+        have = doc["variants"].get(name)
+        if have and have.get("settings_hash") == key and not args.force:
+            continue
+        bench = Bench(s, scenario, resolver=resolver, work=work / "celeba-ablation" / name, public=public,
+                         progress=False)
+        main_pfd = ref["pfd"]
+        main_same = key == settings_hash({**copy.deepcopy(main_doc["settings"]), "seeds": 1})
+        if name == "default" and main_pfd is not None and main_same:
+            unit = main_pfd  # the main run's pfd seed 0 is this variant: reuse it and its scores
+            scores = np.load(work / "celeba" / "rows" / "pfd" / "seed0" / "scores" / "all.npy")
+        elif s.get("reuse"):
+            print(f"[ablation {name}] start {time.strftime('%H:%M:%S')}", flush=True)
+            unit, scores = reuse_release(bench, s["method"], work / "celeba" / "rows")
+            if s["method"] == "public-ft":
+                ds_scores = scores
+            else:
+                ds_ref = doc["variants"].get("ds6-public-ft")
+                if ds_ref is None:
+                    raise SystemExit("run the ds6-public-ft variant before the other ds6 variants")
+                ds_scores = np.asarray(ds_ref["scores"])
+            summary = jsonable(summarise(bench, unit, {**ref, "public_ft_scores": ds_scores}, scores))
+            _store(doc, name, key, summary, ref, json_path, md_path, scores=scores)
+            continue
+        else:
+            print(f"[ablation {name}] start {time.strftime('%H:%M:%S')}", flush=True)
+            method = VARIANTS[name][1].get("method", "pfd")
+            unit = jsonable(bench.unit(method, method, {}, 0, None))
+            scores = np.load(bench.work / "rows" / method / "seed0" / "scores" / "all.npy")
+        summary = jsonable(summarise(bench, unit, ref, scores))
+        _store(doc, name, key, summary, ref, json_path, md_path)
+    print(markdown(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

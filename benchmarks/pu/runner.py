@@ -1,0 +1,203 @@
+"""Running the units: the public model, (scenario, seed) groups in workers, shards, merging, re-summarising.
+
+Part of the privacy-utility benchmark (``benchmarks/privacy_utility.py``; :mod:`pu`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pfd.config import TrainConfig, build_config, config_to_dict
+from pfd.data.faceset import ConcatFaces
+from pfd.io import atomic_write_json, atomic_write_text
+from pfd.io import jsonable
+from pfd.nn.checkpoints import load_checkpoint
+from pfd.train import train
+from pu.augment import AugmentedFaces
+from pu.data import Scenario, SpecResolver
+from pu.report import markdown
+from pu.settings import ROWS, PLAIN_FINETUNE, settings_hash, load_average, row_seeds, unit_key, slug, ROW_BY_NAME
+from pu.units import Bench, group_check
+
+def _same_training(path: Path, cfg: TrainConfig) -> bool:
+    if not path.is_file():
+        return False
+    stored = dict((load_checkpoint(path).get("config") or {}).get("train") or {})
+    # Where it was written is not what it is: a work dir moved or copied elsewhere keeps its model.
+    stored.pop("out", None)
+    return bool(stored) and stored == {k: v for k, v in config_to_dict(cfg).items() if k != "out"}
+
+
+def public_dir(settings: dict[str, Any], work: Path) -> Path:
+    # One folder per recipe and data: the CelebA split and centre crop change what celeba:public holds.
+    return work / f"public-{settings_hash({**settings['public_model'], 'split': settings['split']})[:8]}"
+
+
+def train_public(settings: dict[str, Any], resolver: SpecResolver, work: Path, *, progress: bool) -> tuple[Path, dict[str, Any]]:
+    """Train (or reuse) the public model of ``settings["public_model"]``; ``(path, info)`` with the
+    seconds spent (0 when cached) and the loss curve (mean loss per tenth of the run)."""
+    p = settings["public_model"]
+    out = public_dir(settings, work)
+    cfg = build_config(TrainConfig, p["train"], {"out": str(out), "mixed_precision": "no", "threads": 0})
+    info: dict[str, Any] = {"path": str(out / "model.pt"), "config": config_to_dict(cfg), "augment": p["augment"]}
+    if _same_training(out / "model.pt", cfg):
+        info["seconds"] = 0.0
+    else:
+        shutil.rmtree(out, ignore_errors=True)
+        t0 = time.perf_counter()
+        faces = ConcatFaces([resolver(spec) for spec in cfg.data])
+        data = AugmentedFaces(faces, p["augment"], seed=cfg.seed) if p["augment"] else faces
+        train(cfg, faces=data, progress=progress)
+        info["seconds"] = round(time.perf_counter() - t0, 1)
+    info["curve"] = _loss_curve(out / "metrics.jsonl")
+    return out / "model.pt", info
+
+
+def _loss_curve(path: Path, points: int = 10) -> list[dict[str, float]]:
+    if not path.is_file():
+        return []
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not recs:
+        return []
+    chunks = np.array_split(np.arange(len(recs)), min(points, len(recs)))
+    return [{"step": recs[c[-1]]["step"], "loss": float(np.mean([recs[i]["loss"] for i in c]))} for c in chunks]
+
+
+def unit_groups(todo: dict[str, list[tuple[str, int]]], *, cost: dict[str, float] | None = None) -> list[tuple[str, int, list[str]]]:
+    """The run's units as independent groups ``(scenario, seed, [row, ...])``, costliest first.
+
+    A (scenario, seed) group shares nothing with another but the public model and the data on
+    disk: its shared plain fine-tune, releases, downstream models and scores live in their own
+    folders, so groups run in parallel processes. ``cost`` weights a scenario's units (default 1
+    each); the order (longest first) is what keeps two workers evenly loaded.
+    """
+    groups: dict[tuple[str, int], list[str]] = {}
+    for sc, units in todo.items():
+        for name, seed in units:
+            groups.setdefault((sc, seed), []).append(name)
+    w = cost or {}
+    return sorted(((sc, seed, names) for (sc, seed), names in groups.items()),
+                  key=lambda g: (-w.get(g[0], 1.0) * len(g[2]), g[0], g[1]))
+
+
+def shard_path(work: Path, scenario: str, seed: int) -> Path:
+    return work / "shards" / f"{slug(scenario)}-seed{seed}.json"
+
+
+def read_shards(work: Path, key: str) -> dict[str, dict[str, Any]]:
+    """Units and public-model curves of finished work in ``work/shards`` made with the settings
+    ``key``, by scenario: what an interrupted run has done (shards of other settings are ignored)."""
+    out: dict[str, dict[str, Any]] = {}
+    for p in sorted((work / "shards").glob("*.json")):
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # written atomically, so only a foreign file gets here
+        if doc.get("settings_hash") != key:
+            continue
+        sc = out.setdefault(doc["scenario"], {"units": {}, "curve": None})
+        sc["units"].update(doc.get("units", {}))
+        if doc.get("curve") is not None:
+            sc["curve"] = doc["curve"]
+    return out
+
+
+def make_resolver(settings: dict[str, Any], data_root: Path | None) -> SpecResolver:
+    """The spec resolver of ``settings`` (the public model's image size, the split settings)."""
+    cs = settings["split"]
+    return SpecResolver(data_root, size=settings["public_model"]["train"]["size"], celeba=cs["celeba"],
+                        yale_seed=cs["yale_seed"], yale_private=cs["yale_private"],
+                        celeba_center=cs.get("celeba_center", 1.0))
+
+
+def run_group(job: dict[str, Any]) -> tuple[str, int]:
+    """One (scenario, seed) group of units, in this process: the worker of a parallel run.
+
+    Each finished unit is written at once to the group's shard (``work/shards/...json``), so an
+    interrupted run loses at most the unit in progress; the parent merges the shards.
+    """
+    torch.set_num_threads(job["threads"])
+    settings, sc, seed, key = job["settings"], job["scenario"], job["seed"], job["key"]
+    resolver = make_resolver(settings, job["data_root"])
+    bench = Bench(settings, sc, resolver=resolver, work=job["work"] / sc.name, public=job["public"],
+                  progress=job["progress"])
+    path = shard_path(job["work"], sc.name, seed)
+    shard: dict[str, Any] = {"settings_hash": key, "scenario": sc.name, "seed": seed, "units": {}, "curve": None}
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if old.get("settings_hash") == key:
+            shard = old
+    shard["data"] = {**bench.data_info, "named": resolver.info}
+    if job["curve"]:
+        shard["curve"] = bench.public_curve(job["public"].parent)
+        print(f"[{sc.name}] public model on the test pairs by step: " + ", ".join(
+            f"{c['step']}: {100 * c['accuracy']:.1f} %" for c in shard["curve"]), flush=True)
+        atomic_write_json(path, jsonable(shard))
+    plain: tuple[Path, float] | None = None
+    for name in job["rows"]:
+        method, baseline = ROW_BY_NAME[name]
+        k = unit_key(name, seed)
+        if method in PLAIN_FINETUNE and plain is None:
+            plain = bench.plain_finetune(seed)
+        print(f"[{sc.name} {k}] start, load {load_average()}", flush=True)
+        shard["units"][k] = res = jsonable(bench.unit(name, method, baseline, seed, plain))
+        atomic_write_json(path, jsonable(shard))
+        u = res["utility"]["all"]
+        print(f"[{sc.name} {k}] done in {res['times_s']['total']:.0f}s: acc {u['accuracy']:.3f}, "
+              f"TAR@1e-2 {u['tar@far=0.01']:.3f}, load {res['load_end']}", flush=True)
+    return sc.name, seed
+
+
+def merge_results(json_path: Path, other_path: Path, key: str) -> int:
+    """Copy ``other_path``'s scenarios (and their public-model curves) into ``json_path``: one table
+    from scenarios run in parallel processes. Both must hold the current settings (same hash)."""
+    doc, other = (json.loads(p.read_text()) for p in (json_path, other_path))
+    bad = [str(p) for p, d in ((json_path, doc), (other_path, other)) if d.get("settings_hash") != key]
+    if bad:
+        raise SystemExit(f"{', '.join(bad)}: made with other settings than this script's; rerun it, do not merge")
+    for name, sdoc in other.get("scenarios", {}).items():
+        doc["scenarios"][name] = sdoc
+        curve = (other.get("public_model") or {}).get("verification_curve", {}).get(name)
+        if curve is not None:
+            doc.setdefault("public_model", {}).setdefault("verification_curve", {})[name] = curve
+        print(f"merged scenario {name} ({len(sdoc.get('units', {}))} units) from {other_path}")
+    doc.setdefault("merged_runs_s", {})[str(other_path)] = other.get("last_run_s")
+    atomic_write_json(json_path, jsonable(doc))
+    atomic_write_text(json_path.with_suffix(".md"), markdown(doc))
+    return 0
+
+
+def summarise(doc: dict[str, Any], scenarios: list[Scenario], settings: dict[str, Any], *, resolver: SpecResolver,
+              work: Path, public: Path) -> None:
+    """Recompute every row's summary (:meth:`Bench.aggregate`) and the groups check
+    (:func:`group_check`) of ``scenarios`` from the stored units and the work dir's scores."""
+    for sc in scenarios:
+        sdoc = doc["scenarios"].get(sc.name)
+        if not sdoc:
+            continue
+        bench = Bench(settings, sc, resolver=resolver, work=work / sc.name, public=public, progress=False)
+        for name in [r[0] for r in ROWS]:
+            agg = bench.aggregate(name, sdoc["units"], row_seeds(name, settings["seeds"]))
+            if agg is not None:
+                sdoc["rows"][name] = jsonable(agg)
+        sep = group_check(sdoc["units"])
+        if sep is not None:
+            sdoc["groups"] = jsonable(sep)
+
+
+def run_group_safe(job: dict[str, Any]) -> tuple[str, int, str | None]:
+    """:func:`run_group` that reports a failure instead of raising: the other groups go on."""
+    try:
+        run_group(job)
+        return job["scenario"].name, job["seed"], None
+    except Exception:  # noqa: BLE001 - reported with its traceback, the run continues
+        import traceback
+
+        return job["scenario"].name, job["seed"], traceback.format_exc()

@@ -1,0 +1,381 @@
+"""One scenario's units: data, pairs, releases, downstream models and every figure of a (row, seed).
+
+Part of the privacy-utility benchmark (``benchmarks/privacy_utility.py``; :mod:`pu`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pfd.attacks.linkability.matching import rank1_reid, visual_matching
+from pfd.attacks.linkability.reconstruction import BNInversion, check_reconstructions
+from pfd.attacks.membership.audit import resolve_head
+from pfd.attacks.membership.reference import group_separation
+from pfd.attacks.membership.statistics import membership_report
+from pfd.attacks.models.loading import load_attacker
+from pfd.attacks.scorecard.inputs import open_release_state, proxy_sources
+from pfd.config import DistillConfig, TrainConfig, build_config, config_to_dict, load_recipe
+from pfd.data.faceset import ConcatFaces, FaceSet, to_memory
+from pfd.data.release import read_release
+from pfd.data.release_lint import lint_release
+from pfd.distill.claim import new_run_id, write_marker
+from pfd.distill.pipeline import Distillation, distill
+from pfd.embed import Embedder
+from pfd.nn.checkpoints import load_backbone, load_checkpoint
+from pfd.train import train
+from pfd.verify import tar_at_far, verification_metrics
+from pu.data import Scenario, SpecResolver, adaptive_pairs, pair_identities
+from pu.settings import PLAIN_FINETUNE, MIA_STATS, load_average, row_seeds, unit_key, slug
+from pu.stats import auc_difference, identity_bootstrap_weights, paired_difference
+from pu.stats import weighted_kfold_accuracy, weighted_tar_at_far
+from pu.yale import moderate_light
+
+class Bench:
+    """One scenario: its data, pairs and per-row work folders; the public model is shared."""
+
+    def __init__(self, settings: dict[str, Any], scenario: Scenario, *, resolver: SpecResolver, work: Path,
+                 public: Path, progress: bool) -> None:
+        self.s, self.sc, self.work, self.public, self.progress = settings, scenario, work, public, progress
+        self.size = resolver.size
+        self._emb: dict[tuple[str, str, bool], torch.Tensor] = {}
+        self.public_sets = [resolver(spec) for spec in scenario.public]
+        #: The public part of every downstream model's data: a fixed seeded sample of the public
+        #: images (``downstream.public_images``; 0 = all), so that the release is a real share of it.
+        self.downstream_public = _sample_images(ConcatFaces(self.public_sets), settings["downstream"]["public_images"])
+        self.private, self.test = resolver(scenario.private), resolver(scenario.test)
+        e = settings["eval"]
+        pairs, info = adaptive_pairs(self.test, num_pairs=e["pairs"], seed=e["seed"], folds=e["folds"])
+        #: Pair sets the utility is measured on: every test image (and Yale B's subsets 1-3).
+        self.pairs = {"all": pairs}
+        self.data_info: dict[str, Any] = {
+            "specs": {"public": list(scenario.public), "private": scenario.private, "test": scenario.test},
+            "public": [{"spec": s, "identities": f.num_classes, "images": len(f)} for s, f in zip(scenario.public, self.public_sets)],
+            "private": {"identities": list(self.private.identities), "images": len(self.private)},
+            "test": {"identities": list(self.test.identities), "images": len(self.test)},
+            "pairs": {"all": info},
+        }
+        if scenario.light_subsets:
+            lit = moderate_light(self.test, max_angle=e["moderate_light"])
+            self.pairs["moderate"], self.data_info["pairs"]["moderate"] = adaptive_pairs(
+                lit, num_pairs=e["moderate_pairs"], seed=e["seed"], folds=e["folds"])
+            self.data_info["test"]["moderate_light_images"] = len(lit)
+        #: Identity-bootstrap replicate weights per pair set (the same for every row: paired).
+        self.weights = {k: identity_bootstrap_weights(*pair_identities(p), replicates=e["bootstrap"], seed=e["seed"])
+                        for k, p in self.pairs.items()}
+
+    # -- training ---------------------------------------------------------------------------
+    def _train_config(self, part: dict[str, Any], *, out: Path, init: str | None, seed: int, release: bool) -> TrainConfig:
+        pub = self.s["public_model"]["train"]
+        model = {k: pub[k] for k in ("backbone", "width", "embedding_dim")}
+        keys = ("head", "scale", "margin", "epochs", "batch_size", "lr", "warmup_epochs")
+        return build_config(TrainConfig, model, {k: part[k] for k in keys if k in part}, {
+            "data": list(self.sc.public) + (["release"] if release else []), "size": self.size, "out": str(out), "init": init, "seed": seed,
+            "checkpoint_every": 0, "min_images": 1, "mixed_precision": "no", "threads": 0,
+        })  # fmt: skip
+
+    def downstream(self, release: Path | None, out: Path, seed: int) -> Path:
+        cfg = self._train_config(self.s["downstream"], out=out, init=str(self.public), seed=seed,
+                                 release=release is not None)
+        sources: list[FaceSet] = [self.downstream_public]
+        if release is not None:
+            sources.append(to_memory(read_release(release, size=self.size)))
+        return train(cfg, faces=ConcatFaces(sources), progress=self.progress)
+
+    # -- distillation ---------------------------------------------------------------------
+    def distill_config(self, method: str, baseline: dict[str, Any], *, root: Path, seed: int, resume: bool) -> DistillConfig:
+        rta = dict(self.s["rta"], seed=seed, kmeans_seed=seed)
+        return build_config(DistillConfig, {
+            "private": f"{self.sc.private} (in memory)", "public": str(self.public), "method": method,
+            "out": str(root / "release"), "state_dir": str(root / "state"), "resume": resume, "size": self.size,
+            "mixed_precision": "no", "threads": torch.get_num_threads(),
+            # The private set's embeddings by the public model (every unit) and by a shared
+            # fine-tune (five methods a seed) are computed once, on disk for all workers.
+            "embed_cache": str(self.work / "embed-cache"),
+            "ogp": dict(self.s["ogp"], seed=seed), "rta": rta, "baseline": dict(baseline, seed=seed),
+            # Every row is measured, linkable or not; the gate's verdict is kept in the summary.
+            "release": {"allow_linkable": True},
+        })  # fmt: skip
+
+    def plain_finetune(self, seed: int) -> tuple[Path, float]:
+        """The fine-tuning shared by the non-rotating methods (identical runs), once per seed."""
+        root = self.work / "finetune-plain" / f"seed{seed}"
+        cfg = self.distill_config("raw", {}, root=root, seed=seed, resume=False)
+        st = root / "state"
+        if (st / "adapted.pt").is_file() and (st / "config.toml").is_file():
+            if load_recipe(st / "config.toml").get("distill") == _toml_roundtrip(config_to_dict(cfg)):
+                return st / "adapted.pt", 0.0
+        shutil.rmtree(root, ignore_errors=True)
+        t0 = time.perf_counter()
+        run = Distillation(cfg, faces=self.private, progress=self.progress)
+        run.public()
+        run.adapt()
+        return st / "adapted.pt", time.perf_counter() - t0
+
+    def distill_row(self, method: str, baseline: dict[str, Any], root: Path, seed: int,
+                    shared: Path | None) -> dict[str, Any]:
+        """Run the pipeline for one method; a shared fine-tuned model is seeded into the state dir."""
+        if shared is not None:
+            st = root / "state"
+            st.mkdir(parents=True)
+            write_marker(st, new_run_id())  # a pfd state dir that --resume may continue
+            shutil.copyfile(self.public, st / "public_model.pt")
+            shutil.copyfile(shared, st / "adapted.pt")  # the pipeline's resume skips fine-tuning
+        cfg = self.distill_config(method, baseline, root=root, seed=seed, resume=shared is not None)
+        return distill(cfg, faces=self.private, progress=self.progress).summary
+
+    # -- measurements -----------------------------------------------------------------------
+    def embed(self, model_path: Path, which: str, *, flip: bool) -> torch.Tensor:
+        """``(n, D)`` embeddings of the private or test set (or a tensor's name) by a checkpoint,
+        cached by the file's content: the public model's and a shared fine-tune's gallery are
+        embedded once, and a downstream model's test embeddings serve utility and MIA alike."""
+        key = (_digest(model_path), which, flip)
+        if key not in self._emb:
+            if len(self._emb) >= 8:  # a few models at a time; the oldest goes
+                self._emb.pop(next(iter(self._emb)))
+            a = load_attacker(model_path, role="model", flip=flip, progress=False)
+            self._emb[key] = a.embed(self.private if which == "private" else self.test)
+        return self._emb[key]
+
+    def utility(self, model_path: Path, scores_dir: Path) -> dict[str, Any]:
+        """Verification on each pair set; the per-pair scores are kept in ``scores_dir`` (.npy) for
+        the paired bootstrap against public-ft."""
+        e = self.s["eval"]
+        out: dict[str, Any] = {}
+        scores_dir.mkdir(parents=True, exist_ok=True)
+        for kind, pairs in self.pairs.items():
+            if pairs.faces is self.test:
+                emb = self.embed(model_path, "test", flip=e["flip"])  # (n, D)
+            else:
+                emb = Embedder(load_backbone(model_path), flip=e["flip"], progress=False)(pairs.faces)
+            scores = (emb[pairs.left] * emb[pairs.right]).sum(1).double().numpy()  # (P,)
+            np.save(scores_dir / f"{kind}.npy", scores)
+            metrics = verification_metrics(scores, pairs.issame, folds=e["folds"])
+            for far in e["fars"]:
+                metrics[f"tar@far={far:g}"] = tar_at_far(scores, pairs.issame, far)[0]
+            metrics.pop("roc", None)
+            out[kind] = metrics
+        return out
+
+    def public_curve(self, out: Path) -> list[dict[str, Any]]:
+        """Verification of the public model's checkpoints (and final model) on this scenario's test
+        pairs: the training curve in the figure that matters (accuracy, TAR@1e-2)."""
+        pairs, e = self.pairs["all"], self.s["eval"]
+        curve = []
+        for path in sorted((out / "checkpoints").glob("step_*.pt")) + [out / "model.pt"]:
+            emb = self.embed(path, "test", flip=e["flip"])
+            scores = (emb[pairs.left] * emb[pairs.right]).sum(1).double().numpy()
+            m = verification_metrics(scores, pairs.issame, folds=e["folds"])
+            step = load_checkpoint(path).get("step") if path.name == "model.pt" else int(path.stem.split("_")[1])
+            curve.append({"step": step, "accuracy": m["accuracy"], "auc": m.get("auc"),
+                          "tar@far=0.01": tar_at_far(scores, pairs.issame, 1e-2)[0]})
+        return curve
+
+    def linkability(self, root: Path, *, reconstruct: bool) -> dict[str, Any]:
+        """VisMatch and Re-ID of the proxies (and of their reconstructions) by both attackers."""
+        state = open_release_state(root / "release", root / "state")
+        attackers = {role: load_attacker(p, role=role, progress=False)
+                     for role, p in (("public", state.public_model), ("insider", state.adapted_model))}
+        proxies = read_release(root / "release", size=attackers["public"].size)
+        source = proxy_sources(state, proxies.names, self.private)
+        q_pub = attackers["public"].embed(proxies)  # (n, D)
+        out: dict[str, Any] = {"proxies": {}, "reconstructions": {}}
+        paths = {"public": state.public_model, "insider": state.adapted_model}
+        gallery = {role: self.embed(paths[role], "private", flip=False) for role in attackers}
+        for role, a in attackers.items():
+            q = q_pub if role == "public" else a.embed(proxies)
+            out["proxies"][role] = self._link(q, source, gallery[role])
+        if not reconstruct:
+            del out["reconstructions"]
+            return out
+        r = self.s["recon"]
+        pick = _per_identity(source, r["per_identity"], seed=0)
+        pub = attackers["public"]
+        inv = BNInversion(pub.model, size=pub.size, iterations=r["iterations"], batch_size=r["batch_size"],
+                          lr=r["lr"], lambda_bn=r["lambda_bn"], seed=0, progress=self.progress)
+        t0 = time.perf_counter()
+        images = check_reconstructions(inv(q_pub[pick]), len(pick))
+        for role, a in attackers.items():
+            out["reconstructions"][role] = self._link(a.embed(images), source[pick], gallery[role])
+        out["reconstruction"] = {**inv.settings(), "n": int(len(pick)), "of": int(len(source)),
+                                 "final_cosine_mean": float(np.mean([h["cosine"] for h in inv.history])),
+                                 "seconds": round(time.perf_counter() - t0, 1)}
+        return out
+
+    def _link(self, q: torch.Tensor, source: np.ndarray, gallery: torch.Tensor) -> dict[str, Any]:
+        labels = self.private.labels
+        return {"vismatch": visual_matching(q, source, gallery, labels).as_dict(),
+                "reid": rank1_reid(q, source, gallery, labels).as_dict()}
+
+    def membership(self, model_path: Path) -> dict[str, Any]:
+        """:func:`pfd.attacks.membership.audit.membership_audit` on the cached embeddings (same report)."""
+        m, flip = self.s["mia"], self.s["eval"]["flip"]
+        kind, s, margin, _ = resolve_head(model_path, None, None, None)
+        t0 = time.perf_counter()
+        rep = membership_report(self.embed(model_path, "private", flip=flip), self.private.labels,
+                                self.embed(model_path, "test", flip=flip), self.test.labels, head=kind, scale=s,
+                                margin=margin, folds=m["folds"], seed=m["seed"], member_names=self.private.identities,
+                                nonmember_names=self.test.identities)
+        rep["seconds"] = time.perf_counter() - t0
+        # The per-identity statistics ("scores") stay: the AUC-vs-base bootstrap resamples them.
+        for st in rep["statistics"].values():
+            st.pop("roc", None)
+        return rep
+
+    # -- one (row, seed) unit ---------------------------------------------------------------
+    def unit(self, name: str, method: str | None, baseline: dict[str, Any], seed: int,
+             plain: tuple[Path, float] | None) -> dict[str, Any]:
+        root = self.work / "rows" / slug(name) / f"seed{seed}"
+        shutil.rmtree(root, ignore_errors=True)  # an unfinished unit starts over
+        root.mkdir(parents=True)
+        res: dict[str, Any] = {"row": name, "seed": seed, "method": method or name, "load_start": load_average()}
+        times: dict[str, float] = {}
+        t0 = time.perf_counter()
+        release = None
+        if method is not None:
+            shared = plain[0] if plain and method in PLAIN_FINETUNE else None
+            t = time.perf_counter()
+            summary = self.distill_row(method, baseline, root, seed, shared)
+            times["distill"] = time.perf_counter() - t
+            res["distill"] = {"times_s": summary["times_s"], "rates": summary["rates"], "counts": summary["counts"],
+                              "gate": summary.get("gate"), "losses": summary["losses"],
+                              "baseline": summary.get("baseline"),
+                              "shared_finetune_s": plain[1] if shared is not None else None}
+            release = root / "release"
+            res["lint_findings"] = [f.kind for f in lint_release(release, private=self.private, state_dir=root / "state")]
+        if name == "base":
+            model = self.public
+        else:
+            t = time.perf_counter()
+            model = self.downstream(release, root / "downstream", seed)
+            times["downstream"] = time.perf_counter() - t
+        t = time.perf_counter()
+        res["utility"] = self.utility(model, root / "scores")
+        times["utility"] = time.perf_counter() - t
+        if release is not None:
+            t = time.perf_counter()
+            res["linkability"] = self.linkability(root, reconstruct=seed < self.s["recon"]["seeds"])
+            times["linkability"] = time.perf_counter() - t
+        t = time.perf_counter()
+        res["membership"] = self.membership(model)
+        times["membership"] = time.perf_counter() - t
+        times["total"] = time.perf_counter() - t0
+        res.update(times_s={k: round(v, 1) for k, v in times.items()}, load_end=load_average())
+        return res
+
+    # -- aggregation ------------------------------------------------------------------------
+    def aggregate(self, name: str, units: dict[str, Any], seeds: list[int]) -> dict[str, Any] | None:
+        """Mean ± sd over seeds, utility vs public-ft and membership vs base with intervals; None
+        until every unit it needs is done (and its scores are in the work dir)."""
+        mine = [units.get(unit_key(name, s)) for s in seeds]
+        ref = [units.get(unit_key("public-ft", s)) for s in row_seeds("public-ft", self.s["seeds"])]
+        base = units.get(unit_key("base", 0))
+        if any(u is None for u in mine + ref) or base is None:
+            return None
+        e = self.s["eval"]
+        out: dict[str, Any] = {"row": name, "seeds": seeds, "utility": {}, "membership": {}}
+        try:
+            for kind, pairs in self.pairs.items():
+                y = pairs.issame
+                row_s = [np.load(self._scores(name, s) / f"{kind}.npy") for s in seeds]
+                ref_s = [np.load(self._scores("public-ft", s) / f"{kind}.npy") for s in row_seeds("public-ft", self.s["seeds"])]
+                w = self.weights[kind]
+                acc = lambda sc, ww, y=y: weighted_kfold_accuracy(sc, y, ww, folds=e["folds"])  # noqa: E731
+                block = {"accuracy": paired_difference(acc, row_s, ref_s, w)}
+                for far in e["fars"]:
+                    tar = lambda sc, ww, y=y, far=far: weighted_tar_at_far(sc, y, ww, far)  # noqa: E731
+                    block[f"tar@far={far:g}"] = paired_difference(tar, row_s, ref_s, w)
+                out["utility"][kind] = block
+        except FileNotFoundError as err:  # the work dir was cleared: keep the summary the results hold
+            print(f"[{self.sc.name} {name}] not summarised: {err.filename} is missing from the work dir; rerun the "
+                  f"row's units with --force --rows {name}", flush=True)
+            return None
+        base_scores = base["membership"]["scores"]
+        for st in MIA_STATS:
+            row = [(np.asarray(u["membership"]["scores"][st]["members"]), np.asarray(u["membership"]["scores"][st]["nonmembers"]))
+                   for u in mine]
+            b = (np.asarray(base_scores[st]["members"]), np.asarray(base_scores[st]["nonmembers"]))
+            out["membership"][st] = auc_difference(row, b, replicates=e["bootstrap"], seed=e["seed"])
+        verdicts = [u["membership"]["verdict"] for u in mine if u["membership"].get("verdict")]
+        if verdicts:  # the attack suite's calibrated test (a permutation p), where this pfd has it
+            out["membership_verdict"] = {"p_per_seed": [v.get("p") for v in verdicts],
+                                         "leaks": sum(bool(v.get("p") is not None and v["p"] <= 0.05) for v in verdicts),
+                                         "of": len(verdicts)}
+        links = [u.get("linkability") for u in mine if u.get("linkability")]
+        if links:
+            out["linkability"] = _link_summary(links)
+        out["times_s"] = {"total_mean": float(np.mean([u["times_s"]["total"] for u in mine]))}
+        return out
+
+    def _scores(self, name: str, seed: int) -> Path:
+        return self.work / "rows" / slug(name) / f"seed{seed}" / "scores"
+
+
+def group_check(units: dict[str, Any], *, permutations: int = 2000) -> dict[str, Any] | None:
+    """Do the private and test identities differ *before* training? :func:`group_separation` on
+    ``base``'s per-identity statistics (the public model saw neither group). When base separates
+    them, the groups are not exchangeable and a LEAKS verdict of the calibrated test is not
+    evidence of membership (``pfd attack mia --reference`` reports it inconclusive)."""
+    base = units.get(unit_key("base", 0))
+    if not base or "scores" not in base.get("membership", {}):
+        return None
+    sc = base["membership"]["scores"]
+    stats = {s: np.r_[sc[s]["members"], sc[s]["nonmembers"]] for s in MIA_STATS}
+    is_member = np.r_[np.ones(len(sc[MIA_STATS[0]]["members"]), bool), np.zeros(len(sc[MIA_STATS[0]]["nonmembers"]), bool)]
+    return group_separation(stats, is_member, permutations=permutations, seed=0)
+
+
+def _link_summary(links: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (target, role, attack): rate mean ± sd over seeds, chance, and each seed's interval."""
+    out: dict[str, Any] = {}
+    for target in ("proxies", "reconstructions"):
+        have = [lk[target] for lk in links if target in lk]
+        if not have:
+            continue
+        out[target] = {}
+        for role in have[0]:
+            out[target][role] = {}
+            for attack in have[0][role]:
+                rs = [h[role][attack] for h in have]
+                rates = np.array([r["rate"] for r in rs])
+                out[target][role][attack] = {
+                    "rate_mean": float(rates.mean()), "rate_sd": float(rates.std(ddof=1)) if len(rs) > 1 else 0.0,
+                    "chance": rs[0]["chance"], "ci95_per_seed": [r["ci95"] for r in rs],
+                    "count_n_per_seed": [[r["count"], r["n"]] for r in rs]}
+    return out
+
+
+def _sample_images(faces: FaceSet, n: int, *, seed: int = 0) -> FaceSet:
+    """``n`` images of ``faces`` drawn without replacement (seeded; sample order kept); all when
+    ``n <= 0`` or ``n >= len(faces)``."""
+    if n <= 0 or n >= len(faces):
+        return faces
+    return faces.subset(np.sort(np.random.default_rng(seed).choice(len(faces), size=n, replace=False)))
+
+
+def _per_identity(source: np.ndarray, k: int, *, seed: int) -> np.ndarray:
+    """Indices of ``k`` proxies per source identity (seeded); all when ``k <= 0``."""
+    if k <= 0:
+        return np.arange(len(source))
+    rng = np.random.default_rng(seed)
+    return np.sort(np.concatenate([rng.permutation(np.flatnonzero(source == c))[:k] for c in np.unique(source)]))
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _toml_roundtrip(d: dict[str, Any]) -> dict[str, Any]:
+    """What a config dict reads back as from config.toml (tuples as lists, no None values)."""
+    return {k: _toml_roundtrip(v) if isinstance(v, dict) else list(v) if isinstance(v, tuple) else v
+            for k, v in d.items() if v is not None}

@@ -1,0 +1,378 @@
+"""Claiming a ``pfd distill`` run: the folder checks, the resume checks, the marker and the lock.
+
+:func:`claim_run` is the one entry point (``Distillation`` calls it once); what it makes sure of:
+
+* **Separate folders.** The release and the private state dir never contain each other; an
+  embedding cache (private state too) is never inside the release.
+* **No clobbering, nothing foreign touched** (:func:`check_outputs`). Without ``--resume`` the
+  state dir must be new, empty, or a pfd state dir whose run wrote nothing but its marker and
+  config, and the release folder new or empty. With ``--resume`` the state dir must carry pfd's
+  marker, and a release already there must name the same run id in its manifest.
+* **The same run** (:func:`check_same_settings`): ``--resume`` continues only with the settings
+  the state dir was made with (those in ``_FREE`` aside).
+* **One writer** (:class:`StateLock`). Two runs on one ``--state-dir`` would both pass the "empty
+  folder" check and interleave their batches into one release. The lock is an exclusive
+  ``fcntl.flock`` on ``state/.pfd-lock`` for the whole run: the kernel drops it when the process
+  ends (kill -9 included), so it is never stale, and a second run is refused with the holder's
+  pid. Under ``accelerate launch`` only the main process (``RANK`` 0) takes it; the checks run
+  again once it is held, so two runs started together cannot both find the folders empty.
+* **The marker** (:func:`write_marker`): ``state/pfd-state.json`` is the first file a run writes
+  into its state dir: ``{"format": "pfd-state", "format_version": 1, "run_id": <uuid hex>}``. A
+  folder without it is not pfd's and is never chmodded or written to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pfd.config import DistillConfig, config_to_dict, load_recipe
+from pfd.data.release import MANIFEST, check_outside_release, check_separate, prepare_state_dir, read_manifest, secure_state_dir
+from pfd.distill.state import LOCK_NAME, MARKER_NAME, StateDir
+from pfd.errors import PfdError
+from pfd.io import atomic_write_json
+
+__all__ = [
+    "MARKER_FORMAT",
+    "claim_run",
+    "check_outputs",
+    "check_same_settings",
+    "claim_state_dir",
+    "RunClaim",
+    "StateLock",
+    "read_marker",
+    "write_marker",
+    "new_run_id",
+    "is_main_rank",
+]
+
+MARKER_FORMAT = "pfd-state"
+MARKER_VERSION = 1
+
+#: Settings that may change between a run and its ``--resume`` without changing what is computed
+#: (a state dir may be moved; the release may be written elsewhere). Bitwise equality with an
+#: uninterrupted run also needs the same thread count.
+_FREE = {"resume", "out", "state_dir", "workers", "threads", "embed_cache",
+         # A longer OGP schedule continues the fine-tuning (and redoes what follows it); the
+         # publication gate's override decides only whether the finished release is written.
+         "ogp.epochs", "ogp.max_steps", "ogp.min_steps", "ogp.step_cap", "ogp.target_below_margin",
+         "release.allow_linkable"}
+
+
+try:  # POSIX; on other systems runs are not locked (documented in docs/distill.md)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+
+def is_main_rank() -> bool:
+    """Whether this is the main process of a (possibly ``accelerate launch``-ed) run, before any
+    accelerator exists: torchrun and accelerate set ``RANK`` for every process."""
+    try:
+        return int(os.environ.get("RANK", "0")) == 0
+    except ValueError:
+        return True
+
+
+def new_run_id() -> str:
+    """A random run id (names nothing: 128 random bits)."""
+    return uuid.uuid4().hex
+
+
+def read_marker(state_root: str | os.PathLike) -> dict[str, Any] | None:
+    """The marker of a pfd state dir, or ``None`` if it has none (or an unreadable one)."""
+    p = Path(state_root) / MARKER_NAME
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or not isinstance(doc.get("run_id"), str):
+        return None
+    return doc
+
+
+def write_marker(state_root: str | os.PathLike, run_id: str) -> Path:
+    """Write (atomically, 0600) the marker naming ``run_id``."""
+    p = Path(state_root) / MARKER_NAME
+    atomic_write_json(p, {"format": MARKER_FORMAT, "format_version": MARKER_VERSION, "run_id": str(run_id)})
+    os.chmod(p, 0o600)
+    return p
+
+
+class StateLock:
+    """An exclusive, non-blocking ``flock`` on ``<state>/.pfd-lock`` held until :meth:`release`.
+
+    Args:
+        state_root: The state dir (created with mode 0700 if missing).
+
+    Raises:
+        PfdError: If another process holds the lock; the message names its pid.
+    """
+
+    def __init__(self, state_root: str | os.PathLike) -> None:
+        self.root = Path(state_root)
+        self.path = self.root / LOCK_NAME
+        self._fd: int | None = None
+        fresh = not self.root.exists()
+        self.root.mkdir(parents=True, exist_ok=True)
+        if fresh:
+            os.chmod(self.root, 0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = _holder(fd)
+                os.close(fd)
+                raise PfdError(
+                    f"{self.root}: another pfd distill (pid {holder}) is using this state dir; wait for it to finish "
+                    "or choose another --state-dir"
+                ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.fchmod(fd, 0o600)
+        self._fd = fd
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Drop the lock (idempotent). The lock file stays; it is harmless without a holder."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def __del__(self) -> None:  # an abandoned Distillation must not keep its state dir locked
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def __enter__(self) -> "StateLock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _holder(fd: int) -> str:
+    """The pid written by the lock's holder (it writes right after locking: retry briefly)."""
+    for _ in range(20):
+        text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        if text.isdigit():
+            return text
+        time.sleep(0.05)
+    return "unknown"
+
+
+def _holds_work(state: StateDir, marker: dict[str, Any] | None) -> bool:
+    """Whether a stage of a pfd run finished in ``state`` (a fresh run would overwrite it).
+
+    The marker and ``config.toml`` alone are what a run that failed before its first stage
+    leaves: they do not count, so the corrected rerun needs no cleaning by hand.
+    """
+    if marker is None:
+        return bool(state.entries())
+    return bool(state.entries() - {MARKER_NAME, "config.toml"})
+
+
+def _release_holds_work(out: Path) -> bool:
+    return out.exists() and (not out.is_dir() or any(out.iterdir()))
+
+
+def check_outputs(out: Path, state: StateDir, *, resume: bool) -> None:
+    """Refuse to clobber earlier work or to touch folders pfd did not make (read-only).
+
+    Without ``resume`` the state dir must be new, empty or a pfd state dir whose run wrote
+    nothing but its marker and config, and the release folder new or empty. With ``resume`` the
+    state dir must carry pfd's marker, and a release already in ``out`` must name the same run id
+    in its manifest (a half-written release without a manifest is finished by the run).
+
+    Raises:
+        PfdError: Naming the folder and what to do.
+    """
+    if state.root.exists() and not state.root.is_dir():
+        raise PfdError(f"{state.root}: exists and is not a folder; choose another --state-dir")
+    marker = read_marker(state.root)  # read once: every decision below is on this marker
+    if resume:
+        if marker is None:
+            if state.entries():
+                raise PfdError(
+                    f"{state.root}: not a pfd state dir (no {MARKER_NAME}); --resume continues only a run that pfd distill "
+                    "started there, and this folder is left untouched; check --state-dir"
+                )
+            raise PfdError(f"{state.root}: no pfd run to resume (no {MARKER_NAME}); run without --resume to start one")
+        if (out / MANIFEST).exists() or (out / MANIFEST).is_symlink():
+            manifest = read_manifest(out)
+            if manifest is None or manifest.get("run_id") != marker["run_id"]:
+                raise PfdError(
+                    f"{out}: holds a release written by another run than the one in {state.root}; --resume leaves it "
+                    "untouched: pass this run's --out or a new folder"
+                )
+        return
+    if marker is None and state.entries():
+        raise PfdError(
+            f"{state.root}: holds files that pfd distill did not write (no {MARKER_NAME}); choose an empty or new --state-dir"
+        )
+    if _holds_work(state, marker):
+        raise PfdError(
+            f"{state.root}: the state dir already holds a distillation run; pass --resume to continue it "
+            "or choose another --state-dir"
+        )
+    if _release_holds_work(out):
+        raise PfdError(f"{out}: already exists and is not empty; pass --resume to continue that run or choose another --out")
+
+
+@dataclass
+class RunClaim:
+    """A run's hold on its state dir: the lock (main process only) and the run id.
+
+    Attributes:
+        state: The state dir.
+        out: The release folder.
+        run_id: The run id written to the marker and to the release manifest (``None`` on
+            processes other than the main one).
+        lock: The held lock (``None`` on other processes).
+    """
+
+    state: StateDir
+    out: Path
+    run_id: str | None
+    lock: StateLock | None
+
+    def begin(self) -> None:
+        """Main process: make the state dir private (0700) and write the marker first."""
+        if self.lock is None or self.run_id is None:
+            return
+        prepare_state_dir(self.state.root, release=self.out)
+        old = read_marker(self.state.root)
+        if old is None or old["run_id"] != self.run_id:
+            write_marker(self.state.root, self.run_id)
+        self.secure()  # a resumed run also tightens what a killed one left
+
+    def secure(self) -> None:
+        """Main process: every folder of the state dir 0700, every file 0600 (after each stage)."""
+        if self.lock is not None and self.state.root.is_dir():
+            secure_state_dir(self.state.root)
+
+    def close(self) -> None:
+        """Tighten every file and folder of the state dir (0600 / 0700), then drop the lock."""
+        if self.lock is None:
+            return
+        try:
+            if read_marker(self.state.root) is not None:
+                self.secure()
+        finally:
+            self.lock.release()
+
+
+def claim_state_dir(state: StateDir, out: Path, *, resume: bool, main: bool = True) -> RunClaim:
+    """Lock the state dir for this run and check it again under the lock.
+
+    The checks of :func:`check_outputs` run before the lock (so that a foreign folder is never
+    touched, not even by a lock file) and again once it is held (so that two runs started
+    together cannot both find the folders empty).
+
+    Args:
+        state: The state dir.
+        out: The release folder.
+        resume: ``--resume``: keep the marker's run id.
+        main: Whether this process takes the lock (the main process of an accelerate run).
+
+    Raises:
+        PfdError: Another run holds the lock (its pid is named), or a check fails.
+    """
+    check_outputs(out, state, resume=resume)
+    if not main:
+        return RunClaim(state, out, None, None)
+    lock = StateLock(state.root)
+    try:
+        check_outputs(out, state, resume=resume)
+        marker = read_marker(state.root)
+        run_id = marker["run_id"] if resume and marker is not None else new_run_id()
+    except BaseException:
+        lock.release()
+        raise
+    return RunClaim(state, out, run_id, lock)
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            flat.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            flat[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
+    return flat
+
+
+def check_same_settings(state: StateDir, cfg: DistillConfig) -> None:
+    """On ``--resume``: the settings must equal those the state dir was made with.
+
+    A finished batch is only valid for the model, prototypes and seeds that made it, so a
+    changed setting (other than ``out``, ``state_dir``, ``workers``, ``threads``) is refused
+    rather than mixed in.
+
+    Raises:
+        PfdError: Listing up to three differing settings.
+    """
+    if not state.config.is_file():
+        return
+    old = _flatten(load_recipe(state.config).get("distill", {}))
+    new = _flatten(config_to_dict(cfg))
+    diff = [
+        f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
+        for k in sorted(set(old) | set(new))
+        if k.split(".")[-1] not in _FREE and k not in _FREE and old.get(k) != new.get(k)
+    ]
+    if diff:
+        more = f" (+{len(diff) - 3} more)" if len(diff) > 3 else ""
+        raise PfdError(
+            f"{state.config}: --resume with other settings than the run in this state dir ({'; '.join(diff[:3])}{more}); "
+            "use the same settings or a new --state-dir"
+        )
+
+
+def claim_run(cfg: DistillConfig, *, main: bool | None = None, check_inputs: Callable[[], None] | None = None) -> RunClaim:
+    """Claim the folders of a ``pfd distill`` run: every folder and resume check, then the lock.
+
+    In order, each refusing before anything is written:
+
+    1. the release and the state dir are separate (:func:`pfd.data.release.check_separate`), and
+       an embedding cache (private state) lies outside the release;
+    2. :func:`check_outputs`: no earlier work is clobbered and no foreign folder touched;
+    3. on ``--resume``, :func:`check_same_settings`: the settings equal the state dir's run;
+    4. ``check_inputs()``: the caller's checks of what it reads (the private set), which must
+       also fail before anything is written;
+    5. :func:`claim_state_dir`: the lock (main process), the checks of 2 again under it, the run id.
+
+    Args:
+        cfg: The resolved distill config (``out``, ``state_dir``, ``embed_cache``, ``resume``).
+        main: Whether this process takes the lock (default: :func:`is_main_rank`).
+        check_inputs: Called between the read-only checks and the lock.
+
+    Returns:
+        The claim; :meth:`RunClaim.begin` then writes the marker, :meth:`RunClaim.close` ends it.
+
+    Raises:
+        PfdError: The first check that fails, naming the folder or option and the fix.
+    """
+    out = Path(cfg.out).expanduser()
+    state = StateDir.at(cfg.state_dir)
+    check_separate(out, state.root)
+    if cfg.embed_cache:  # cached private embeddings are private state: never inside the release
+        check_outside_release(Path(cfg.embed_cache).expanduser(), out, what="the embedding cache", option="--embed-cache")
+    check_outputs(out, state, resume=cfg.resume)
+    if cfg.resume:
+        check_same_settings(state, cfg)
+    if check_inputs is not None:
+        check_inputs()
+    return claim_state_dir(state, out, resume=cfg.resume, main=is_main_rank() if main is None else main)

@@ -39,7 +39,7 @@ from pfd.config import RTAConfig  # noqa: E402
 from pfd.distill.ogp import OGPStep, Rotation, ogp_param_groups  # noqa: E402
 from pfd.distill.rta import ProxyDistiller  # noqa: E402
 from pfd.nn.heads import create_head  # noqa: E402
-from pfd.nn.iresnet import create_backbone  # noqa: E402
+from pfd.nn.backbones import create_backbone  # noqa: E402
 from pfd.train import MarginStep  # noqa: E402
 
 

@@ -50,7 +50,7 @@ class SmallConvNet(nn.Module):
 def build_model(name: str, *, width: float, size: int, dim: int) -> tuple[nn.Module, str]:
     """The requested iresnet if pfd.nn.iresnet exists, else :class:`SmallConvNet`."""
     try:
-        from pfd.nn.iresnet import create_backbone
+        from pfd.nn.backbones import create_backbone
     except ImportError:
         return SmallConvNet(width=width, size=size, embedding_dim=dim), f"fallback SmallConvNet (width {width})"
     return create_backbone(name, width=width, size=size, embedding_dim=dim), f"pfd.nn.iresnet {name} (width {width})"

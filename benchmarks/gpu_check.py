@@ -59,7 +59,7 @@ from pfd.distill.ogp import OGPStep, Rotation, ogp_param_groups  # noqa: E402
 from pfd.distill.rta import ProxyDistiller  # noqa: E402
 from pfd.io import atomic_write_json, atomic_write_text  # noqa: E402
 from pfd.nn.heads import create_head  # noqa: E402
-from pfd.nn.iresnet import create_backbone  # noqa: E402
+from pfd.nn.backbones import create_backbone  # noqa: E402
 from pfd.train import MarginStep  # noqa: E402
 
 #: Dense bf16 tensor-core peak in TFLOP/s by a substring of ``torch.cuda.get_device_name`` (first

@@ -42,7 +42,7 @@ from distill_speed import bench_ogp, bench_rta  # noqa: E402
 from embed_throughput import embed_ratio  # noqa: E402
 
 from pfd.io import atomic_write_json, atomic_write_text  # noqa: E402
-from pfd.nn.iresnet import create_backbone  # noqa: E402
+from pfd.nn.backbones import create_backbone  # noqa: E402
 
 #: name -> (arch, RTA batch, classes, RTA iterations, OGP batch, OGP steps, embed images, embed batch, top-1 queries x gallery)
 BACKBONES: dict[str, dict[str, Any]] = {

@@ -38,7 +38,7 @@ from pfd.config import TrainConfig  # noqa: E402
 from pfd.data.faceset import TensorFaces  # noqa: E402
 from pfd.data.sources import open_faces  # noqa: E402
 from pfd.nn.heads import create_head  # noqa: E402
-from pfd.nn.iresnet import create_backbone  # noqa: E402
+from pfd.nn.backbones import create_backbone  # noqa: E402
 from pfd.train import Trainer, global_batches  # noqa: E402
 
 TARGET = 0.9

@@ -47,7 +47,7 @@ _EXPORTS: dict[str, str] = {
     "find_private_copies": "pfd.data.private_copies",
     "dhash": "pfd.data.phash",
     # models
-    **{n: "pfd.nn.iresnet" for n in ("create_backbone", "list_backbones")},
+    **{n: "pfd.nn.backbones" for n in ("create_backbone", "list_backbones")},
     **{n: "pfd.nn.heads" for n in ("create_head", "MarginHead", "penalty")},
     **{n: "pfd.nn.checkpoints" for n in ("save_checkpoint", "load_checkpoint", "load_backbone", "load_head")},
     "BNStatistics": "pfd.nn.bn_hooks",

@@ -62,6 +62,13 @@ def _flags(**kw: Any) -> dict[str, Any]:
     return {k: v for k, v in kw.items() if v is not None and v != ()}
 
 
+def _checkpoint_size(path: str) -> Any:
+    """The input size (``S`` or ``[H, W]``) recorded in or inferred from a backbone file."""
+    from pfd.nn.checkpoints import read_arch
+
+    return read_arch(path).get("size")
+
+
 def _recipe_table(recipe: str | None, table: str) -> dict[str, Any]:
     from pfd.config import load_recipe
 
@@ -74,7 +81,8 @@ def _recipe_table(recipe: str | None, table: str) -> dict[str, Any]:
 @click.option("--data", multiple=True, help="Dataset spec; repeat to train jointly (disjoint labels).")
 @click.option("--backbone", help="ir18, ir34, ir50, ir100, adaface_ir50, ...")
 @click.option("--width", type=float, help="Channel-width multiplier (tiny CPU models: 0.25).")
-@click.option("--size", type=int, help="Input size in pixels (divisible by 16).")
+@click.option("--size", metavar="S|HxW", help="Input size: a side in pixels, or height x width (112x96 for "
+              "MobileFaceNet); sides divisible by 16. Default with --init: the checkpoint's.")
 @click.option("--embedding-dim", type=int, help="Embedding dimension D.")
 @click.option("--head", help="arcface, cosface, adaface or magface.")
 @click.option("--scale", type=float, help="Head scale s.")
@@ -121,7 +129,10 @@ def train_cmd(recipe: str | None, resume: bool, progress: bool, **kw: Any) -> No
     from pfd.train import train
 
     kw["data"] = list(kw["data"]) or None
-    cfg = build_config(TrainConfig, _recipe_table(recipe, "train"), _flags(**kw))
+    table = _recipe_table(recipe, "train")
+    if kw.get("init") and kw.get("size") is None:  # a checkpoint knows its input size
+        kw["size"] = _checkpoint_size(kw["init"])
+    cfg = build_config(TrainConfig, table, _flags(**kw))
     t0 = time.perf_counter()
     path = train(cfg, resume=resume, progress=progress)
     state = PartialState()  # the training run's (already initialised) process group
@@ -276,7 +287,7 @@ def _floats(value: str | None, flag: str) -> list[float] | None:
 @click.option("--attr-data", help="Labelled auxiliary set (attributes.csv) for the attribute probe.")
 @click.option("--attributes/--no-attributes", default=None, help="Run attribute recovery (default on).")
 @click.option("--reconstruct/--no-reconstruct", default=None, help="Run the reconstruction attack (default on).")
-@click.option("--reconstructor", help="module:function mapping embeddings (n, D) to images (n, 3, S, S) in [0, 1], "
+@click.option("--reconstructor", help="module:function mapping embeddings (n, D) to images (n, 3, H, W) in [0, 1], "
               "used instead of the BN-prior inversion.")
 @click.option("--recon-iterations", type=int, help="Inversion steps per batch.")
 @click.option("--recon-batch-size", type=int, help="Images inverted together.")
@@ -426,7 +437,8 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--out", help="Release folder (published).")
 @click.option("--state-dir", help="Private state folder (mode 0700, never inside the release).")
 @click.option("--resume", is_flag=True, default=None, help="Continue: skip finished stages and RTA batches in --state-dir.")
-@click.option("--size", type=int, help="Image size in pixels (must match the public model).")
+@click.option("--size", metavar="S|HxW", help="Image size: a side, or height x width (112x96); must match the "
+              "public model. Default with --public: the checkpoint's.")
 @click.option("--backbone", help="Expected backbone of --public (ir50, adaface_ir50, ...); another one is an error.")
 @click.option("--min-images", type=int, help="Drop identities with fewer images first (else each needs >= --ipc).")
 @click.option("--skip-bad", is_flag=True, default=None, help="Skip and list unreadable private images instead of stopping.")
@@ -508,8 +520,14 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
         ogp["seed"] = seed
         rta.update(seed=seed, kmeans_seed=seed)
         baseline["seed"] = seed
+    table = r.get("distill", {})
+    public = kw.get("public") or table.get("public")
+    # A checkpoint knows its input size: --public without --size takes it (a recipe's size is that
+    # of the model its [train] table pretrains, unless the recipe names the public model itself).
+    if public and kw.get("size") is None and (kw.get("public") or "size" not in table):
+        kw["size"] = _checkpoint_size(public)
     cfg = build_config(
-        DistillConfig, {"pretrain": r.get("train", {})}, r.get("distill", {}),
+        DistillConfig, {"pretrain": r.get("train", {})}, table,
         _flags(**kw), _nested(ogp=ogp, rta=rta, release=release, baseline=baseline),
     )  # fmt: skip
     unused = ignored_options(cfg.method, given)

@@ -1,6 +1,6 @@
 """Embedder: a face-recognition model turned into L2-normalised embeddings, batched and cached.
 
-Input is either a :class:`~pfd.data.faceset.FaceSet` or a float tensor ``(n, 3, S, S)`` of RGB
+Input is either a :class:`~pfd.data.faceset.FaceSet` or a float tensor ``(n, 3, H, W)`` of RGB
 values in ``[0, 1]``; the model applies its own normalisation inside ``forward`` (see
 ``pfd.nn.iresnet``). Output is always ``float32 (n, D)`` on the CPU with unit rows
 (raw rows with ``normalize=False``).
@@ -72,7 +72,7 @@ class Embedder:
 
     Args:
         model: An ``nn.Module`` (e.g. ``pfd.nn.iresnet.create_backbone(...)``), a TorchScript
-            module, or any callable mapping ``(B, 3, S, S)`` images in ``[0, 1]`` to ``(B, D)``
+            module, or any callable mapping ``(B, 3, H, W)`` images in ``[0, 1]`` to ``(B, D)``
             features. Modules are moved to ``device`` (in place, as ``Module.to`` does), switched
             to eval mode during a call and restored to their previous per-submodule modes after.
         batch_size: Images per forward pass.
@@ -118,7 +118,7 @@ class Embedder:
         """Embed a FaceSet or an image tensor.
 
         Args:
-            x: A :class:`FaceSet`, or a float tensor ``(n, 3, S, S)`` with values in ``[0, 1]``.
+            x: A :class:`FaceSet`, or a float tensor ``(n, 3, H, W)`` with values in ``[0, 1]``.
 
         Returns:
             ``float32 (n, D)`` on the CPU, rows of unit L2 norm.
@@ -165,7 +165,7 @@ class Embedder:
         if isinstance(x, torch.Tensor):
             if x.ndim != 4 or x.shape[1] != 3 or not x.is_floating_point():
                 raise PfdError(
-                    f"Embedder: expected a float tensor (n, 3, S, S) in [0, 1], got {x.dtype} {tuple(x.shape)}; "
+                    f"Embedder: expected a float tensor (n, 3, H, W) in [0, 1], got {x.dtype} {tuple(x.shape)}; "
                     "convert uint8 images with x.float() / 255"
                 )
             return int(x.shape[0])
@@ -174,7 +174,7 @@ class Embedder:
         raise PfdError(f"Embedder: expected a FaceSet or an image tensor, got {type(x).__name__}")
 
     def _batches(self, x: FaceSet | torch.Tensor) -> Iterator[torch.Tensor]:
-        """CPU (or pinned) image batches ``(b, 3, S, S)`` in sample order."""
+        """CPU (or pinned) image batches ``(b, 3, H, W)`` in sample order."""
         if isinstance(x, torch.Tensor):
             for i in range(0, x.shape[0], self.batch_size):
                 yield x[i : i + self.batch_size]
@@ -247,7 +247,7 @@ class Embedder:
         try:
             with torch.inference_mode(), progress_bar(total=n, unit="img", enabled=self.progress, desc="embed") as bar:
                 for images in self._batches(x):
-                    images = images.to(self.device, torch.float32, non_blocking=True)  # (b, 3, S, S)
+                    images = images.to(self.device, torch.float32, non_blocking=True)  # (b, 3, H, W)
                     if self.device.type == "cuda":
                         images = images.contiguous(memory_format=torch.channels_last)
                     feats = self._forward(images)  # (b, D)

@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader
 from pfd.config import TrainConfig, config_to_dict, save_config, validate_config
 from pfd.data.faces import check_min_identities
 from pfd.data.faceset import ConcatFaces, FaceSet
+from pfd.data.shape import same_size, size_text
 from pfd.errors import PfdError
 from pfd.io import atomic_open
 
@@ -84,7 +85,7 @@ def global_batches(n: int, *, batch_size: int, seed: int, epoch: int) -> np.ndar
     return perm[: nb * batch_size].reshape(nb, batch_size)
 
 
-def open_training_data(specs: Sequence[str], *, size: int, min_images: int, skip_bad: bool = False) -> FaceSet:
+def open_training_data(specs: Sequence[str], *, size: Any, min_images: int, skip_bad: bool = False) -> FaceSet:
     """Open and join the training sources (disjoint label spaces).
 
     A folder that looks like a pfd release (:func:`~pfd.data.release.looks_like_release`) is used
@@ -105,8 +106,9 @@ def open_training_data(specs: Sequence[str], *, size: int, min_images: int, skip
             check_complete_release(path)
     sources = [open_faces(s, size=size, min_images=min_images, skip_bad=skip_bad) for s in specs]
     for spec, src in zip(specs, sources):
-        if src.size != size:
-            raise PfdError(f"{spec}: images are {src.size}px but the model expects {size}px; set size consistently")
+        if not same_size(src.size, size):
+            raise PfdError(f"{spec}: images are {size_text(src.size)} but the model expects {size_text(size)}; "
+                           "set size consistently")
     return sources[0] if len(sources) == 1 else ConcatFaces(sources)
 
 
@@ -136,7 +138,7 @@ class MarginStep(nn.Module):
     loss stay in fp32.
 
     Args:
-        backbone: φ, ``(B, 3, S, S)`` in [0, 1] -> raw features ``(B, D)``.
+        backbone: φ, ``(B, 3, H, W)`` in [0, 1] -> raw features ``(B, D)``.
         head: Margin head ``head(features, labels) -> logits (B, C)``.
         amp_dtype: Autocast dtype for the backbone (``None``: full precision).
     """
@@ -189,7 +191,7 @@ class Trainer:
         progress: bool = True,
         final_path: str | Path | None = None,
     ) -> None:
-        from pfd.nn.iresnet import create_backbone
+        from pfd.nn.backbones import create_backbone
 
         self.cfg = cfg
         self.out = Path(cfg.out)
@@ -214,9 +216,10 @@ class Trainer:
 
             backbone = load_backbone(cfg.init)
             arch = getattr(backbone, "arch", {})
-            if arch.get("size", cfg.size) != cfg.size:
+            if not same_size(arch.get("size", cfg.size), cfg.size):
                 raise PfdError(
-                    f"{cfg.init}: model was built for {arch.get('size')}px but --size is {cfg.size}; use the same size"
+                    f"{cfg.init}: model was built for {size_text(arch.get('size'))} but --size is {size_text(cfg.size)}; "
+                    "use the same size (or leave --size out: it is taken from --init)"
                 )
             # The architecture is the checkpoint's: record it, so config.toml says what was trained.
             actual = {k: arch[a] for k, a in (("backbone", "name"), ("width", "width"), ("embedding_dim", "embedding_dim"))

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from pfd.config import EvalConfig, validate_config
+from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
 
 __all__ = [
@@ -399,7 +400,7 @@ def evaluate(cfg: EvalConfig, *, model: Any | None = None, progress: bool = Fals
         if not cfg.model:
             raise PfdError("no model given; pass --model PATH (a pfd, insightface or AdaFace checkpoint)")
         model = load_backbone(cfg.model)
-    size = int(getattr(model, "arch", {}).get("size", 112))
+    size = canonical_size(getattr(model, "arch", {}).get("size", 112))  # S or (H, W): the model's input
     if cfg.pairs:
         p = Path(cfg.pairs)
         if p.suffix.lower() == ".bin":

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from pfd.attacks.models.loading import is_torchscript, load_attacker, resize_images
 from pfd.errors import PfdError
 from pfd.nn.checkpoints import save_checkpoint
-from pfd.nn.iresnet import create_backbone
+from pfd.nn.backbones import create_backbone
 from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),

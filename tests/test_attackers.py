@@ -18,7 +18,7 @@ from pfd.attacks.models.loading import load_attacker, load_outside_attacker
 from pfd.attacks.models.outside import AttackerSpec, ConventionAdapter, InputConvention, read_attacker_spec
 from pfd.cli import main
 from pfd.errors import PfdError
-from pfd.nn.iresnet import create_backbone
+from pfd.nn.backbones import create_backbone
 from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),

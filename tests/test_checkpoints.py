@@ -19,7 +19,7 @@ from pfd.nn.checkpoints import (
     save_checkpoint,
 )
 from pfd.nn.heads import create_head
-from pfd.nn.iresnet import create_backbone
+from pfd.nn.backbones import create_backbone
 
 SIZE = 32
 

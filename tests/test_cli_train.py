@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from pfd.cli import main
 from pfd.config import EvalConfig
 from pfd.nn.checkpoints import load_backbone, load_checkpoint, save_checkpoint
-from pfd.nn.iresnet import create_backbone
+from pfd.nn.backbones import create_backbone
 from pfd.verify import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]

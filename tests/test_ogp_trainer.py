@@ -13,7 +13,7 @@ from pfd.data.faceset import TensorFaces
 from pfd.distill.ogp import OGPStep, Rotation, det_sign, orthogonality_error
 from pfd.distill.ogp_trainer import OGPTrainer, ogp_schedule_steps, ogp_train_config
 from pfd.nn.checkpoints import load_checkpoint, load_head, save_checkpoint
-from pfd.nn.iresnet import create_backbone
+from pfd.nn.backbones import create_backbone
 from pfd.train import MarginStep
 from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
 

@@ -28,7 +28,7 @@ from pfd.distill.pipeline import Distillation, distill
 from pfd.distill.rta import ProxyDistiller
 from pfd.errors import PfdError
 from pfd.nn.checkpoints import load_checkpoint, load_head, save_checkpoint
-from pfd.nn.iresnet import create_backbone
+from pfd.nn.backbones import create_backbone
 from tests.distill_public import PRIVATE, tiny_distill_config, tiny_public
 
 ROOT = Path(__file__).resolve().parents[1]

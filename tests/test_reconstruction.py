@@ -67,7 +67,8 @@ def test_bad_inputs_and_reconstructor_outputs():
     with pytest.raises(PfdError, match="no BatchNorm"):
         BNInversion(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(768, 4)), size=16)
     assert check_reconstructions(torch.rand(3, 3, 8, 8), 3).shape == (3, 3, 8, 8)
-    with pytest.raises(PfdError, match="expected \\(3, 3, S, S\\)"):
+    assert check_reconstructions(torch.rand(3, 3, 16, 8), 3).shape == (3, 3, 16, 8)  # H x W faces (MobileFaceNet)
+    with pytest.raises(PfdError, match="expected \\(3, 3, H, W\\)"):
         check_reconstructions(torch.rand(2, 3, 8, 8), 3)
     with pytest.raises(PfdError, match="outside \\[0, 1\\]"):
         check_reconstructions(torch.rand(3, 3, 8, 8) * 255, 3)

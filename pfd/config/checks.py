@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pfd.config.stages import AttackConfig, BaselineConfig, DistillConfig, EvalConfig, OGPConfig, RTAConfig, TrainConfig
+from pfd.data.shape import image_hw
 from pfd.errors import PfdError
 
 __all__ = ["check_config", "ignored_options", "validate_config"]
@@ -27,6 +28,14 @@ _FLAGS: dict[str, str | None] = {
 }  # fmt: skip
 _CHOICES = {"mixed_precision": ("auto", "no", "bf16", "fp16"), "schedule": ("cosine", "poly")}
 _METHODS = ("pfd", "rta-only", "sre2l", "raw", "dp-pix", "blur")  # pfd.distill.pipeline.METHODS
+
+
+def _size_ok(v: Any) -> bool:
+    """An image size whose sides are positive multiples of 16 (the backbones halve them four times)."""
+    try:
+        return all(s >= 16 and s % 16 == 0 for s in image_hw(v))
+    except PfdError:
+        return False
 
 
 class _Checker:
@@ -69,7 +78,7 @@ class _Checker:
 
 def _check_train(cfg: TrainConfig, prefix: str = "", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
-    c("size", lambda v: v >= 0, "must be a positive multiple of 16")  # 0: set later (the scorecard's release size)
+    c("size", lambda v: v == 0 or _size_ok(v), "must be a side or HxW, each a positive multiple of 16")  # 0: set later (the scorecard's release size)
     c.positive("width")
     c.at_least("embedding_dim", 1)
     c.positive("scale")
@@ -149,7 +158,7 @@ def _check_baseline(cfg: BaselineConfig, prefix: str = "baseline.", flags: bool 
 def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
     c.choice("method", _METHODS)
-    c("size", lambda v: v >= 16 and v % 16 == 0, "must be a positive multiple of 16")
+    c("size", _size_ok, "must be a side or HxW, each a positive multiple of 16")
     c.at_least("min_images", 0)
     c.choice("mixed_precision", _CHOICES["mixed_precision"])
     c.at_least("workers", 0)

@@ -21,6 +21,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from pfd.config.checks import validate_config
+from pfd.data.shape import ImageSizeSetting, plain_size
 from pfd.errors import PfdError
 from pfd.io import atomic_write_text
 
@@ -65,6 +66,10 @@ def load_recipe(name: str | os.PathLike) -> dict[str, Any]:
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     """Convert a TOML/CLI value to the annotated field type, with a clear error."""
+    if tp == ImageSizeSetting:  # S, [H, W] or "HxW"; 0 where a config lets it be decided later
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+            return 0
+        return plain_size(value, what=where)
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pfd.data.shape import ImageSizeSetting
+
 __all__ = [
     "TrainConfig",
     "EvalConfig",
@@ -28,7 +30,8 @@ class TrainConfig:
     Attributes:
         data: Dataset specs trained jointly with disjoint label spaces
             (``synthetic:public``, an identity folder, a RecordIO folder).
-        size: Square input size in pixels (divisible by 16).
+        size: Input size: a square side, or ``[H, W]`` (``--size 112x96``) for models that take
+            another shape (MobileFaceNet); sides divisible by 16.
         backbone: Registered backbone name (``ir18``, ``ir50``, ``adaface_ir50``, ...).
         width: Channel-width multiplier (1.0 = the published architecture).
         embedding_dim: Embedding dimension D.
@@ -60,7 +63,7 @@ class TrainConfig:
     """
 
     data: list[str] = field(default_factory=lambda: ["synthetic:public"])
-    size: int = 112
+    size: ImageSizeSetting = 112
     backbone: str = "ir50"
     width: float = 1.0
     embedding_dim: int = 512
@@ -269,7 +272,8 @@ class DistillConfig:
         out: Release folder (published).
         state_dir: Private state folder (never published; mode 0700; not inside ``out``).
         resume: Skip finished stages and RTA batches found in ``state_dir``.
-        size: Image size (must match the public model; the pretrained one is built for it).
+        size: Image size, ``S`` or ``[H, W]`` (must match the public model; the pretrained one is
+            built for it; ``pfd distill --public CKPT`` without ``--size`` takes the checkpoint's).
         backbone: Expected backbone name of the public checkpoint (empty: any); another one is
             an error.
         min_images: Drop identities with fewer images than this first (0: keep all; every
@@ -299,7 +303,7 @@ class DistillConfig:
     out: str = "release"
     state_dir: str = "state"
     resume: bool = False
-    size: int = 112
+    size: ImageSizeSetting = 112
     backbone: str = ""
     min_images: int = 0
     skip_bad: bool = False

@@ -41,6 +41,7 @@ from tqdm import tqdm
 
 from pfd.data.faceset import FaceSet, FaceSubset
 from pfd.data.images import IMAGE_EXTENSIONS, ImageDecodeError, ImageDecoder, is_image_name
+from pfd.data.shape import ImageSize, canonical_size
 from pfd.errors import PfdError
 
 __all__ = [
@@ -84,7 +85,7 @@ class FaceFolder(FaceSet):
 
     Args:
         root: The dataset folder.
-        size: Output side in pixels; every image is resized to ``size x size``.
+        size: Output side ``S`` (square) or ``(H, W)``; every image is resized to it.
         min_images: Drop identities with fewer images (reported in :attr:`dropped`).
         skip_bad: Skip (count and log) bad entries instead of raising; see the module docstring.
         validate: Decode every image at construction. Default: ``skip_bad``.
@@ -104,13 +105,13 @@ class FaceFolder(FaceSet):
         self,
         root: str | os.PathLike,
         *,
-        size: int = 112,
+        size: ImageSize = 112,
         min_images: int = 1,
         skip_bad: bool = False,
         validate: bool | None = None,
     ) -> None:
         self.root = Path(root).expanduser()
-        self.size = int(size)
+        self.size = canonical_size(size)
         self.skip_bad = bool(skip_bad)
         self.skipped: dict[str, str] = {}
         self.dropped: dict[str, int] = {}

@@ -3,8 +3,9 @@
 Every source (identity folders, insightface RecordIO, the built-in synthetic set, a release)
 is a :class:`FaceSet`: a map-style ``torch`` dataset whose item ``i`` is
 
-* an image tensor of shape ``(3, S, S)``, ``float32``, RGB, values in ``[0, 1]``
-  (models apply their own normalisation inside ``forward``), and
+* an image tensor of shape ``(3, H, W)``, ``float32``, RGB, values in ``[0, 1]`` (``H = W = S``
+  for square crops; :mod:`pfd.data.shape`; models apply their own normalisation inside
+  ``forward``), and
 * an integer label in ``[0, num_classes)``.
 
 Besides the items, a FaceSet exposes everything the later stages need without decoding images:
@@ -15,11 +16,14 @@ per-sample name such as ``"alice/003.jpg"``, used by the release lint and the at
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+
+from pfd.data.shape import canonical_size, image_hw, size_text
 
 __all__ = ["FaceSet", "FaceSubset", "TensorFaces", "ConcatFaces", "to_memory"]
 
@@ -28,19 +32,19 @@ class FaceSet(Dataset):
     """Abstract identity-labelled face dataset.
 
     Subclasses set ``identities`` (list of identity names, index = label), ``labels``
-    (``np.int64`` array, one per sample), ``size`` (square image side) and implement
+    (``np.int64`` array, one per sample), ``size`` (``S``, or ``(H, W)`` when not square) and implement
     :meth:`load` and :meth:`name`.
     """
 
     identities: list[str]
     labels: np.ndarray
-    size: int
+    size: int | tuple[int, int]
     #: Optional per-identity attributes, e.g. ``{"alice": {"tone": 2, "hair": 0, "age": 4}}``.
     attributes: dict[str, dict[str, int]] | None = None
 
     # -- to implement ---------------------------------------------------------------------
     def load(self, index: int) -> torch.Tensor:
-        """Image ``index`` as a ``(3, S, S)`` float32 RGB tensor in ``[0, 1]``."""
+        """Image ``index`` as a ``(3, H, W)`` float32 RGB tensor in ``[0, 1]``."""
         raise NotImplementedError
 
     def name(self, index: int) -> str:
@@ -89,7 +93,7 @@ class FaceSet(Dataset):
 
     def describe(self) -> str:
         """One line: identities, images, image size."""
-        return f"{type(self).__name__}: {self.num_classes} identities, {len(self)} images, {self.size}px"
+        return f"{type(self).__name__}: {self.num_classes} identities, {len(self)} images, {size_text(self.size)}"
 
 
 class FaceSubset(FaceSet):
@@ -125,10 +129,10 @@ class FaceSubset(FaceSet):
 
 
 class TensorFaces(FaceSet):
-    """A FaceSet held in memory: images ``(n, 3, S, S)`` in ``[0, 1]`` and labels.
+    """A FaceSet held in memory: images ``(n, 3, H, W)`` in ``[0, 1]`` and labels.
 
     Args:
-        images: Float tensor ``(n, 3, S, S)`` with values in ``[0, 1]``.
+        images: Float tensor ``(n, 3, H, W)`` with values in ``[0, 1]``.
         labels: Integer labels, shape ``(n,)``.
         identities: Identity names (default ``"id00000"``...).
         names: Per-sample names (default ``"<identity>/<i>.png"``).
@@ -143,15 +147,15 @@ class TensorFaces(FaceSet):
         names: Sequence[str] | None = None,
         attributes: dict[str, dict[str, Any]] | None = None,
     ) -> None:
-        if images.ndim != 4 or images.shape[1] != 3 or images.shape[2] != images.shape[3]:
-            raise ValueError(f"images must be (n, 3, S, S), got {tuple(images.shape)}")
+        if images.ndim != 4 or images.shape[1] != 3:
+            raise ValueError(f"images must be (n, 3, H, W), got {tuple(images.shape)}")
         self.images = images.float()
         self.labels = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else labels, dtype=np.int64)
         if len(self.labels) != len(images):
             raise ValueError("images and labels differ in length")
         n_cls = int(self.labels.max()) + 1 if len(self.labels) else 0
         self.identities = list(identities) if identities is not None else [f"id{k:05d}" for k in range(n_cls)]
-        self.size = int(images.shape[-1])
+        self.size = canonical_size(tuple(images.shape[-2:]))
         self._names = list(names) if names is not None else None
         self.attributes = attributes
 
@@ -183,7 +187,7 @@ class ConcatFaces(FaceSet):
             raise ValueError("ConcatFaces needs at least one source")
         sizes = {s.size for s in sources}
         if len(sizes) != 1:
-            raise ValueError(f"sources differ in image size: {sorted(sizes)}")
+            raise ValueError(f"sources differ in image size: {sorted(map(size_text, sizes))}")
         self.sources = list(sources)
         self.size = sources[0].size
         multi = len(sources) > 1
@@ -225,9 +229,9 @@ def to_memory(faces: FaceSet, *, max_bytes: int = 256 << 20) -> FaceSet:
         faces: Any FaceSet.
         max_bytes: Largest float32 footprint to materialise.
     """
-    if isinstance(faces, TensorFaces) or not len(faces) or len(faces) * 3 * faces.size * faces.size * 4 > max_bytes:
+    if isinstance(faces, TensorFaces) or not len(faces) or len(faces) * 3 * math.prod(image_hw(faces.size)) * 4 > max_bytes:
         return faces
-    images = torch.stack([faces.load(i) for i in range(len(faces))])  # (n, 3, S, S)
+    images = torch.stack([faces.load(i) for i in range(len(faces))])  # (n, 3, H, W)
     return TensorFaces(
         images,
         faces.labels,

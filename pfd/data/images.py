@@ -1,8 +1,8 @@
 """Decoding one face image into pfd's tensor convention, the same way for every source.
 
 Identity folders, RecordIO records, ``.bin`` pairs and ``pairs.txt`` files all hand encoded
-images (a path or bytes) to :class:`ImageDecoder`, which returns a ``(3, S, S)`` float32 RGB
-tensor in ``[0, 1]``. Conversions, so that no source needs its own special case:
+images (a path or bytes) to :class:`ImageDecoder`, which returns a ``(3, H, W)`` float32 RGB
+tensor in ``[0, 1]`` (``H = W = S`` for the usual square crops; :mod:`pfd.data.shape`). Conversions, so that no source needs its own special case:
 
 * greyscale (``1``, ``L``), 16/32-bit greyscale (``I;16``, ``I``, ``F``; scaled, not clipped),
   CMYK/YCbCr/LAB and palette images (GIF) become RGB;
@@ -10,8 +10,8 @@ tensor in ``[0, 1]``. Conversions, so that no source needs its own special case:
   the border colour of insightface's aligned crops;
 * the EXIF orientation tag is applied (what a viewer shows is what the model sees);
 * animated files (GIF, WebP) give their first frame;
-* anything not ``S x S`` is resized with Pillow's antialiased bilinear filter; non-square sources
-  are stretched, and the decoder warns once (per decoder, i.e. once per dataset).
+* anything not ``H x W`` is resized with Pillow's antialiased bilinear filter; sources of another
+  aspect ratio are stretched, and the decoder warns once (per decoder, i.e. once per dataset).
 
 Decoding errors (truncated, corrupt, not an image, decompression bomb) are raised as
 :class:`~pfd.errors.PfdError` naming the file and the fix.
@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
+from pfd.data.shape import ImageSize, canonical_size, image_hw, pil_size, size_text
 from pfd.errors import PfdError
 
 __all__ = [
@@ -98,7 +99,7 @@ def encode_png(image: Any) -> bytes:
 
     Args:
         image: ``bytes`` (returned unchanged: already encoded), a Pillow image, a ``uint8``
-            array ``(H, W)`` or ``(H, W, 3)``, or a float tensor/array ``(3, S, S)`` in ``[0, 1]``.
+            array ``(H, W)`` or ``(H, W, 3)``, or a float tensor/array ``(3, H, W)`` in ``[0, 1]``.
 
     Returns:
         The encoded bytes.
@@ -111,7 +112,7 @@ def encode_png(image: Any) -> bytes:
         if image.dtype != np.uint8:
             arr = np.asarray(image, dtype=np.float64)
             if arr.ndim == 3 and arr.shape[0] in (1, 3) and arr.shape[-1] not in (1, 3):
-                arr = arr.transpose(1, 2, 0)  # (3, S, S) -> (S, S, 3)
+                arr = arr.transpose(1, 2, 0)  # (3, H, W) -> (H, W, 3)
             image = np.clip(np.rint(arr * 255.0), 0, 255).astype(np.uint8)
         if image.ndim == 3 and image.shape[-1] == 1:
             image = image[..., 0]
@@ -124,20 +125,22 @@ def encode_png(image: Any) -> bytes:
 
 
 class ImageDecoder:
-    """Decode images to ``(3, size, size)`` float32 RGB tensors in ``[0, 1]``.
+    """Decode images to ``(3, H, W)`` float32 RGB tensors in ``[0, 1]``.
 
-    Holds the "warn once about non-square sources" state of one dataset, so every dataset
-    owns one decoder. Picklable (DataLoader workers get a copy; each may warn once).
+    Holds the "warn once about sources of another aspect ratio" state of one dataset, so every
+    dataset owns one decoder. Picklable (DataLoader workers get a copy; each may warn once).
 
     Args:
-        size: Output side in pixels.
+        size: Output side ``S`` (square) or ``(H, W)`` (:mod:`pfd.data.shape`).
         fix: What the error message suggests, e.g. ``"re-export it or pass --skip-bad"``.
     """
 
-    def __init__(self, size: int, *, fix: str = "re-export or delete it, or pass --skip-bad") -> None:
-        if int(size) < 1:
-            raise ValueError(f"image size must be positive, got {size}")
-        self.size = int(size)
+    def __init__(self, size: ImageSize, *, fix: str = "re-export or delete it, or pass --skip-bad") -> None:
+        try:
+            self.size = canonical_size(size)
+        except PfdError:
+            raise ValueError(f"image size must be positive, got {size}") from None
+        self.hw = image_hw(self.size)
         self.fix = fix
         self.warned_nonsquare = False
 
@@ -168,23 +171,25 @@ class ImageDecoder:
             raise ImageDecodeError(f"{label}: {reason}; {self.fix}", reason=reason) from None
 
     def check_square(self, img: Image.Image, name: str | None = None) -> None:
-        """Warn (once per decoder) that a source is not square and will be stretched."""
+        """Warn (once per decoder) that a source's aspect ratio differs from the output's: it is stretched."""
         w, h = img.size
-        if w != h and not self.warned_nonsquare:
+        out_h, out_w = self.hw
+        if w * out_h != h * out_w and not self.warned_nonsquare:
             self.warned_nonsquare = True
             # logging, not warnings.warn: Python's warning registry would show it once per
             # process (per code location), but each dataset should say it once.
+            shape = "not square" if out_h == out_w else f"not {out_h}:{out_w} (height:width)"
             logger.warning(
-                "%s: source is %dx%d, not square; images are stretched to %dx%d (shown once per "
-                "dataset). Align/crop faces to squares first for faithful results.",
-                name or "image", w, h, self.size, self.size,
+                "%s: source is %dx%d (width x height), %s; images are stretched to %s (shown once per "
+                "dataset). Align/crop faces to that shape first for faithful results.",
+                name or "image", w, h, shape, size_text(self.size),
             )
 
     def __call__(self, source: ImageSource, name: str | None = None) -> torch.Tensor:
-        """Decode ``source`` to a ``(3, size, size)`` tensor (see :meth:`open` for errors)."""
+        """Decode ``source`` to a ``(3, H, W)`` tensor (see :meth:`open` for errors)."""
         img = self.open(source, name)
         self.check_square(img, name)
-        if img.size != (self.size, self.size):
-            img = img.resize((self.size, self.size), Image.Resampling.BILINEAR)
-        arr = np.asarray(img, dtype=np.uint8)  # (S, S, 3)
-        return torch.from_numpy(arr.copy()).permute(2, 0, 1).float().div_(255.0)  # (3, S, S)
+        if img.size != pil_size(self.size):
+            img = img.resize(pil_size(self.size), Image.Resampling.BILINEAR)
+        arr = np.asarray(img, dtype=np.uint8)  # (H, W, 3)
+        return torch.from_numpy(arr.copy()).permute(2, 0, 1).float().div_(255.0)  # (3, H, W)

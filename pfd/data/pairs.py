@@ -27,6 +27,7 @@ import torch
 
 from pfd.data.faceset import FaceSet
 from pfd.data.images import IMAGE_EXTENSIONS, ImageDecoder, ImageSource, encode_png
+from pfd.data.shape import ImageSize, canonical_size
 from pfd.errors import PfdError
 from pfd.io import atomic_open
 
@@ -85,12 +86,12 @@ class EncodedFaces(FaceSet):
     """
 
     def __init__(self, sources: Sequence[ImageSource], labels: Sequence[int] | np.ndarray, *,
-                 identities: Sequence[str], names: Sequence[str], size: int = 112, fix: str = "replace it") -> None:
+                 identities: Sequence[str], names: Sequence[str], size: ImageSize = 112, fix: str = "replace it") -> None:
         self.sources = list(sources)
         self.labels = np.asarray(labels, dtype=np.int64)
         self.identities = list(identities)
         self._names = list(names)
-        self.size = int(size)
+        self.size = canonical_size(size)
         self._decoder = ImageDecoder(self.size, fix=fix)
 
     def load(self, index: int) -> torch.Tensor:
@@ -105,7 +106,7 @@ def _is_int(s: str) -> bool:
     return s.lstrip("+-").isdigit()
 
 
-def read_pairs_txt(path: str | os.PathLike, *, root: str | os.PathLike, size: int = 112) -> VerificationPairs:
+def read_pairs_txt(path: str | os.PathLike, *, root: str | os.PathLike, size: ImageSize = 112) -> VerificationPairs:
     """Read an LFW-style ``pairs.txt``.
 
     Accepted lines (whitespace separated; blank lines and ``#`` comments ignored):
@@ -214,7 +215,7 @@ class _BinUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refused global {module}.{name}")
 
 
-def read_bin(path: str | os.PathLike, *, size: int = 112) -> VerificationPairs:
+def read_bin(path: str | os.PathLike, *, size: ImageSize = 112) -> VerificationPairs:
     """Read an insightface verification ``.bin`` (``lfw.bin``, ``cfp_fp.bin``, ``agedb_30.bin``...).
 
     Loaded as ``pickle.load(f, encoding="bytes")`` does (Python 2 files included), through the

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from pfd.data.faceset import FaceSet
 from pfd.data.phash import dhash, grid_for, near_duplicate_bits, nearest
+from pfd.data.shape import image_hw
 
 __all__ = ["PrivateCopy", "find_private_copies", "cosine_threshold", "COSINE_FLOOR", "COSINE_CEILING"]
 
@@ -76,11 +77,12 @@ def _uint8(x: torch.Tensor) -> np.ndarray:
     return np.clip(np.round(x.detach().cpu().float().numpy() * 255.0), 0, 255).astype(np.uint8).transpose(1, 2, 0)
 
 
-def _resize(x: torch.Tensor, size: int) -> torch.Tensor:
-    """``(3, S, S)`` -> ``(3, size, size)`` (bilinear, as the decoders resize)."""
-    if x.shape[-1] == size:
+def _resize(x: torch.Tensor, size: Any) -> torch.Tensor:
+    """``(3, h, w)`` -> ``(3, H, W)`` of ``size`` (bilinear, as the decoders resize)."""
+    hw = image_hw(size)
+    if tuple(x.shape[-2:]) == hw:
         return x
-    return F.interpolate(x[None], size=(size, size), mode="bilinear", align_corners=False, antialias=True)[0].clamp(0, 1)
+    return F.interpolate(x[None], size=hw, mode="bilinear", align_corners=False, antialias=True)[0].clamp(0, 1)
 
 
 def find_private_copies(
@@ -93,9 +95,9 @@ def find_private_copies(
     """Released images that are copies or near-duplicates of private images.
 
     Args:
-        released: ``(file, pixels (S, S, 3) uint8)`` of every released image.
+        released: ``(file, pixels (H, W, 3) uint8)`` of every released image.
         private: The private set.
-        model: A face model (``(B, 3, S, S)`` in [0, 1] -> ``(B, D)``) for the embedding check;
+        model: A face model (``(B, 3, H, W)`` in [0, 1] -> ``(B, D)``) for the embedding check;
             ``None`` skips it. Images are resized to ``model.arch["size"]`` when it declares one.
         batch_size: Embedding batch size.
 
@@ -104,8 +106,8 @@ def find_private_copies(
     """
     if not released or len(private) == 0:
         return []
-    size = int(released[0][1].shape[0])
-    grid = grid_for(size)
+    size = tuple(int(s) for s in released[0][1].shape[:2])  # (H, W)
+    grid = grid_for(min(size))
     limit = near_duplicate_bits(grid)
     rel_hash = np.stack([dhash(img, size=grid) for _, img in released])  # (n, grid² / 8)
     priv_hash, exact_index = [], {}
@@ -126,10 +128,10 @@ def find_private_copies(
     if model is not None:
         from pfd.embed import Embedder
 
-        side = int(getattr(model, "arch", {}).get("size", size)) if hasattr(model, "arch") else size
+        side = getattr(model, "arch", {}).get("size", size) if hasattr(model, "arch") else size
         emb = Embedder(model, batch_size=batch_size, device="cpu")
         rel_x = torch.stack([_resize(torch.from_numpy(img.copy()).permute(2, 0, 1).float().div(255.0), side)
-                             for _, img in released])  # (n, 3, s, s)
+                             for _, img in released])  # (n, 3, H, W)
         e_rel = emb(rel_x)  # (n, D)
         e_priv = torch.cat([
             emb(torch.stack([_resize(private.load(i), side) for i in range(lo, min(lo + 512, len(private)))]))

@@ -38,6 +38,7 @@ from tqdm import tqdm
 
 from pfd.data.faceset import FaceSet
 from pfd.data.images import ImageDecoder, encode_png
+from pfd.data.shape import ImageSize, canonical_size
 from pfd.errors import PfdError
 from pfd.io import atomic_open
 
@@ -277,7 +278,7 @@ class RecordIOFaces(FaceSet):
 
     Args:
         path: A ``.rec`` file, or a folder holding ``train.rec`` and ``train.idx``.
-        size: Output side in pixels (images are resized if needed).
+        size: Output side ``S`` or ``(H, W)`` (images are resized if needed).
 
     Attributes:
         keys: ``np.int64`` record key of every sample.
@@ -287,9 +288,9 @@ class RecordIOFaces(FaceSet):
         PfdError: Missing files or index, malformed records.
     """
 
-    def __init__(self, path: str | os.PathLike, *, size: int = 112) -> None:
+    def __init__(self, path: str | os.PathLike, *, size: ImageSize = 112) -> None:
         self.reader = RecordReader(resolve_rec(path))
-        self.size = int(size)
+        self.size = canonical_size(size)
         self._decoder = ImageDecoder(self.size, fix="re-pack the set")
         if not self.reader.keys:
             raise PfdError(f"{self.reader.idx_path}: the index is empty; rebuild it with "

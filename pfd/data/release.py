@@ -9,7 +9,8 @@ A release is an ImageFolder tree ``OUT/<label>/<k>.png`` plus ``OUT/manifest.jso
 * PNGs carry pixels only: PIL writes IHDR, IDAT and IEND for an RGB image without ``pnginfo``
   (no tEXt/iTXt/zTXt/tIME/pHYs/eXIf); ``optimize=False`` and a fixed compression level make the
   bytes a function of the pixels, so a resumed run writes byte-identical files.
-* ``manifest.json`` holds the format, counts, image size, the method, the run id (a random id
+* ``manifest.json`` holds the format, counts, image size (``S``, or ``[H, W]`` for non-square
+  proxies), the method, the run id (a random id
   that ties the release to the state dir of the run that wrote it, for ``--resume``) and a
   sha256 per file -- no names, no seeds, no rotation, no model, no timestamps, nothing else
   (:data:`MANIFEST_KEYS`; the lint fails any other key).
@@ -37,6 +38,7 @@ import torch
 from PIL import Image
 
 from pfd.data.faceset import FaceSet
+from pfd.data.shape import ImageSize, canonical_size, pil_size, plain_size
 from pfd.errors import PfdError
 from pfd.io import atomic_write_bytes, atomic_write_json, sha256_bytes, sha256_file
 
@@ -95,7 +97,7 @@ _PNG_NAME = re.compile(r"^\d{3,}\.png$")
 
 
 def to_uint8(proxies: torch.Tensor | np.ndarray) -> np.ndarray:
-    """Quantise ``(n, 3, S, S)`` floats in [0, 1] (or uint8) to uint8 ``(n, S, S, 3)``.
+    """Quantise ``(n, 3, H, W)`` floats in [0, 1] (or uint8) to uint8 ``(n, H, W, 3)``.
 
     Floats are rounded to the nearest level (``round(255 x)``), values outside [0, 1] clipped.
 
@@ -103,8 +105,8 @@ def to_uint8(proxies: torch.Tensor | np.ndarray) -> np.ndarray:
         ValueError: On a wrong shape or non-finite values.
     """
     x = proxies.detach().cpu().numpy() if isinstance(proxies, torch.Tensor) else np.asarray(proxies)
-    if x.ndim != 4 or x.shape[1] != 3 or x.shape[2] != x.shape[3]:
-        raise ValueError(f"proxies must be (n, 3, S, S), got {x.shape}")
+    if x.ndim != 4 or x.shape[1] != 3:
+        raise ValueError(f"proxies must be (n, 3, H, W), got {x.shape}")
     if x.dtype != np.uint8:
         x = x.astype(np.float64)
         if not np.isfinite(x).all():
@@ -114,7 +116,7 @@ def to_uint8(proxies: torch.Tensor | np.ndarray) -> np.ndarray:
 
 
 def encode_png(img: np.ndarray) -> bytes:
-    """PNG bytes of one ``(S, S, 3)`` uint8 image with no metadata chunks, deterministically."""
+    """PNG bytes of one ``(H, W, 3)`` uint8 image with no metadata chunks, deterministically."""
     buf = io.BytesIO()
     Image.fromarray(img, mode="RGB").save(buf, format="PNG", optimize=False, compress_level=6)
     return buf.getvalue()
@@ -233,7 +235,7 @@ def write_release(
 
     Args:
         out: Release folder (created; must be empty, or a previous pfd release with ``resume``).
-        proxies: ``(n, 3, S, S)`` float in [0, 1] or uint8.
+        proxies: ``(n, 3, H, W)`` float in [0, 1] or uint8.
         proxy_class: Internal class of each proxy ``(n,)`` (any integers; order = internal order).
         method: Method name recorded in the manifest (``pfd``, ``rta-only``, ``sre2l``, ``raw``).
         label_seed: Seed of the label permutation and in-class shuffles (not written to the
@@ -255,7 +257,7 @@ def write_release(
     out = Path(out)
     if state_dir is not None:
         check_separate(out, state_dir)
-    imgs = to_uint8(proxies)  # (n, S, S, 3)
+    imgs = to_uint8(proxies)  # (n, H, W, 3)
     cls = np.asarray(proxy_class.cpu() if isinstance(proxy_class, torch.Tensor) else proxy_class, dtype=np.int64)
     if len(cls) != len(imgs):
         raise ValueError(f"{len(imgs)} proxies but {len(cls)} classes")
@@ -321,7 +323,7 @@ def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str,
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "method": str(method),
-        "image_size": int(imgs.shape[1]),
+        "image_size": plain_size(tuple(imgs.shape[1:3])),  # S, or [H, W] when not square
         "num_classes": int(len(classes)),
         "num_images": int(len(cls)),
         "images_per_class": dict(sorted(per_class.items())),
@@ -361,7 +363,7 @@ class ReleaseFaces(FaceSet):
     Identities are the folder names in sorted order; samples are sorted by folder, then file.
     """
 
-    def __init__(self, root: str | os.PathLike, *, size: int | None = None) -> None:
+    def __init__(self, root: str | os.PathLike, *, size: ImageSize | None = None) -> None:
         self.root = Path(root)
         dirs = sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
         self.identities = dirs
@@ -376,16 +378,16 @@ class ReleaseFaces(FaceSet):
         self._paths = paths
         self.labels = np.asarray(labels, dtype=np.int64)
         with Image.open(self.root / paths[0]) as im:
-            native = im.size[0]
-        self.size = int(size) if size else int(native)
+            native = (im.size[1], im.size[0])  # (H, W)
+        self.size = canonical_size(size if size else native)
 
     def load(self, index: int) -> torch.Tensor:
         path = self.root / self._paths[index]
         try:
             with Image.open(path) as im:
                 im = im.convert("RGB")
-                if im.size != (self.size, self.size):
-                    im = im.resize((self.size, self.size), Image.BILINEAR)
+                if im.size != pil_size(self.size):
+                    im = im.resize(pil_size(self.size), Image.BILINEAR)
                 arr = np.asarray(im, dtype=np.uint8)
         except OSError as e:
             raise PfdError(f"{path}: cannot decode image ({e}); re-download the release") from None
@@ -395,13 +397,13 @@ class ReleaseFaces(FaceSet):
         return self._paths[index]
 
 
-def read_release(path: str | os.PathLike, *, verify: bool = False, size: int | None = None) -> ReleaseFaces:
+def read_release(path: str | os.PathLike, *, verify: bool = False, size: ImageSize | None = None) -> ReleaseFaces:
     """Open a release as a FaceSet whose identities are the label folder names.
 
     Args:
         path: Release folder.
         verify: Check the release is complete (:func:`check_complete_release`).
-        size: Resize images to this side (default: as stored).
+        size: Resize images to this side ``S`` or ``(H, W)`` (default: as stored).
 
     Raises:
         PfdError: If the folder holds no images, or ``verify`` finds a missing, unlisted or

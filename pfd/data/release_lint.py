@@ -40,6 +40,7 @@ from pfd.data.release import (
     check_separate,
     looks_ordered,
 )
+from pfd.data.shape import pil_size
 from pfd.errors import PfdError
 from pfd.io import sha256_file
 
@@ -112,7 +113,7 @@ def png_chunks(data: bytes) -> list[tuple[bytes, int]]:
     return out
 
 
-def check_png(data: bytes, *, size: int | None = None) -> list[tuple[str, str]]:
+def check_png(data: bytes, *, size: int | tuple[int, int] | list[int] | None = None) -> list[tuple[str, str]]:
     """Everything in a PNG that is not an 8-bit RGB image as pfd writes it: ``[(kind, detail)]``.
 
     Besides chunks other than IHDR/IDAT/IEND and bytes after IEND (``png-metadata``), data can
@@ -132,8 +133,9 @@ def check_png(data: bytes, *, size: int | None = None) -> list[tuple[str, str]]:
     if types[0] != b"IHDR":
         raise ValueError("first chunk is not IHDR")
     w, h, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", data[16:29])
-    if size is not None and (w, h) != (size, size):
-        out.append(("image-size", f"{w}x{h} pixels, the manifest says {size}x{size}; rewrite the release"))
+    if size is not None and (w, h) != pil_size(size):
+        want_w, want_h = pil_size(size)
+        out.append(("image-size", f"{w}x{h} pixels (width x height), the manifest says {want_w}x{want_h}; rewrite the release"))
     if (depth, colour, interlace) != (8, 2, 0):
         out.append(("png-metadata", f"not the 8-bit RGB, non-interlaced PNG pfd writes (depth {depth}, colour type "
                                     f"{colour}, interlace {interlace}); re-encode it"))
@@ -208,7 +210,7 @@ def _link_finding(p: Path, rel: str) -> Finding | None:
 def _check_tree(root: Path, manifest: dict[str, Any] | None, findings: list[Finding]) -> tuple[list[str], list[str]]:
     """File-level checks; returns the release-relative paths seen and the PNGs whose pixels are sound."""
     listed: dict[str, str] = manifest.get("files", {}) if manifest and isinstance(manifest.get("files"), dict) else {}
-    size = manifest.get("image_size") if manifest and isinstance(manifest.get("image_size"), int) else None
+    size = manifest.get("image_size") if manifest and _is_size(manifest.get("image_size")) else None
     seen: list[str] = []
     images: list[str] = []
     rmode = stat.S_IMODE(root.stat().st_mode)
@@ -271,12 +273,22 @@ def _check_tree(root: Path, manifest: dict[str, Any] | None, findings: list[Find
     return seen, images
 
 
+def _is_size(v: Any) -> bool:
+    """A manifest image size: a positive int ``S``, or ``[H, W]`` of two positive ints (not square)."""
+    def side(x: Any) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and x > 0
+
+    return side(v) or (isinstance(v, list) and len(v) == 2 and all(side(x) for x in v) and v[0] != v[1])
+
+
 def _check_schema(manifest: dict[str, Any], findings: list[Finding]) -> None:
     """Only the documented keys, of the documented types, with counts that add up."""
     for key in sorted(set(manifest) - _MANIFEST_KEYS):
         findings.append(Finding("manifest", f"{MANIFEST}:{key}", "not in the manifest schema (counts, size, method, run id, "
                                                                "checksums); it may carry private data: remove it"))
-    ints = ("format_version", "image_size", "num_classes", "num_images")
+    if "image_size" in manifest and not _is_size(manifest["image_size"]):
+        findings.append(Finding("manifest", f"{MANIFEST}:image_size", f"not an image size, S or [H, W] ({manifest['image_size']!r})"))
+    ints = ("format_version", "num_classes", "num_images")
     for key in ints:
         if key in manifest and (not isinstance(manifest[key], int) or isinstance(manifest[key], bool) or manifest[key] < 0):
             findings.append(Finding("manifest", f"{MANIFEST}:{key}", f"not a count ({manifest[key]!r})"))

@@ -16,6 +16,7 @@ from pathlib import Path
 from pfd.data.faces import FaceFolder, drop_small_identities
 from pfd.data.faceset import FaceSet
 from pfd.data.recordio import RecordIOFaces
+from pfd.data.shape import ImageSize, canonical_size
 from pfd.errors import PfdError
 
 __all__ = ["open_faces", "DEFAULT_SIZE", "ACCEPTED_SPECS"]
@@ -30,7 +31,7 @@ ACCEPTED_SPECS = ("an identity folder (root/<identity>/<image>), a RecordIO set 
 def open_faces(
     spec: str | os.PathLike,
     *,
-    size: int | None = None,
+    size: ImageSize | None = None,
     min_images: int = 1,
     skip_bad: bool = False,
 ) -> FaceSet:
@@ -38,7 +39,7 @@ def open_faces(
 
     Args:
         spec: ``synthetic:...``, an identity folder, or a RecordIO ``.rec`` / folder.
-        size: Square image side; ``None``: the synthetic spec's own size, else
+        size: Image side ``S`` or ``(H, W)`` (:mod:`pfd.data.shape`); ``None``: the synthetic spec's own size, else
             :data:`DEFAULT_SIZE`.
         min_images: Drop identities with fewer images (the result's ``dropped`` attribute and
             the log say which).
@@ -59,7 +60,7 @@ def open_faces(
         return drop_small_identities(faces, min_images) if min_images > 1 else faces
 
     path = Path(text).expanduser()
-    side = int(size) if size is not None else DEFAULT_SIZE
+    side = canonical_size(size, what="image size") if size is not None else DEFAULT_SIZE
     if not path.exists():
         raise PfdError(f"{text}: no such file or folder; pass {ACCEPTED_SPECS}")
     if path.is_file():

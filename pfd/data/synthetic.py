@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 from pfd.data.faceset import FaceSet
 from pfd.data.synthetic_params import DOMAINS, IdentityParams, identity_attributes, identity_params, image_rng
 from pfd.data.synthetic_render import render_face
+from pfd.data.shape import ImageSize, canonical_size, image_hw, pil_size, size_text
 from pfd.errors import PfdError
 from pfd.io import atomic_open, atomic_write_bytes
 
@@ -87,8 +88,9 @@ class SyntheticFaces(FaceSet):
         images_per_identity: Images per identity (default: public 24, private 20, test 16).
         domain: One of ``clean, age, lowres, pose, nir`` (see the module docstring).
         seed: Non-negative integer; another seed gives other people.
-        size: Output side in pixels (16..1024).
-        render_size: Size the faces are drawn at (default ``size``); when it differs, the drawn
+        size: Output side in pixels (16..1024), or ``(H, W)`` (each side in that range).
+        render_size: Side the faces are drawn at, square (default: ``size``'s height); when it
+            differs from ``size``, the drawn
             uint8 image is resized to ``size`` with PIL's bilinear filter (what loading a folder
             written at ``render_size`` would do).
 
@@ -104,8 +106,8 @@ class SyntheticFaces(FaceSet):
         images_per_identity: int | None = None,
         domain: str = "clean",
         seed: int = 0,
-        size: int = DEFAULT_SIZE,
-        render_size: int | None = None,
+        size: ImageSize = DEFAULT_SIZE,
+        render_size: ImageSize | None = None,
     ) -> None:
         if split not in SPLITS:
             raise PfdError(f"synthetic: unknown split {split!r}; use one of {', '.join(SPLITS)}")
@@ -117,11 +119,14 @@ class SyntheticFaces(FaceSet):
         _check_int(f"synthetic:{split}", "ids", n, 1, _SPLIT_BLOCK)
         _check_int(f"synthetic:{split}", "imgs", m, 1, _MAX_IMAGES)
         _check_int(f"synthetic:{split}", "seed", seed, 0, 2**63 - 1)
-        _check_int(f"synthetic:{split}", "size", size, _MIN_SIZE, _MAX_SIZE)
-        render_size = size if render_size is None else render_size
+        h, w = image_hw(size, what=f"synthetic:{split} size")
+        for side in (h, w):
+            _check_int(f"synthetic:{split}", "size", side, _MIN_SIZE, _MAX_SIZE)
+        # Faces are drawn square (at the height of a non-square output, then stretched to it).
+        render_size = h if render_size is None else image_hw(render_size)[0]
         _check_int(f"synthetic:{split}", "size", render_size, _MIN_SIZE, _MAX_SIZE)
         self.split, self.domain, self.seed = split, domain, int(seed)
-        self.size, self.render_size = int(size), int(render_size)
+        self.size, self.render_size = canonical_size(size), int(render_size)
         self.images_per_identity = int(m)
         #: Global identity id of each label (never exposed in names).
         self.gids = np.arange(first, first + n, dtype=np.int64)
@@ -135,7 +140,7 @@ class SyntheticFaces(FaceSet):
 
     # -- FaceSet --------------------------------------------------------------------------
     def load(self, index: int) -> torch.Tensor:
-        """Image ``index`` as ``(3, S, S)`` float32 in ``[0, 1]``, exactly ``uint8 / 255``."""
+        """Image ``index`` as ``(3, H, W)`` float32 in ``[0, 1]``, exactly ``uint8 / 255``."""
         arr = self.render(index)
         return torch.from_numpy(arr).permute(2, 0, 1).float().div_(255.0)
 
@@ -147,14 +152,14 @@ class SyntheticFaces(FaceSet):
 
     # -- extras ---------------------------------------------------------------------------
     def render(self, index: int) -> np.ndarray:
-        """Image ``index`` as a ``uint8`` array ``(S, S, 3)`` (what :func:`write_synthetic` saves)."""
+        """Image ``index`` as a ``uint8`` array ``(H, W, 3)`` (what :func:`write_synthetic` saves)."""
         index = self._check_index(index)
         label, k = divmod(index, self.images_per_identity)
         gid = int(self.gids[label])
         arr = render_face(self._identity(label), image_rng(self.seed, gid, k, self.domain), self.domain,
                           self.render_size)
-        if self.render_size != self.size:
-            arr = np.array(Image.fromarray(arr).resize((self.size, self.size), Image.Resampling.BILINEAR))
+        if (self.render_size, self.render_size) != image_hw(self.size):
+            arr = np.array(Image.fromarray(arr).resize(pil_size(self.size), Image.Resampling.BILINEAR))
         return arr
 
     def spec(self) -> str:
@@ -165,7 +170,7 @@ class SyntheticFaces(FaceSet):
 
     def describe(self) -> str:
         return (f"SyntheticFaces {self.split} ({self.domain}, seed {self.seed}): {self.num_classes} identities x "
-                f"{self.images_per_identity} images, {self.size}px")
+                f"{self.images_per_identity} images, {size_text(self.size)}")
 
     def __repr__(self) -> str:
         return f"SyntheticFaces({self.spec()!r})"
@@ -254,7 +259,7 @@ def parse_synthetic_spec(spec: str) -> dict[str, object]:
     return out
 
 
-def open_synthetic(spec: str, *, size: int | None = None) -> SyntheticFaces:
+def open_synthetic(spec: str, *, size: ImageSize | None = None) -> SyntheticFaces:
     """Open the synthetic set described by ``spec``.
 
     Size rule (as for an image folder): the spec's ``size`` is the size the data is drawn at,

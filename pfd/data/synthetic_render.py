@@ -419,7 +419,7 @@ def render_face(ip: IdentityParams, rng: np.random.Generator, domain: str, size:
     # global photometry through one lookup table: gain, gamma and colour cast per channel
     cast = np.ones(3) if nir else np.asarray(sh.cast)
     lut = (sh.gain * cast[:, None] * _LEVELS[None, :] ** sh.gamma).astype(np.float32)  # (3, 256)
-    x = lut[_CHANNEL, np.asarray(img)]  # (S, S, 3) float32
+    x = lut[_CHANNEL, np.asarray(img)]  # (H, W, 3) float32
     if nir:  # NIR sensor: luminance only (red-heavy response)
         x = (x @ np.array([0.5, 0.38, 0.12], dtype=np.float32))[..., None]
     # light: identity texture (darkening) times a directional ramp (NIR: illuminator fall-off)

@@ -4,7 +4,7 @@ The PFD paper compares against face anonymisation (FA) and differential privacy 
 (Table 1, Fig. 3). ``pfd distill --method dp-pix`` and ``--method blur`` are the classic,
 training-free members of those two families: they take the same K real images per identity as
 ``raw`` (:func:`pfd.distill.pipeline.raw_selection`) and release transformed copies of them under
-arbitrary labels. The transforms are pure functions of ``(B, 3, S, S)`` float tensors in [0, 1]:
+arbitrary labels. The transforms are pure functions of ``(B, 3, H, W)`` float tensors in [0, 1]:
 
 * **DP-Pix** (L. Fan, "Image pixelization with differential privacy", DBSec 2018, LNCS 10980,
   pp. 148-162; Algorithm 1): split the image into ``b × b`` cells, replace each cell by its mean
@@ -33,10 +33,12 @@ would spend 3ε). A colour image is one query of ``3 × cells`` means whose L1 s
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from pfd.data.shape import image_hw, size_text
 from pfd.errors import PfdError
 
 __all__ = [
@@ -79,7 +81,7 @@ def auto_sigma(size: int) -> float:
 
 def _check_images(x: torch.Tensor) -> None:
     if x.ndim != 4 or x.shape[1] != 3:
-        raise PfdError(f"images must be (B, 3, S, S), got shape {tuple(x.shape)}")
+        raise PfdError(f"images must be (B, 3, H, W), got shape {tuple(x.shape)}")
 
 
 def _cell_grid(h: int, w: int, b: int) -> tuple[int, int]:
@@ -107,11 +109,11 @@ def pixelate(x: torch.Tensor, cell: int) -> torch.Tensor:
     bottom edges by the mean of their own pixels).
 
     Args:
-        x: Images ``(B, 3, S, S)``.
+        x: Images ``(B, 3, H, W)``.
         cell: Block side b >= 1.
 
     Returns:
-        ``(B, 3, S, S)``, same dtype.
+        ``(B, 3, H, W)``, same dtype.
     """
     _check_images(x)
     if cell < 1:
@@ -163,14 +165,14 @@ def dp_pix(
     """Fan's DP-Pix: pixelate into ``b × b`` cells, add Laplace noise to each cell mean, clip.
 
     Args:
-        x: Images ``(B, 3, S, S)`` in [0, 1].
+        x: Images ``(B, 3, H, W)`` in [0, 1].
         epsilon: Privacy budget ε.
         cell: Cell side b.
         pixels: m, the pixels in which neighbouring images may differ.
         generator: Seeded generator (the noise is drawn in float64 on the CPU).
 
     Returns:
-        ``(B, 3, S, S)`` float32 in [0, 1]; constant over each cell.
+        ``(B, 3, H, W)`` float32 in [0, 1]; constant over each cell.
 
     Raises:
         PfdError: Bad shapes or parameters.
@@ -206,12 +208,12 @@ def gaussian_blur(x: torch.Tensor, *, sigma: float, radius: int | None = None) -
     """Separable Gaussian blur with edge-replicating borders (no dark frame at the edges).
 
     Args:
-        x: Images ``(B, 3, S, S)``.
+        x: Images ``(B, 3, H, W)``.
         sigma: Standard deviation in pixels.
         radius: Kernel half-width (default ``⌈3σ⌉``; kernel side ``2r + 1``).
 
     Returns:
-        ``(B, 3, S, S)``, same dtype; the mean of each image is preserved up to border effects.
+        ``(B, 3, H, W)``, same dtype; the mean of each image is preserved up to border effects.
     """
     _check_images(x)
     k = gaussian_kernel(sigma, radius=radius).to(device=x.device, dtype=x.dtype)
@@ -223,13 +225,14 @@ def gaussian_blur(x: torch.Tensor, *, sigma: float, radius: int | None = None) -
     return F.conv2d(y, k.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)  # along the height
 
 
-def baseline_settings(method: str, *, epsilon: float, cell: int, pixels: int, blur_sigma: float, size: int) -> dict[str, float]:
+def baseline_settings(method: str, *, epsilon: float, cell: int, pixels: int, blur_sigma: float, size: Any) -> dict[str, float]:
     """The resolved parameters of a baseline method at image side ``size`` (0 = the default).
 
     Args:
         method: ``dp-pix`` or ``blur``.
         epsilon, cell, pixels, blur_sigma: :class:`~pfd.config.BaselineConfig` values.
-        size: Image side of the release.
+        size: Image side ``S`` of the release, or ``(H, W)`` (then the defaults scale with
+            ``sqrt(H W)``, the side of a square of the same area).
 
     Returns:
         ``dp-pix``: ``epsilon``, ``cell`` (b), ``pixels`` (m), ``noise_scale`` (Laplace scale of a
@@ -238,6 +241,8 @@ def baseline_settings(method: str, *, epsilon: float, cell: int, pixels: int, bl
     Raises:
         PfdError: An unknown method or a setting out of range, naming the flag to fix.
     """
+    h, w = image_hw(size)
+    size = h if h == w else math.sqrt(h * w)  # the side of a square of the same area
     if method == "dp-pix":
         if not epsilon > 0 or not math.isfinite(epsilon):
             raise PfdError(f"dp-pix: epsilon must be a positive number, got {epsilon}; pass --epsilon E (e.g. 1)")
@@ -246,8 +251,8 @@ def baseline_settings(method: str, *, epsilon: float, cell: int, pixels: int, bl
                            "fix --dp-cell / --dp-pixels")
         b = cell or auto_cell(size)
         m = pixels or auto_pixels(size)
-        if b > size:
-            raise PfdError(f"dp-pix: a {b}px cell is larger than the {size}px images; lower --dp-cell")
+        if b > min(h, w):
+            raise PfdError(f"dp-pix: a {b}px cell is larger than the {size_text((h, w))} images; lower --dp-cell")
         return {"epsilon": float(epsilon), "cell": b, "pixels": m,
                 "noise_scale": dp_pix_scale(epsilon=epsilon, cell=b, pixels=m)}
     if method == "blur":

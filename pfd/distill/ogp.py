@@ -272,7 +272,7 @@ class OGPStep(nn.Module):
     ``step.parameters()`` is everything OGP trains.
 
     Args:
-        backbone: φ, ``(B, 3, S, S)`` in [0, 1] -> raw features ``(B, D)``.
+        backbone: φ, ``(B, 3, H, W)`` in [0, 1] -> raw features ``(B, D)``.
         head: Margin head with 2N classes: ``head(features, labels) -> logits``, ``head.weight``
             ``(2N, D)``.
         rotation: The :class:`Rotation`.
@@ -338,7 +338,7 @@ class OGPStep(nn.Module):
         """L_OGP of one batch.
 
         Args:
-            images: ``(B, 3, S, S)`` in [0, 1].
+            images: ``(B, 3, H, W)`` in [0, 1].
             labels: Original identity labels ``(B,)`` in ``[0, N)``.
         """
         M = self.rotation()  # (D, D), the one expm of this step

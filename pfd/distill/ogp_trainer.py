@@ -62,7 +62,7 @@ def ogp_train_config(
     *,
     init: str,
     out: str | Path,
-    size: int,
+    size: Any,
     mixed_precision: str = "auto",
     workers: int = 0,
 ) -> TrainConfig:
@@ -75,7 +75,7 @@ def ogp_train_config(
         ogp: The OGP stage settings.
         init: Public checkpoint to fine-tune from.
         out: Folder for OGP checkpoints, ``config.toml`` and ``metrics.jsonl``.
-        size: Image size (must equal the checkpoint's).
+        size: Image size, ``S`` or ``[H, W]`` (must equal the checkpoint's).
         mixed_precision: ``auto``, ``no``, ``bf16`` or ``fp16``.
         workers: DataLoader worker processes.
     """
@@ -138,7 +138,7 @@ class OGPTrainer(Trainer):
         init: str | Path,
         out: str | Path,
         final_path: str | Path,
-        size: int,
+        size: Any,
         rotate: bool = True,
         mixed_precision: str = "auto",
         workers: int = 0,

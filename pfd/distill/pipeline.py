@@ -47,6 +47,7 @@ from pfd.data.release import to_uint8, write_proxy_map, write_release
 from pfd.distill.claim import claim_run
 from pfd.distill.state import StateDir, clear_interrupted_release, load_batch, save_batch
 from pfd.distill.summary import build_summary
+from pfd.data.shape import same_size, size_text
 from pfd.errors import PfdError
 from pfd.io import atomic_torch_save, atomic_write_bytes, atomic_write_json
 from pfd.progress import progress_bar, stage_line
@@ -169,8 +170,9 @@ class Distillation:
         def check_private() -> None:  # after the folder checks, before the lock: nothing written yet
             self.faces = faces if faces is not None else to_memory(
                 open_faces(cfg.private, size=cfg.size, min_images=max(1, cfg.min_images), skip_bad=cfg.skip_bad))
-            if self.faces.size != cfg.size:
-                raise PfdError(f"{cfg.private}: images are {self.faces.size}px but size is {cfg.size}; set --size consistently")
+            if not same_size(self.faces.size, cfg.size):
+                raise PfdError(f"{cfg.private}: images are {size_text(self.faces.size)} but size is {size_text(cfg.size)}; "
+                               "set --size consistently")
             k = cfg.rta.ipc
             check_min_images(self.faces, k, need=f"K = {k} proxies per class (rta.ipc) need at least {k}", fix="lower --ipc")
             check_min_identities(self.faces, 2, what="a release", where=cfg.private)
@@ -392,7 +394,7 @@ class Distillation:
                 res = distiller.distill_batch(rows, classes[rows], batch_index=b)
                 x, hist = res.proxies, res.summary()
                 bar.set_postfix(rta=f"{hist.get('rta_last', 0.0):.3f}", cls=f"{hist.get('cls_last', 0.0):.2f}")
-            q = to_uint8(x).transpose(0, 3, 1, 2)  # (B, 3, S, S) uint8, exactly the released pixels
+            q = to_uint8(x).transpose(0, 3, 1, 2)  # (B, 3, H, W) uint8, exactly the released pixels
             emb = distiller.embed(torch.from_numpy(q).float().div_(255.0))
             save_batch(st, b, rows=rows, proxies=q, embeddings=emb, history=hist)
         self.acc.wait_for_everyone()
@@ -410,7 +412,7 @@ class Distillation:
                                  blur_sigma=b.blur_sigma, size=self.cfg.size)
 
     def real_images(self, index: torch.Tensor, *, batch_index: int) -> torch.Tensor:
-        """The selected private images ``(B, 3, S, S)``, obfuscated for ``dp-pix`` and ``blur``."""
+        """The selected private images ``(B, 3, H, W)``, obfuscated for ``dp-pix`` and ``blur``."""
         from pfd.distill.baselines import dp_pix, gaussian_blur
         from pfd.distill.rta import batch_generator
 
@@ -431,7 +433,7 @@ class Distillation:
         from pfd.embed import Embedder
         from pfd.nn.checkpoints import load_backbone
 
-        proxies = torch.cat([d["proxies"] for d in docs]).float().div_(255.0)  # (NK, 3, S, S)
+        proxies = torch.cat([d["proxies"] for d in docs]).float().div_(255.0)  # (NK, 3, H, W)
         labels = np.asarray(self.faces.labels)
         # The private set goes through the embedding cache (its gallery is the same for every run
         # that shares the model); the proxies are new to every run.
@@ -473,7 +475,7 @@ class Distillation:
             rows = torch.cat([d["rows"] for d in docs])
             if not torch.equal(rows.sort().values, torch.arange(len(protos["P"]))):
                 raise PfdError(f"{st.batches}: batch files do not cover every proxy exactly once; delete the folder and rerun")
-            proxies = torch.cat([d["proxies"] for d in docs]).numpy()  # (NK, 3, S, S) uint8
+            proxies = torch.cat([d["proxies"] for d in docs]).numpy()  # (NK, 3, H, W) uint8
             pid = protos["proto_identity"]
             source = pid[rows].numpy()
             if backbone is None:

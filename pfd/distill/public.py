@@ -20,6 +20,7 @@ from torch import nn
 
 from pfd.config import TrainConfig, config_to_dict
 from pfd.data.faceset import FaceSet
+from pfd.data.shape import same_size, size_text
 from pfd.errors import PfdError
 
 __all__ = ["public_cache_dir", "pretrain_key", "pretrained_public_model", "check_public_arch"]
@@ -81,24 +82,26 @@ def pretrained_public_model(cfg: TrainConfig, *, accelerator: Any | None = None,
     return trainer.fit()
 
 
-def check_public_arch(model: nn.Module, path: str | os.PathLike, *, size: int, backbone: str = "") -> None:
+def check_public_arch(model: nn.Module, path: str | os.PathLike, *, size: Any, backbone: str = "") -> None:
     """Refuse a public checkpoint whose architecture does not match the run's settings.
 
     Args:
         model: The loaded backbone (with ``arch``).
         path: Its file, for the message.
-        size: The image size of the run.
+        size: The image size of the run (``S`` or ``(H, W)``).
         backbone: Expected backbone name (empty: any).
 
     Raises:
         PfdError: Naming the checkpoint's architecture and what was expected.
     """
     arch = dict(getattr(model, "arch", {}) or {})
-    what = f"{arch.get('name')} (width {arch.get('width')}, {arch.get('size')}px, D = {arch.get('embedding_dim')})"
-    if int(arch.get("size", size)) != int(size):
+    own = arch.get("size", size)
+    what = f"{arch.get('name')} (width {arch.get('width')}, {size_text(own)}, D = {arch.get('embedding_dim')})"
+    if not same_size(own, size):
+        flag = size_text(own).removesuffix("px")
         raise PfdError(
-            f"{path}: the public model is {what} but this run uses {size}px images; "
-            f"pass --size {arch.get('size')} or a checkpoint built for {size}px"
+            f"{path}: the public model is {what} but this run uses {size_text(size)} images; "
+            f"pass --size {flag} or a checkpoint built for {size_text(size)}"
         )
     if backbone and arch.get("name") != backbone:
         raise PfdError(

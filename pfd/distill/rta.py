@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from pfd.data.shape import ImageSize, canonical_size, image_hw
 from pfd.distill.augment import augment_proxies
 from pfd.errors import PfdError
 from pfd.nn.bn_hooks import BNStatistics
@@ -227,7 +228,7 @@ class DistillResult:
     """One distilled batch.
 
     Attributes:
-        proxies: ``(B, 3, S, S)`` float32 in [0, 1] on the CPU.
+        proxies: ``(B, 3, H, W)`` float32 in [0, 1] on the CPU.
         history: Per-iteration ``cls``, ``rta``, ``bn`` and ``total`` losses.
     """
 
@@ -265,10 +266,10 @@ class ProxyDistiller:
     ``requires_grad_(False)``); the head must not update state in eval mode.
 
     Args:
-        backbone: φ, ``(B, 3, S, S)`` in [0, 1] -> raw features ``(B, D)``.
+        backbone: φ, ``(B, 3, H, W)`` in [0, 1] -> raw features ``(B, D)``.
         head: Margin head ``head(features, labels) -> logits``; ``None`` drops L_cls.
         prototypes: P ``(NK, D)`` normalised; ``None`` drops L_RTA (the ``sre2l`` baseline).
-        size: Proxy image side S.
+        size: Proxy image side ``S``, or ``(H, W)`` (:mod:`pfd.data.shape`): the model's input shape.
         cfg: An :class:`~pfd.config.RTAConfig` (iterations, lr, betas, lambdas, augmentation,
             first_bn_multiplier, init_std, seed).
         device: Where to optimise (default: the backbone's device).
@@ -283,7 +284,7 @@ class ProxyDistiller:
         head: Callable[..., torch.Tensor] | None,
         prototypes: torch.Tensor | None,
         *,
-        size: int,
+        size: ImageSize,
         cfg: Any,
         device: torch.device | str | None = None,
         include_bn1d: bool = False,
@@ -299,15 +300,16 @@ class ProxyDistiller:
             device = p.device if p is not None else torch.device("cpu")
         self.device = torch.device(device)
         self.P = prototypes.to(self.device).float() if prototypes is not None else None
-        self.size = int(size)
+        self.size = canonical_size(size)
+        self.hw = image_hw(self.size)
         self.cfg = cfg
         self.include_bn1d = include_bn1d
         self.amp = amp and self.device.type == "cuda"
         self.progress = progress
 
     def init_noise(self, batch: int, gen: torch.Generator) -> torch.Tensor:
-        """Gaussian noise around mid-grey, clamped to [0, 1]: ``(B, 3, S, S)`` on the CPU."""
-        z = torch.randn(batch, 3, self.size, self.size, generator=gen)
+        """Gaussian noise around mid-grey, clamped to [0, 1]: ``(B, 3, H, W)`` on the CPU."""
+        z = torch.randn(batch, 3, *self.hw, generator=gen)
         return (0.5 + float(self.cfg.init_std) * z).clamp_(0.0, 1.0)
 
     def distill_batch(

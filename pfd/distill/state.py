@@ -146,7 +146,7 @@ def save_batch(state: StateDir, index: int, *, rows: np.ndarray, proxies: np.nda
         state: The state dir.
         index: Batch index.
         rows: Prototype rows of the proxies ``(B,)``.
-        proxies: The released pixels, uint8 ``(B, 3, S, S)``.
+        proxies: The released pixels, uint8 ``(B, 3, H, W)``.
         embeddings: Normalised embeddings of those pixels in the adapted model ``(B, D)``.
         history: First/last value of each loss (``rta_first``, ``rta_last``, ...).
     """

@@ -11,9 +11,10 @@ it loads with ``torch.load(weights_only=True)``::
      "optimizer": state | None, "scheduler": state | None, "extra": {...} | None}
 
 :func:`load_backbone` also reads insightface ``arcface_torch`` weights (``model.pt`` /
-``backbone.pth``: a plain state dict) and AdaFace ``.ckpt`` files (``{"state_dict": {"model.…",
-"head.kernel", …}}``), inferring depth, width, input size and embedding dimension from the
-tensors, and strips DDP (``module.``) and ``torch.compile`` (``_orig_mod.``) prefixes. Every load
+``backbone.pth``: a plain state dict), AdaFace ``.ckpt`` files (``{"state_dict": {"model.…",
+"head.kernel", …}}``) and the public MobileFaceNet's (``{"epoch", "net_state_dict": {...}}`` or
+its plain state dict), inferring the family, depth, width, input size (``[112, 96]`` for
+MobileFaceNet's GDC kernel 7 x 6) and embedding dimension from the tensors, and strips DDP (``module.``) and ``torch.compile`` (``_orig_mod.``) prefixes. Every load
 is ``weights_only=True``: a file that would need arbitrary Python objects is refused, and keys
 are checked strictly (a mismatch lists the missing and unexpected keys).
 """
@@ -29,13 +30,17 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from pfd.data.shape import plain_size, size_text
 from pfd.errors import PfdError
 from pfd.io import atomic_torch_save
 from pfd.nn.heads import MarginHead, create_head
-from pfd.nn.iresnet import STAGE_BLOCKS, create_backbone, stage_channels
+from pfd.nn.backbones import create_backbone
+from pfd.nn.iresnet import STAGE_BLOCKS, stage_channels
+from pfd.nn.mobilefacenet import BOTTLENECKS, mobilefacenet_channels
 
 __all__ = [
     "FORMAT",
@@ -45,6 +50,7 @@ __all__ = [
     "load_backbone",
     "load_head",
     "infer_arch",
+    "read_arch",
 ]
 
 FORMAT = "pfd-checkpoint"
@@ -267,6 +273,9 @@ def _backbone_state(obj: Any, path: str | os.PathLike) -> tuple[dict[str, torch.
     if _is_pfd(obj):
         obj = _check_pfd(obj, path)
         return _strip_prefixes(obj["backbone"]), dict(obj["arch"])
+    if isinstance(obj, dict) and isinstance(obj.get("net_state_dict"), dict):
+        # The public MobileFaceNet training script's checkpoints: {"epoch": int, "net_state_dict": {...}}.
+        obj = obj["net_state_dict"]
     if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
         # PyTorch-Lightning (AdaFace): the backbone lives under "model.", the margin head under "head."
         sd = _strip_prefixes(obj["state_dict"])
@@ -282,7 +291,7 @@ def _backbone_state(obj: Any, path: str | os.PathLike) -> tuple[dict[str, torch.
         raise PfdError(
             f"{path}: not a backbone state dict "
             f"(non-tensor entries: {', '.join(map(str, bad[:5])) or 'none, it is empty'}); "
-            "expected a pfd checkpoint, an insightface model.pt or an AdaFace .ckpt"
+            "expected a pfd checkpoint, an insightface model.pt, an AdaFace .ckpt or MobileFaceNet weights"
         )
     return sd, None
 
@@ -309,15 +318,18 @@ def _depth(blocks: tuple[int, ...], family: str) -> int:
 
 
 def infer_arch(sd: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Rebuild ``create_backbone`` arguments from an insightface- or AdaFace-layout state dict.
+    """Rebuild ``create_backbone`` arguments from an insightface-, AdaFace- or MobileFaceNet-layout state dict.
 
-    Depth comes from the block counts, width from the stage channel counts, ``size`` from the fc
-    input (``C4 · (S/16)²``) and ``embedding_dim`` from the fc output. Dropout is not stored in
-    weights and is set to 0.
+    IResNet: depth comes from the block counts, width from the stage channel counts, ``size`` from
+    the fc input (``C4 · (S/16)²``) and ``embedding_dim`` from the fc output. MobileFaceNet: width
+    from the stem, ``size`` ``[H, W]`` from the global depthwise kernel (``H/16 x W/16``),
+    ``embedding_dim`` from ``linear1``. Dropout is not stored in weights and is set to 0.
 
     Raises:
         PfdError: Unrecognised layout or counts.
     """
+    if "dw_conv1.conv.weight" in sd and "linear7.conv.weight" in sd and "linear1.conv.weight" in sd:
+        return _infer_mobilefacenet(sd)
     if "conv1.weight" in sd and "layer1.0.conv1.weight" in sd and "fc.weight" in sd:
         blocks = tuple(_count_indices(sd, f"layer{s}.") for s in range(1, 5))
         name = f"ir{_depth(blocks, 'insightface')}"
@@ -338,7 +350,8 @@ def infer_arch(sd: dict[str, torch.Tensor]) -> dict[str, Any]:
     else:
         raise PfdError(
             f"unrecognised backbone layout (first keys: {', '.join(list(sd)[:4])}); "
-            "expected insightface (conv1, layer1..4, fc) or AdaFace (input_layer, body, output_layer) keys"
+            "expected insightface (conv1, layer1..4, fc), AdaFace (input_layer, body, output_layer) or "
+            "MobileFaceNet (conv1, dw_conv1, blocks, conv2, linear7, linear1) keys"
         )
     width = _infer_width(chans)  # type: ignore[arg-type]
     dim, fc_in = (int(x) for x in fc.shape)
@@ -346,6 +359,26 @@ def infer_arch(sd: dict[str, torch.Tensor]) -> dict[str, Any]:
     if side < 1 or side * side * chans[3] != fc_in:
         raise PfdError(f"fc input {fc_in} is not {chans[3]}·(size/16)²; pass arch= with the model's settings")
     return {"name": name, "width": width, "size": 16 * side, "embedding_dim": dim, "dropout": 0.0}
+
+
+def _infer_mobilefacenet(sd: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """``create_backbone`` arguments of a MobileFaceNet state dict (see :func:`infer_arch`)."""
+    n_blocks = _count_indices(sd, "blocks.")
+    expected = sum(n for _, _, n, _ in BOTTLENECKS)
+    if n_blocks != expected:
+        raise PfdError(f"MobileFaceNet weights with {n_blocks} bottlenecks match no known layout ({expected}: "
+                       f"{list(BOTTLENECKS)}); pass arch=")
+    firsts = np.cumsum([0] + [n for _, _, n, _ in BOTTLENECKS])[:-1]
+    found = {"stem": int(sd["conv1.conv.weight"].shape[0]), "head": int(sd["conv2.conv.weight"].shape[0]),
+             "groups": [int(sd[f"blocks.{i}.conv.6.weight"].shape[0]) for i in firsts]}
+    bases = [64, 512, *(c for _, c, _, _ in BOTTLENECKS)]
+    counts = [found["stem"], found["head"], *found["groups"]]
+    width = next((w for w in sorted({c / b for c, b in zip(counts, bases)}) if mobilefacenet_channels(w) == found), None)
+    if width is None:
+        raise PfdError(f"MobileFaceNet channel counts {found} match no width multiplier; pass arch= with the model's settings")
+    kh, kw = (int(k) for k in sd["linear7.conv.weight"].shape[-2:])
+    return {"name": "mobilefacenet", "width": width, "size": plain_size((16 * kh, 16 * kw)),
+            "embedding_dim": int(sd["linear1.conv.weight"].shape[0]), "dropout": 0.0}
 
 
 def _listing(keys: list[str]) -> str:
@@ -378,10 +411,29 @@ def _load_strict(module: nn.Module, sd: dict[str, torch.Tensor], path: Any, what
 
 
 def _describe(arch: dict[str, Any]) -> str:
+    size = arch.get("size")
     return (
-        f"{arch.get('name')} (width {arch.get('width')}, size {arch.get('size')}, "
+        f"{arch.get('name')} (width {arch.get('width')}, size {size_text(size) if size else size}, "
         f"dim {arch.get('embedding_dim')})"
     )
+
+
+def read_arch(path: str | os.PathLike) -> dict[str, Any]:
+    """The architecture of a backbone file (``create_backbone`` arguments) without building the model.
+
+    What commands read to take the input size from a checkpoint (``size``: ``S`` or ``[H, W]``)
+    when the user gave none.
+
+    Raises:
+        PfdError: As :func:`load_backbone` for an unreadable file or an unrecognised layout.
+    """
+    sd, saved = _backbone_state(_torch_load(path), path)
+    if saved is not None:
+        return saved
+    try:
+        return infer_arch(sd)
+    except PfdError as e:
+        raise PfdError(f"{path}: {e}") from None
 
 
 def load_backbone(path: str | os.PathLike, *, arch: str | dict[str, Any] | None = None) -> nn.Module:

@@ -14,7 +14,8 @@ Two layouts of the same "improved residual" network (BN - conv3x3 - BN - PReLU -
   AdaFace was trained on BGR input, so these models flip the channel order first.
 
 Both take float RGB in ``[0, 1]`` of shape ``(B, 3, S, S)``, apply insightface's
-``(x - 0.5) / 0.5`` inside ``forward`` and return raw, un-normalised features ``(B, D)``.
+``(x - 0.5) / 0.5`` inside ``forward`` and return raw, un-normalised features ``(B, D)``
+(:class:`pfd.nn.registry.FaceBackbone`); :func:`pfd.nn.backbones.create_backbone` builds them by name.
 ``width`` scales every channel count (64, 128, 256, 512 at width 1) for tiny CPU models; any
 ``S`` divisible by 16 works (four stride-2 stages), the fc input being ``C4 · (S/16)²``.
 BatchNorm layers are plain ``nn.BatchNorm2d/1d`` (eps 1e-5, momentum 0.1) so that BN-statistic
@@ -28,18 +29,11 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from pfd.data.shape import image_hw, size_text
 from pfd.errors import PfdError
+from pfd.nn.registry import FaceBackbone, register_backbone
 
-__all__ = [
-    "BACKBONES",
-    "STAGE_BLOCKS",
-    "IResNet",
-    "AdaFaceIR",
-    "register_backbone",
-    "create_backbone",
-    "list_backbones",
-    "stage_channels",
-]
+__all__ = ["STAGE_BLOCKS", "IResNet", "AdaFaceIR", "stage_channels"]
 
 #: Blocks per stage of each depth (insightface and AdaFace agree).
 STAGE_BLOCKS: dict[int, tuple[int, int, int, int]] = {
@@ -51,32 +45,6 @@ STAGE_BLOCKS: dict[int, tuple[int, int, int, int]] = {
 _BASE_CHANNELS = (64, 128, 256, 512)
 _BN_EPS = 1e-5
 
-#: name -> builder(*, width, size, embedding_dim, dropout) -> nn.Module
-BACKBONES: dict[str, Callable[..., nn.Module]] = {}
-
-
-def register_backbone(name: str) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
-    """Decorator adding a backbone builder to :data:`BACKBONES` under ``name``.
-
-    The builder takes keyword arguments ``width``, ``size``, ``embedding_dim`` and ``dropout``.
-
-    Raises:
-        ValueError: If ``name`` is already registered.
-    """
-
-    def deco(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
-        if name in BACKBONES:
-            raise ValueError(f"backbone {name!r} is already registered")
-        BACKBONES[name] = fn
-        return fn
-
-    return deco
-
-
-def list_backbones() -> list[str]:
-    """Registered backbone names, sorted."""
-    return sorted(BACKBONES)
-
 
 def stage_channels(width: float) -> tuple[int, int, int, int]:
     """Channel counts of the four stages at a width multiplier (``round``, at least 1)."""
@@ -85,8 +53,14 @@ def stage_channels(width: float) -> tuple[int, int, int, int]:
     return tuple(max(1, int(round(c * width))) for c in _BASE_CHANNELS)  # type: ignore[return-value]
 
 
-def _check_size(size: int) -> int:
-    if int(size) != size or size < 16 or size % 16:
+def _check_size(size: Any) -> int:
+    if isinstance(size, (list, tuple, str)):
+        h, w = image_hw(size)
+        if h != w:
+            raise PfdError(f"input size {size_text((h, w))} is not square; IResNet takes square faces (e.g. 112), "
+                           "MobileFaceNet takes HxW (e.g. --backbone mobilefacenet --size 112x96)")
+        size = h
+    if isinstance(size, bool) or int(size) != size or size < 16 or size % 16:
         raise PfdError(
             f"input size {size} is not a positive multiple of 16 (the backbone halves it four times); "
             "use e.g. 32, 64 or 112"
@@ -100,29 +74,6 @@ def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
 
 def _conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
     return nn.Conv2d(cin, cout, kernel_size=1, stride=stride, bias=False)
-
-
-class _FaceBackbone(nn.Module):
-    """Shared input handling: shape check, optional RGB->BGR flip, ``(x - 0.5) / 0.5``."""
-
-    bgr: bool = False
-
-    def __init__(self, arch: dict[str, Any]) -> None:
-        super().__init__()
-        #: Keyword arguments that rebuild this model: ``create_backbone(**model.arch)``.
-        self.arch = dict(arch)
-        self.size = int(arch["size"])
-        self.embedding_dim = int(arch["embedding_dim"])
-
-    def _prepare(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 4 or x.shape[1] != 3 or x.shape[2] != self.size or x.shape[3] != self.size:
-            raise PfdError(
-                f"{self.arch['name']} expects images of shape (B, 3, {self.size}, {self.size}), got "
-                f"{tuple(x.shape)}; resize the faces to {self.size}px or build the model with size={x.shape[-1]}"
-            )
-        if self.bgr:
-            x = x.flip(1)  # RGB -> BGR: AdaFace's weights were trained on BGR crops
-        return (x - 0.5) / 0.5
 
 
 # --- insightface arcface_torch layout -------------------------------------------------------
@@ -147,7 +98,7 @@ class IBasicBlock(nn.Module):
         return out + shortcut
 
 
-class IResNet(_FaceBackbone):
+class IResNet(FaceBackbone):
     """IResNet in insightface ``arcface_torch`` layout.
 
     Args:
@@ -227,7 +178,7 @@ class BasicBlockIR(nn.Module):
         return self.res_layer(x) + self.shortcut_layer(x)
 
 
-class AdaFaceIR(_FaceBackbone):
+class AdaFaceIR(FaceBackbone):
     """IResNet in AdaFace ``net.py`` layout (BGR input).
 
     Args:
@@ -282,12 +233,12 @@ class AdaFaceIR(_FaceBackbone):
 # --- registry -------------------------------------------------------------------------------
 
 
-def _builder(cls: type[_FaceBackbone], name: str, depth: int) -> Callable[..., nn.Module]:
+def _builder(cls: type[FaceBackbone], name: str, depth: int) -> Callable[..., nn.Module]:
     def build(*, width: float = 1.0, size: int = 112, embedding_dim: int = 512, dropout: float = 0.0) -> nn.Module:
         arch = {
             "name": name,
             "width": float(width),
-            "size": int(size),
+            "size": _check_size(size),
             "embedding_dim": int(embedding_dim),
             "dropout": float(dropout),
         }
@@ -301,37 +252,3 @@ def _builder(cls: type[_FaceBackbone], name: str, depth: int) -> Callable[..., n
 for _depth in (18, 34, 50, 100):
     register_backbone(f"ir{_depth}")(_builder(IResNet, f"ir{_depth}", _depth))
     register_backbone(f"adaface_ir{_depth}")(_builder(AdaFaceIR, f"adaface_ir{_depth}", _depth))
-
-
-def create_backbone(
-    name: str,
-    *,
-    width: float = 1.0,
-    size: int = 112,
-    embedding_dim: int = 512,
-    dropout: float = 0.0,
-) -> nn.Module:
-    """Build a registered backbone.
-
-    Args:
-        name: Registered name (``ir18, ir34, ir50, ir100, adaface_ir18, ..., adaface_ir100``).
-        width: Channel multiplier (1.0 = the published network; 0.25 is a fast CPU model).
-        size: Square input side, a multiple of 16 (112 for public checkpoints).
-        embedding_dim: Output feature dimension D.
-        dropout: Dropout before the fc layer (insightface default 0; AdaFace trained with 0.4).
-
-    Returns:
-        The model, in training mode, with ``model.arch`` such that
-        ``create_backbone(**model.arch)`` rebuilds it.
-
-    Raises:
-        PfdError: Unknown name, non-positive width, or a size not divisible by 16.
-    """
-    try:
-        build = BACKBONES[name]
-    except KeyError:
-        raise PfdError(f"unknown backbone {name!r}; choose one of {', '.join(list_backbones())}") from None
-    _check_size(size)
-    if int(embedding_dim) < 1:
-        raise PfdError(f"embedding_dim must be >= 1, got {embedding_dim}")
-    return build(width=width, size=size, embedding_dim=embedding_dim, dropout=dropout)

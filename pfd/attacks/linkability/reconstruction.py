@@ -18,7 +18,7 @@ pixels clamped to [0, 1] after every step (as RTA, :mod:`pfd.distill.rta`).
 This is a weaker prior than a face generator: reconstructions look like textures that the model
 reads as the target identity, not like photographs. The hook below lets a user plug in a real
 generator: any callable ``reconstructor(embeddings (n, D) float32 unit rows) -> images
-(n, 3, S, S) float in [0, 1]`` (e.g. a wrapper around Arc2Face) replaces the inversion.
+(n, 3, H, W) float in [0, 1]`` (e.g. a wrapper around Arc2Face) replaces the inversion.
 
 Cost: one step is the work of one RTA iteration (a forward and backward to the pixels with the
 same BatchNorm statistics, :mod:`pfd.nn.bn_hooks`), so with the default 100 steps an image costs
@@ -47,12 +47,13 @@ from pfd.progress import progress_bar
 
 from pfd.distill.augment import augment_proxies
 from pfd.distill.rta import batch_generator, cosine_lr
+from pfd.data.shape import canonical_size, image_hw, plain_size
 from pfd.errors import PfdError
 from pfd.nn.bn_hooks import BNStatistics
 
 __all__ = ["Reconstructor", "BNInversion", "check_reconstructions"]
 
-#: ``reconstructor(embeddings (n, D)) -> images (n, 3, S, S) in [0, 1]``.
+#: ``reconstructor(embeddings (n, D)) -> images (n, 3, H, W) in [0, 1]``.
 Reconstructor = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -63,8 +64,8 @@ class BNInversion:
     ``requires_grad`` are restored after every call.
 
     Args:
-        model: φ, ``(B, 3, S, S)`` in [0, 1] -> ``(B, D)`` features, with BatchNorm layers.
-        size: Image side S.
+        model: φ, ``(B, 3, H, W)`` in [0, 1] -> ``(B, D)`` features, with BatchNorm layers.
+        size: Image size ``S`` or ``(H, W)`` (the attacker model's input).
         iterations: Adam steps per batch.
         batch_size: Images optimised together (L_bn is a batch statistic).
         lr: Peak Adam learning rate (cosine decay, no warm-up).
@@ -86,7 +87,7 @@ class BNInversion:
         self,
         model: nn.Module,
         *,
-        size: int,
+        size: Any,
         iterations: int = 100,
         batch_size: int = 64,
         lr: float = 0.1,
@@ -103,7 +104,7 @@ class BNInversion:
         if iterations < 1 or batch_size < 1:
             raise PfdError(f"reconstruction needs iterations >= 1 and batch_size >= 1 (got {iterations}, {batch_size})")
         self.model = model
-        self.size = int(size)
+        self.size = canonical_size(size)
         self.iterations = int(iterations)
         self.batch_size = int(batch_size)
         self.lr = float(lr)
@@ -126,7 +127,7 @@ class BNInversion:
 
     def settings(self) -> dict[str, Any]:
         """JSON-ready settings (for reports)."""
-        return {"method": "bn-inversion", "size": self.size, "iterations": self.iterations,
+        return {"method": "bn-inversion", "size": plain_size(self.size), "iterations": self.iterations,
                 "batch_size": self.batch_size, "lr": self.lr, "lambda_bn": self.lambda_bn,
                 "first_bn_multiplier": self.first_bn_multiplier, "crop_scale": list(self.crop_scale),
                 "flip": self.flip, "shift": self.shift, "init_std": self.init_std, "seed": self.seed}
@@ -138,7 +139,7 @@ class BNInversion:
             embeddings: ``(n, D)`` target embeddings (normalised here).
 
         Returns:
-            ``(n, 3, S, S)`` float32 in [0, 1] on the CPU.
+            ``(n, 3, H, W)`` float32 in [0, 1] on the CPU.
 
         Raises:
             PfdError: For a non-matrix input or a loss that becomes NaN/inf.
@@ -174,7 +175,7 @@ class BNInversion:
         gen = batch_generator(self.seed, index)
         n = target.shape[0]
         target = target.to(self.device)  # (b, D)
-        x = (0.5 + self.init_std * torch.randn(n, 3, self.size, self.size, generator=gen)).clamp_(0.0, 1.0)
+        x = (0.5 + self.init_std * torch.randn(n, 3, *image_hw(self.size), generator=gen)).clamp_(0.0, 1.0)
         x = x.to(self.device).requires_grad_(True)
         opt = torch.optim.Adam([x], lr=self.lr, betas=(0.5, 0.9))
         hooks = BNStatistics(self.model, first_multiplier=self.first_bn_multiplier) if self.lambda_bn > 0 else None
@@ -213,7 +214,8 @@ class BNInversion:
 
 
 def check_reconstructions(images: Any, n: int, *, where: str = "reconstructor") -> torch.Tensor:
-    """Validate the output of a reconstructor: ``(n, 3, S, S)`` finite floats in [0, 1].
+    """Validate the output of a reconstructor: ``(n, 3, H, W)`` finite floats in [0, 1] (any size: each
+    attacker resizes them to its input).
 
     Args:
         images: What the reconstructor returned.
@@ -227,10 +229,10 @@ def check_reconstructions(images: Any, n: int, *, where: str = "reconstructor") 
         PfdError: On a wrong type, shape or value range.
     """
     if not isinstance(images, torch.Tensor):
-        raise PfdError(f"{where} returned a {type(images).__name__}; it must return a (n, 3, S, S) tensor in [0, 1]")
+        raise PfdError(f"{where} returned a {type(images).__name__}; it must return a (n, 3, H, W) tensor in [0, 1]")
     x = images.detach().float().cpu()
-    if x.ndim != 4 or x.shape[0] != n or x.shape[1] != 3 or x.shape[2] != x.shape[3]:
-        raise PfdError(f"{where} returned shape {tuple(x.shape)} for {n} embeddings; expected ({n}, 3, S, S)")
+    if x.ndim != 4 or x.shape[0] != n or x.shape[1] != 3:
+        raise PfdError(f"{where} returned shape {tuple(x.shape)} for {n} embeddings; expected ({n}, 3, H, W)")
     if not torch.isfinite(x).all() or x.min() < -1e-6 or x.max() > 1 + 1e-6:
         raise PfdError(f"{where} returned values outside [0, 1] (or NaN); return RGB images scaled to [0, 1]")
     return x.clamp_(0.0, 1.0)

@@ -25,6 +25,7 @@ from pfd.attacks.membership.statistics import STATISTICS, membership_report
 from pfd.attacks.models.loading import Attacker, checkpoint_head, load_attacker
 from pfd.data.faceset import FaceSet
 from pfd.data.sources import open_faces
+from pfd.data.shape import same_size
 from pfd.errors import PfdError
 from pfd.io import atomic_write_json, jsonable
 
@@ -253,7 +254,7 @@ def run_mia(
     ref = ref_sets = None
     if reference is not None:
         ref = load_attacker(reference, role="model", size=reference_size, batch_size=batch_size, progress=progress)
-        if ref.size != attacker.size:
+        if not same_size(ref.size, attacker.size):
             ref_sets = (open_faces(members, size=ref.size, skip_bad=skip_bad),
                         open_faces(nonmembers, size=ref.size, skip_bad=skip_bad))
             if [len(x) for x in ref_sets] != [len(mem), len(non)]:

@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pfd.config import ATTACK_DOWNSTREAM_DEFAULTS, TrainConfig, build_config, config_to_dict
+from pfd.data.shape import plain_size
 from pfd.errors import PfdError
 
 __all__ = ["downstream_config", "train_downstream"]
 
 
 def downstream_config(
-    overrides: Mapping[str, Any] | None, *, public: str, release: str | os.PathLike, image_size: int, out: str | os.PathLike
+    overrides: Mapping[str, Any] | None, *, public: str, release: str | os.PathLike, image_size: Any, out: str | os.PathLike
 ) -> TrainConfig:
     """The resolved :class:`TrainConfig` of the downstream model.
 
@@ -36,7 +37,7 @@ def downstream_config(
         overrides: ``[attack.downstream]`` settings laid over the tiny defaults.
         public: Public training data spec.
         release: The release folder (an identity folder).
-        image_size: The release's image side (used when ``size`` is 0).
+        image_size: The release's image size, ``S`` or ``(H, W)`` (used when ``size`` is 0).
         out: Training output folder.
 
     Returns:
@@ -53,7 +54,7 @@ def downstream_config(
     cfg.data = [str(public), str(release)]
     cfg.out = str(out)
     if cfg.size == 0:
-        cfg.size = int(image_size)
+        cfg.size = plain_size(image_size)
     return cfg
 
 

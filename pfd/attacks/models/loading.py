@@ -18,7 +18,7 @@ The built-in kinds:
 * **TorchScript** files (``torch.jit.save``), for models pfd cannot build itself. Loading runs
   TorchScript code from the file (TorchScript, not arbitrary Python), so only use files you trust.
 
-Input convention, the same for every attacker: a batch ``(B, 3, S, S)`` of float32 **RGB** values
+Input convention, the same for every attacker: a batch ``(B, 3, H, W)`` of float32 **RGB** values
 in **[0, 1]**; the model applies its own normalisation (pfd backbones do ``(x - 0.5) / 0.5``, and
 the RGB->BGR flip for AdaFace weights, inside ``forward``) and returns ``(B, D)`` features, which
 the :class:`~pfd.embed.Embedder` L2-normalises. A TorchScript model must follow this convention;
@@ -46,15 +46,17 @@ from torch import nn
 from pfd.data.faceset import FaceSet
 from pfd.embed import Embedder
 from pfd.attacks.models.torchscript import first_line, is_torchscript, load_torchscript
+from pfd.data.shape import canonical_size, image_hw, same_size, size_text
 from pfd.errors import PfdError
 
 __all__ = ["Attacker", "load_attacker", "load_outside_attacker", "is_torchscript", "resize_images", "checkpoint_head"]
 
-def resize_images(x: torch.Tensor, size: int) -> torch.Tensor:
-    """Resize ``(n, 3, s, s)`` images to ``(n, 3, size, size)`` (bilinear, antialiased); no-op if equal."""
-    if x.shape[-1] == size and x.shape[-2] == size:
+def resize_images(x: torch.Tensor, size: Any) -> torch.Tensor:
+    """Resize ``(n, 3, h, w)`` images to ``size`` (``S`` or ``(H, W)``; bilinear, antialiased); no-op if equal."""
+    hw = image_hw(size)
+    if tuple(x.shape[-2:]) == hw:
         return x
-    return F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False).clamp_(0.0, 1.0)
+    return F.interpolate(x, size=hw, mode="bilinear", antialias=True, align_corners=False).clamp_(0.0, 1.0)
 
 
 @dataclass
@@ -66,7 +68,7 @@ class Attacker:
         path: The file it came from.
         kind: ``"checkpoint"`` or ``"torchscript"``.
         model: The module (eval mode).
-        size: Input side S.
+        size: Input size: ``S``, or ``(H, W)`` for a non-square model (MobileFaceNet).
         embedding_dim: D.
         embedder: Batched embedding with the model (L2-normalised, float32, CPU output; raw
             features for a Euclidean attacker).
@@ -78,7 +80,7 @@ class Attacker:
     path: str
     kind: str
     model: nn.Module
-    size: int
+    size: int | tuple[int, int]
     embedding_dim: int
     embedder: Embedder
     distance: str = "cosine"
@@ -94,13 +96,13 @@ class Attacker:
         """
         if isinstance(x, torch.Tensor):
             x = resize_images(x, self.size)
-        elif x.size != self.size:
-            raise PfdError(f"{self.path}: model takes {self.size}px faces but the set is {x.size}px; "
+        elif not same_size(x.size, self.size):
+            raise PfdError(f"{self.path}: model takes {size_text(self.size)} faces but the set is {size_text(x.size)}; "
                            f"open it with size={self.size}")
         try:
             return self.embedder(x)
         except RuntimeError as e:  # a TorchScript model that rejects the input
-            raise PfdError(f"{self.path}: model failed on {self.size}px images ({first_line(e)}); "
+            raise PfdError(f"{self.path}: model failed on {size_text(self.size)} images ({first_line(e)}); "
                            "check --public-model-size and the input convention in docs/attacks.md") from None
 
     @property
@@ -121,13 +123,14 @@ class Attacker:
         return d
 
 
-def _probe_dim(model: nn.Module, size: int, path: Path) -> int:
-    """Run a (2, 3, S, S) batch through the model; return D or raise a one-line PfdError."""
+def _probe_dim(model: nn.Module, size: Any, path: Path) -> int:
+    """Run a (2, 3, H, W) batch through the model; return D or raise a one-line PfdError."""
+    h, w = image_hw(size)
     try:
         with torch.inference_mode():
-            out = model(torch.full((2, 3, size, size), 0.5))
+            out = model(torch.full((2, 3, h, w), 0.5))
     except Exception as e:  # noqa: BLE001 - the model rejected the input; say what it needs
-        raise PfdError(f"{path}: model does not accept (B, 3, {size}, {size}) images in [0, 1] ({first_line(e)}); "
+        raise PfdError(f"{path}: model does not accept (B, 3, {h}, {w}) images in [0, 1] ({first_line(e)}); "
                        "pass the model's input size with --public-model-size") from None
     if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != 2:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
@@ -168,7 +171,7 @@ def load_attacker(
 
     Raises:
         PfdError: Missing or unreadable file, a size that does not fit the model, or a model that
-            does not map ``(B, 3, S, S)`` images to ``(B, D)`` features.
+            does not map ``(B, 3, H, W)`` images to ``(B, D)`` features.
     """
     from pfd.attacks.models.outside import is_entry_point
 
@@ -186,10 +189,10 @@ def load_attacker(
         from pfd.nn.checkpoints import load_backbone
 
         model = load_backbone(p)
-        side = int(model.arch["size"])
+        side = canonical_size(model.arch["size"])
         kind = "checkpoint"
-        if size is not None and int(size) != side:
-            raise PfdError(f"{p}: this {model.arch['name']} takes {side}px images, not {size}px; drop the size "
+        if size is not None and not same_size(size, side):
+            raise PfdError(f"{p}: this {model.arch['name']} takes {size_text(side)} images, not {size_text(size)}; drop the size "
                            "option or pass the matching model")
     dim = _probe_dim(model, side, p)
     embedder = Embedder(model, batch_size=batch_size, flip=flip, device=device, cache_dir=cache_dir, progress=progress)

@@ -33,6 +33,7 @@ else:  # pragma: no cover - Python 3.10 only
 
 from pfd.data.faceset import FaceSet
 from pfd.data.release import MANIFEST, PROXY_MAP, read_manifest, read_proxy_map
+from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
 
 __all__ = ["PUBLIC_MODEL", "ADAPTED_MODEL", "STATE_CONFIG", "ReleaseState", "open_release_state",
@@ -68,9 +69,10 @@ class ReleaseState:
     config: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
-    def image_size(self) -> int:
+    def image_size(self) -> int | tuple[int, int]:
         """Side of the released images (from the manifest)."""
-        return int(self.manifest.get("image_size", 0))
+        size = self.manifest.get("image_size", 0)
+        return canonical_size(size) if size else 0
 
     @property
     def method(self) -> str:

@@ -144,7 +144,7 @@ def plot_match_grid(
     """A grid with one row per proxy and one column per image kind.
 
     Args:
-        columns: ``[(heading, images (r, 3, S, S) in [0, 1]), ...]``, all with the same ``r``
+        columns: ``[(heading, images (r, 3, H, W) in [0, 1]), ...]``, all with the same ``r``
             (sizes may differ per column).
         path: PNG destination.
         success: Per row, whether the match is of the proxy's source: the row is labelled

@@ -147,19 +147,24 @@ def summary_table(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _size_words(size: Any) -> str:
+    """``32`` or ``112x96`` (height x width) of a manifest image size."""
+    return f"{size[0]}x{size[1]}" if isinstance(size, (list, tuple)) else str(size)
+
+
 def _setup_section(data: Mapping[str, Any]) -> list[str]:
     rel, priv = data["release"], data["private"]
     out = ["## Setup", "",
            f"- Release `{rel['path']}`: method `{rel['method']}`, {rel['num_classes']} classes, "
-           f"{rel['num_images']} images of {rel['image_size']} px.",
-           f"- Private set `{priv['spec']}`: {priv['identities']} identities, {priv['images']} images "
-           f"({priv['source_identities']} of them are sources of proxies). Linkability chance: "
+           f"{rel['num_images']} images of {_size_words(rel['image_size'])} px.",
+           f"- Private set `{priv['spec']}`: {priv['identities']} identities ({priv['source_identities']} of them "
+           f"sources of proxies), {priv['images']} images. Linkability chance: "
            "Σ over identities of (share of proxies) × (share of the gallery: images for VisMatch, templates "
            f"for Re-ID); 1/{priv['identities']} = {100 / priv['identities']:.2f}% when balanced.",
            "", "| attacker | model | kind | input | D | distance |", "|---|---|---|---|---|---|"]
     for a in data["attackers"]:
         conv = a.get("convention")
-        inp = f"{a['size']} px"
+        inp = f"{_size_words(a['size'])} px"
         if conv:  # an outside attacker: its own input convention
             h, w = conv["size"]
             inp = (f"{h}×{w} {conv['resize']}, {conv['channels'].upper()}, (x − {_num(conv['mean'])}) / "

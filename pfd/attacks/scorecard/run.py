@@ -50,6 +50,7 @@ from pfd.config import AttackConfig, config_to_dict
 from pfd.data.faceset import FaceSet
 from pfd.data.release import read_release
 from pfd.data.sources import open_faces
+from pfd.data.shape import plain_size, same_size, size_text
 from pfd.errors import PfdError
 
 __all__ = ["Scorecard", "run_scorecard"]
@@ -62,7 +63,7 @@ class Scorecard:
     Attributes:
         data: JSON-ready figures (see :mod:`pfd.attacks.scorecard.report` for the layout).
         grid: Images of the match grid: ``{"proxies", "matches", "sources", "reconstructions"?}``
-            tensors ``(r, 3, S, S)`` and ``"success"`` (r,) bool.
+            tensors ``(r, 3, H, W)`` and ``"success"`` (r,) bool.
     """
 
     data: dict[str, Any]
@@ -113,9 +114,9 @@ def _attackers(cfg: AttackConfig, state: ReleaseState, progress: bool) -> list[A
             raise PfdError(f"{state.state_dir / ADAPTED_MODEL}: missing; pass the state dir pfd distill wrote, "
                            "or --no-insider to skip the insider attacker")
         insider = load_attacker(state.adapted_model, role="insider", **common)
-        if state.image_size and insider.size != state.image_size:
-            raise PfdError(f"{state.adapted_model}: the adapted model takes {insider.size}px images but the release "
-                           f"is {state.image_size}px; the state dir does not belong to this release")
+        if state.image_size and not same_size(insider.size, state.image_size):
+            raise PfdError(f"{state.adapted_model}: the adapted model takes {size_text(insider.size)} images but the "
+                           f"release is {size_text(state.image_size)}; the state dir does not belong to this release")
         out.append(insider)
     return out
 
@@ -193,7 +194,7 @@ def _subsample(n: int, limit: int, seed: int) -> np.ndarray:
 def _reconstruction(run: _Run, reconstructor: Reconstructor | None) -> tuple[dict[str, Any], Any, np.ndarray]:
     """Stage 2: reconstruct from public-model embeddings, link the reconstructions with every attacker.
 
-    Returns ``(settings, images (n, 3, S, S) or None, proxy indices reconstructed)``.
+    Returns ``(settings, images (n, 3, H, W) or None, proxy indices reconstructed)``.
     """
     cfg, public = run.cfg, run.public
     pick = _subsample(len(run.source), cfg.recon_limit, cfg.seed)
@@ -279,11 +280,11 @@ def run_scorecard(
     Args:
         cfg: The attack configuration (release, state dir, private set, options).
         attackers: Outside attackers in addition to ``cfg.attackers``: paths, ``module:callable``,
-            ``nn.Module`` objects, functions ``images (B, 3, S, S) -> embeddings`` or
+            ``nn.Module`` objects, functions ``images (B, 3, H, W) -> embeddings`` or
             :class:`~pfd.attacks.models.outside.AttackerSpec` (model + input convention). Each adds
             linkability rows (proxies and reconstructions) beside ``public`` and ``insider``.
         reconstructor: Replaces the built-in BN-prior inversion: ``f(embeddings (n, D) unit rows,
-            public-model space) -> images (n, 3, S, S) in [0, 1]`` (e.g. an Arc2Face wrapper).
+            public-model space) -> images (n, 3, H, W) in [0, 1]`` (e.g. an Arc2Face wrapper).
         progress: Progress bars.
 
     Returns:
@@ -321,7 +322,7 @@ def run_scorecard(
         "format": "pfd-attack-report",
         "version": 1,
         "settings": config_to_dict(cfg),
-        "release": {"path": str(state.release), "method": state.method, "image_size": state.image_size,
+        "release": {"path": str(state.release), "method": state.method, "image_size": plain_size(state.image_size) if state.image_size else 0,
                     "num_classes": int(state.manifest.get("num_classes", 0)), "num_images": len(source)},
         "private": {"spec": private_spec, "identities": private0.num_classes, "images": len(private0),
                     "source_identities": int(len(np.unique(source)))},

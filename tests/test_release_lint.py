@@ -256,17 +256,38 @@ def test_hard_linked_private_file_is_flagged(face_release, tmp_path):
     assert {("link", w.files[1]), ("private-image", w.files[1])} <= kinds
 
 
+@pytest.mark.parametrize("edit", ["mirrored", "shifted 2 px", "cropped 7 % (centre)", "cropped 7 % (corner)",
+                                  "mirrored and shifted"])
+def test_mirrored_shifted_or_cropped_private_photo_is_a_near_duplicate(face_release, edit):
+    """Issue 20: the hash alone missed these (a careless publishing script's mirror, a 2 px shift, a crop)."""
+    from PIL import Image
+
+    rel, private, w = face_release
+    img = _private_pixels(private, 6)
+    if "mirrored" in edit:
+        img = img[:, ::-1]
+    if "shifted" in edit:  # two pixels right and down, the border repeated
+        img = np.pad(img, ((2, 0), (2, 0), (0, 0)), mode="edge")[:32, :32]
+    if "cropped" in edit:  # 7 % of each side cut away, the rest resized back to 32 px
+        box = (1, 1, 31, 31) if "centre" in edit else (2, 0, 32, 30)
+        img = np.asarray(Image.fromarray(np.ascontiguousarray(img)).resize((32, 32), Image.Resampling.BILINEAR, box=box))
+    _plant(rel, w.files[5], np.ascontiguousarray(img))
+    f = lint_release(rel, private=private)
+    assert [(x.kind, x.path) for x in f] == [("private-image", w.files[5])], f
+    assert "near-duplicate" in f[0].detail and private.names[6] in f[0].detail  # names the private photo
+
+
 def test_embedding_check_catches_a_copy_the_hash_misses(face_release):
-    """A mirrored copy flips every gradient (the hash misses it); a flip-invariant model does not."""
+    """An upside-down copy reverses every gradient (no hash variant has it); an invariant model does not miss it."""
     from pfd.data.private_copies import cosine_threshold, find_private_copies
 
     rel, private, w = face_release
-    mirrored = _private_pixels(private, 5)[:, ::-1].copy()
-    _plant(rel, w.files[2], mirrored)
+    upside_down = _private_pixels(private, 5)[::-1].copy()
+    _plant(rel, w.files[2], upside_down)
     assert lint_release(rel, private=private) == []  # pixels alone: not caught
 
-    def model(x):  # (B, 3, S, S) -> (B, D), invariant to a horizontal flip, centred
-        return (x + x.flip(-1) - 1.0).flatten(1)
+    def model(x):  # (B, 3, H, W) -> (B, D), invariant to a vertical flip, centred
+        return (x + x.flip(-2) - 1.0).flatten(1)
 
     f = lint_release(rel, private=private, model=model)
     assert [(x.kind, x.path) for x in f] == [("private-image", w.files[2])] and "embedding cosine" in f[0].detail

@@ -5,8 +5,9 @@ copies a private photo into a release and updates the manifest passes every file
 :func:`find_private_copies` compares every released image with every private image, twice:
 
 * **pixels**: an exact copy (identical pixels once the private image is resized to the release
-  size) or a perceptual near-duplicate (:func:`pfd.data.phash.dhash` within 12.5 % of its bits:
-  a re-encoded, brightened or resized copy);
+  size) or a perceptual near-duplicate (:func:`pfd.data.phash.dhash` within 12.5 % of its bits
+  of the private image or of one of its 80 :func:`~pfd.data.phash.copy_variants`: a re-encoded,
+  brightened, resized, mirrored, shifted or cropped copy);
 * **embeddings** (with a model, normally the publisher's public model): the cosine of each
   released image to its nearest private image, flagged above a threshold calibrated on the
   release itself (:func:`cosine_threshold`): genuine proxies form the bulk of that distribution,
@@ -23,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from pfd.data.faceset import FaceSet
-from pfd.data.phash import dhash, grid_for, near_duplicate_bits, nearest
+from pfd.data.phash import copy_variants, dhash, grid_for, near_duplicate_bits, nearest
 from pfd.data.shape import image_hw
 
 __all__ = ["PrivateCopy", "find_private_copies", "cosine_threshold", "COSINE_FLOOR", "COSINE_CEILING"]
@@ -110,13 +111,17 @@ def find_private_copies(
     grid = grid_for(min(size))
     limit = near_duplicate_bits(grid)
     rel_hash = np.stack([dhash(img, size=grid) for _, img in released])  # (n, grid² / 8)
-    priv_hash, exact_index = [], {}
+    priv_hash, owner, exact_index = [], [], {}
     for i in range(len(private)):
         x = _resize(private.load(i), size)
         px = _uint8(x)
-        priv_hash.append(dhash(px, size=grid))
         exact_index.setdefault(px.tobytes(), i)
+        # Mirrored, shifted and cropped copies too: a careless publishing script makes those.
+        for v in copy_variants(px):
+            priv_hash.append(dhash(v, size=grid))
+            owner.append(i)
     idx, dist = nearest(rel_hash, np.stack(priv_hash))
+    idx = np.asarray(owner, dtype=np.int64)[idx]  # variant -> its private image
     names = private.names
     found: dict[int, PrivateCopy] = {}
     for k, (f, img) in enumerate(released):

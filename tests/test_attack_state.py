@@ -95,3 +95,18 @@ def test_maps_without_names_fall_back_to_labels(tmp_path):
     small = TensorFaces(torch.rand(4, 3, 16, 16), np.repeat(np.arange(2), 2), identities=IDS[:2])
     with pytest.raises(PfdError, match="source label [23] .* outside the 2 identities"):
         proxy_sources(st, names, small)
+
+
+def test_a_state_dir_of_another_run_is_refused(layout):
+    """Issue 20: attacking a release with another run's state dir printed a meaningless scorecard."""
+    from pfd.distill.claim import write_marker
+
+    release, state_dir, _ = layout
+    manifest = json.loads((release / "manifest.json").read_text())
+    manifest["run_id"] = "a" * 32
+    (release / "manifest.json").write_text(json.dumps(manifest))
+    write_marker(state_dir, "a" * 32)
+    open_release_state(release, state_dir)  # the same run: fine
+    write_marker(state_dir, "b" * 32)
+    with pytest.raises(PfdError, match=r"state dir of run bbbbbbbbbbbb, but .* was written by run aaaaaaaaaaaa"):
+        open_release_state(release, state_dir)

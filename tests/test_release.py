@@ -219,3 +219,20 @@ def test_uint8_input_and_bad_values():
     assert to_uint8(torch.full((1, 3, 2, 2), 0.5)).max() == 128
     with pytest.raises(ValueError, match="NaN"):
         to_uint8(torch.full((1, 3, 2, 2), float("nan")))
+
+
+def test_labels_never_equal_private_identity_names(tmp_path):
+    """Issue 20: identities named 0000..0005 made pfd's own labels equal them; lint failed the release."""
+    from pfd.data.faceset import TensorFaces
+    from pfd.data.release_lint import lint_release
+
+    names = [f"{i:04d}" for i in range(6)]
+    x = torch.rand(12, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    cls = np.repeat(np.arange(6), 2)
+    w = write_release(tmp_path / "rel", x, cls, method="pfd", label_seed=0, avoid_labels=names)
+    labels = set(w.class_label.values())
+    assert not labels & set(names) and all(len(lab) == 5 and lab.isdigit() for lab in labels)
+    private = TensorFaces(torch.rand(12, 3, 8, 8), cls, identities=names)
+    assert "source-name" not in {f.kind for f in lint_release(tmp_path / "rel", private=private)}
+    plain = write_release(tmp_path / "plain", x, cls, method="pfd", label_seed=0, avoid_labels=["alice"])
+    assert set(plain.class_label.values()) == {f"{i:04d}" for i in range(6)}  # no collision: the usual width

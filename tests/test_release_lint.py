@@ -403,3 +403,20 @@ def test_release_and_state_modes(release):
     os.chmod(sd / "summary.json", 0o644)
     f = lint_release(rel, state_dir=sd)
     assert sorted((x.kind, os.path.basename(x.path)) for x in f) == [("state-dir-mode", "batches"), ("state-dir-mode", "summary.json")]
+
+
+def test_lint_refuses_the_state_dir_of_another_run(release):
+    """Issue 20: `pfd release lint R --state-dir S` passed with S from another run."""
+    from pfd.distill.claim import write_marker
+
+    rel, sd, *_ = release
+    m = json.loads((rel / MANIFEST).read_text())
+    m["run_id"] = "c" * 32
+    (rel / MANIFEST).write_text(json.dumps(m))
+    write_marker(sd, "c" * 32)
+    assert lint_release(rel, state_dir=sd) == []
+    write_marker(sd, "d" * 32)
+    f = lint_release(rel, state_dir=sd)
+    assert [(x.kind, x.path) for x in f] == [("other-run", str(sd))] and "cccccccccccc" in f[0].detail
+    out = CliRunner().invoke(main, ["release", "lint", str(rel), "--state-dir", str(sd)])
+    assert out.exit_code == 1 and "other-run" in out.output

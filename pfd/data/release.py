@@ -31,7 +31,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -49,6 +49,9 @@ __all__ = [
     "MANIFEST_KEYS",
     "CHECK_NAMES",
     "PROXY_MAP",
+    "STATE_MARKER",
+    "read_marker",
+    "check_same_run",
     "WrittenRelease",
     "ReleaseFaces",
     "write_release",
@@ -82,6 +85,11 @@ MANIFEST_KEYS = frozenset(
     {"format", "format_version", "method", "run_id", "image_size", "num_classes", "num_images", "images_per_class", "files",
      "checks"}
 )
+#: The marker of a pfd state dir, the first file every run writes into it (:mod:`pfd.distill.claim`):
+#: ``{"format": "pfd-state", "format_version": 1, "run_id": <hex>}``; the release's manifest names the
+#: same run id, which is how a release and the state dir of the run that wrote it are paired.
+STATE_MARKER = "pfd-state.json"
+MARKER_FORMAT = "pfd-state"
 #: Modes of the published files and folders (readable by everyone: it is the public artefact).
 RELEASE_FILE_MODE, RELEASE_DIR_MODE = 0o644, 0o755
 #: Modes of everything in the state dir.
@@ -226,6 +234,7 @@ def write_release(
     checks: Mapping[str, bool] | None = None,
     state_dir: str | os.PathLike | None = None,
     resume: bool = False,
+    avoid_labels: Iterable[str] = (),
 ) -> WrittenRelease:
     """Write proxies as ``OUT/<label>/<k>.png`` with arbitrary labels, and the manifest.
 
@@ -246,6 +255,10 @@ def write_release(
             manifest so that a reader sees which of pfd's own checks the release passed.
         state_dir: If given, refuse when it lies inside the release or contains it.
         resume: Allow replacing a previous pfd release in ``out``.
+        avoid_labels: Names a label must never equal: the private identity names. Labels are
+            zero-padded numbers; when one of a width would equal such a name (identities named
+            ``0000``, ``0001``, ...) they are written one digit wider, so that no label reads as
+            a source name (the lint would rightly flag it).
 
     Returns:
         The manifest and the proxy -> (label, file) mapping.
@@ -268,7 +281,7 @@ def write_release(
     with _folder_lock(out):
         old = _prepare_release_dir(out, resume, run_id)  # again, now that no one else writes here
         return _write_release(out, imgs, cls, method=method, label_seed=label_seed, run_id=run_id, old=old,
-                              checks=checks)
+                              checks=checks, avoid_labels=avoid_labels)
 
 
 @contextlib.contextmanager
@@ -291,12 +304,16 @@ def _folder_lock(folder: Path) -> Iterator[None]:
 
 
 def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str, label_seed: int, run_id: str | None,
-                   old: dict[str, Any] | None, checks: Mapping[str, bool] | None = None) -> WrittenRelease:
+                   old: dict[str, Any] | None, checks: Mapping[str, bool] | None = None,
+                   avoid_labels: Iterable[str] = ()) -> WrittenRelease:
 
     rng = np.random.default_rng(int(label_seed))
     classes = np.unique(cls)  # internal order
     perm = label_permutation(len(classes), rng)
     width = max(4, len(str(len(classes) - 1)))
+    avoid = {str(a) for a in avoid_labels}
+    while any(f"{int(p):0{width}d}" in avoid for p in perm):  # a label must not read as a source name
+        width += 1
     counts = np.bincount(np.searchsorted(classes, cls), minlength=len(classes))
     kwidth = max(3, len(str(int(counts.max(initial=1)) - 1)))
     files: list[str] = [""] * len(cls)
@@ -474,6 +491,37 @@ def check_complete_release(path: str | os.PathLike) -> dict[str, Any]:
 
 def _inside(child: Path, parent: Path) -> bool:
     return child == parent or parent in child.parents
+
+
+def read_marker(state_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """The marker of a pfd state dir (:data:`STATE_MARKER`), or ``None`` if it has none (or an unreadable one)."""
+    p = Path(state_dir) / STATE_MARKER
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or not isinstance(doc.get("run_id"), str):
+        return None
+    return doc
+
+
+def check_same_run(release: str | os.PathLike, state_dir: str | os.PathLike, *, manifest: dict[str, Any] | None = None) -> None:
+    """Refuse a state dir written by another run than the release (their run ids differ).
+
+    Scoring a release against another run's proxy -> source map gives meaningless figures, and a
+    lint against another run's state checks nothing about this release. A release or state dir
+    that carries no run id (written before run ids existed) is not refused here.
+
+    Raises:
+        PfdError: Naming both run ids and what to pass instead.
+    """
+    manifest = read_manifest(release) if manifest is None else manifest
+    marker = read_marker(state_dir)
+    ours = manifest.get("run_id") if manifest else None
+    theirs = marker.get("run_id") if marker else None
+    if ours and theirs and ours != theirs:
+        raise PfdError(f"{state_dir}: the state dir of run {theirs[:12]}, but {release} was written by run {ours[:12]}; "
+                       "pass the --state-dir of the run that wrote this release")
 
 
 def check_outside_release(path: str | os.PathLike, release: str | os.PathLike, *, what: str, option: str) -> None:

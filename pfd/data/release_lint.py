@@ -37,6 +37,7 @@ from pfd.data.release import (
     PROXY_MAP,
     RELEASE_DIR_MODE,
     RELEASE_FILE_MODE,
+    check_same_run,
     check_separate,
     looks_ordered,
 )
@@ -75,7 +76,8 @@ class Finding:
         kind: ``state-file``, ``unexpected-file``, ``link``, ``png-metadata``, ``png-corrupt``,
             ``image-size``, ``checksum``, ``unlisted-file``, ``missing-file``, ``manifest``,
             ``empty`` (no image, or one identity), ``release-mode``, ``source-name``, ``private-image``, ``label-order``,
-            ``state-dir-inside`` or ``state-dir-mode``.
+            ``state-dir-inside``, ``state-dir-mode`` or ``other-run`` (the state dir's run id is not the
+            release's).
         path: The offending path (relative to the release where possible).
         detail: What is wrong and what to do.
     """
@@ -432,6 +434,11 @@ def lint_release(
             check_separate(root, sd)
         except PfdError as e:
             findings.append(Finding("state-dir-inside", str(sd), str(e)))
+        try:
+            check_same_run(root, sd, manifest=manifest)
+        except PfdError as e:  # another run's state: its label order and modes say nothing about this release
+            findings.append(Finding("other-run", str(sd), str(e)))
+            return findings
         _check_state_tree(sd, findings)
         _check_label_order(sd, private, findings)
     return findings

@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
@@ -32,7 +31,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pfd.config import DistillConfig, config_to_dict, load_recipe
-from pfd.data.release import MANIFEST, check_outside_release, check_separate, prepare_state_dir, read_manifest, secure_state_dir
+from pfd.data.release import (
+    MANIFEST,
+    MARKER_FORMAT,
+    check_outside_release,
+    check_separate,
+    prepare_state_dir,
+    read_manifest,
+    read_marker,
+    secure_state_dir,
+)
 from pfd.distill.state import LOCK_NAME, MARKER_NAME, StateDir
 from pfd.errors import PfdError
 from pfd.io import atomic_write_json
@@ -51,7 +59,6 @@ __all__ = [
     "is_main_rank",
 ]
 
-MARKER_FORMAT = "pfd-state"
 MARKER_VERSION = 1
 
 #: Settings that may change between a run and its ``--resume`` without changing what is computed
@@ -82,18 +89,6 @@ def is_main_rank() -> bool:
 def new_run_id() -> str:
     """A random run id (names nothing: 128 random bits)."""
     return uuid.uuid4().hex
-
-
-def read_marker(state_root: str | os.PathLike) -> dict[str, Any] | None:
-    """The marker of a pfd state dir, or ``None`` if it has none (or an unreadable one)."""
-    p = Path(state_root) / MARKER_NAME
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or not isinstance(doc.get("run_id"), str):
-        return None
-    return doc
 
 
 def write_marker(state_root: str | os.PathLike, run_id: str) -> Path:

@@ -493,7 +493,7 @@ class Distillation:
                 written = write_release(
                     self.out, proxies, source, method=cfg.method, label_seed=cfg.release.label_seed,
                     state_dir=st.root, resume=cfg.resume, run_id=self.claim.run_id,
-                    checks={c["name"]: bool(c["passed"]) for c in checks},
+                    checks={c["name"]: bool(c["passed"]) for c in checks}, avoid_labels=self.faces.identities,
                 )  # fmt: skip
                 write_proxy_map(
                     st.root, written, proxy_source=source, identities=self.faces.identities,

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pfd.data.release import PROXY_MAP, read_manifest
+from pfd.data.release import PROXY_MAP, STATE_MARKER, read_manifest
 from pfd.errors import PfdError
 from pfd.io import atomic_torch_save
 
@@ -40,7 +40,7 @@ __all__ = ["StateDir", "LOCK_NAME", "MARKER_NAME", "clear_interrupted_release", 
 #: The lock file, flock'ed by the run that owns the state dir (:class:`pfd.distill.claim.StateLock`).
 LOCK_NAME = ".pfd-lock"
 #: The marker that makes a folder a pfd state dir (:func:`pfd.distill.claim.write_marker`).
-MARKER_NAME = "pfd-state.json"
+MARKER_NAME = STATE_MARKER
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ else:  # pragma: no cover - Python 3.10 only
     import tomli as tomllib
 
 from pfd.data.faceset import FaceSet
-from pfd.data.release import MANIFEST, PROXY_MAP, read_manifest, read_proxy_map
+from pfd.data.release import MANIFEST, PROXY_MAP, check_same_run, read_manifest, read_proxy_map
 from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
 
@@ -110,8 +110,9 @@ def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike)
         The :class:`ReleaseState`.
 
     Raises:
-        PfdError: Missing folder or manifest, missing/damaged proxy map, a released file that the
-            map does not know, or a mapped file missing from the release.
+        PfdError: Missing folder or manifest, a state dir of another run (its run id differs from
+            the manifest's), missing/damaged proxy map, a released file that the map does not know, or
+            a mapped file missing from the release.
     """
     r, s = Path(release), Path(state_dir)
     if not r.is_dir():
@@ -121,6 +122,7 @@ def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike)
         raise PfdError(f"{r}: no pfd {MANIFEST}; is this a pfd release? (pfd distill writes one)")
     if not s.is_dir():
         raise PfdError(f"{s}: no such state dir; pass the --state-dir that pfd distill wrote")
+    check_same_run(r, s, manifest=manifest)  # another run's map would score meaningless figures
     pm = read_proxy_map(s)
     rows = pm.get("proxies")
     if not isinstance(rows, list) or not rows:

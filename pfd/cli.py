@@ -2,11 +2,12 @@
 
 Nothing here computes anything; each command is a thin wrapper over a library function so
 that the same work is available from Python. :class:`~pfd.errors.PfdError` becomes a one-line
-``Error: ...`` with exit status 2.
+``Error: ...`` with exit status 2 (3 when the publication gate refused a release; 130 after Ctrl-C).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 from typing import Any
@@ -20,17 +21,34 @@ __all__ = ["main"]
 
 
 class _UserError(click.ClickException):
-    exit_code = 2
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+#: OS errors the CLI reports as one line, with the fix.
+_OS_FIXES = {
+    errno.ENAMETOOLONG: "choose a shorter path (names of at most 255 bytes, paths under 4096)",
+    errno.ELOOP: "the path runs through a loop of symbolic links; fix the links or pass another path",
+    errno.ENOSPC: "free some space and run the command again (pfd distill continues with --resume)",
+    errno.EROFS: "the file system is read-only; choose a writable folder",
+}
 
 
 class _Group(click.Group):
-    """Turns PfdError into click's one-line error (exit 2) instead of a traceback."""
+    """Turns PfdError into click's one-line error (its exit code: 2, or 3 for a refused release)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except PfdError as e:
-            raise _UserError(str(e)) from None
+            raise _UserError(str(e), e.exit_code) from None
+        except OSError as e:  # what no check up front can rule out: still one line, not a traceback
+            if e.errno not in _OS_FIXES:
+                raise
+            name = str(e.filename or "")
+            name = name if len(name) <= 120 else f"{name[:60]}...{name[-40:]} ({len(name)} characters)"
+            raise _UserError(f"{name}: {e.strerror}; {_OS_FIXES[e.errno]}") from None
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -321,6 +339,7 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
     """
     if ctx.invoked_subcommand is not None:
         return
+    from pfd.attacks.report_folder import report_folder
     from pfd.attacks.scorecard.report import summary_rows, summary_table, write_report
     from pfd.attacks.scorecard.run import run_scorecard
     from pfd.config import AttackConfig, build_config, load_recipe
@@ -332,8 +351,9 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
     if not cfg.release:
         click.echo(ctx.get_help())
         raise PfdError("pass --release RELEASE --state-dir STATE (or a subcommand: mia, dataset)")
-    card = run_scorecard(cfg, reconstructor=_load_reconstructor(reconstructor), progress=progress)
-    paths = write_report(card, cfg.report)
+    with report_folder(cfg.report):  # pfd's own or new, one audit at a time, before any work
+        card = run_scorecard(cfg, reconstructor=_load_reconstructor(reconstructor), progress=progress)
+        paths = write_report(card, cfg.report)
     click.echo("\n".join(summary_table(summary_rows(card.data))))
     for reason in card.data["skipped"].values():
         click.echo(f"skipped: {reason}")
@@ -495,7 +515,7 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
 
     The release is written only if the publication gate passes (OGP below its margin target; pfd's
     own VisMatch and Re-ID with the public and the adapted model at chance); otherwise nothing is
-    published, the state is kept and the exit status is 2.
+    published, the state is kept and the exit status is 3 (2 is a usage or input error).
 
     Private state goes to --state-dir (mode 0700; never publish it); see docs/distill.md.
     """
@@ -536,10 +556,15 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     try:
         result = distill(cfg, progress=progress)
     except PublicationRefused as e:
-        click.echo(format_summary(e.summary, private=cfg.private))  # what failed, then the one-line error
+        click.echo(format_summary(e.summary, private=cfg.private, skip_bad=cfg.skip_bad))  # what failed, then the error
         raise
+    except KeyboardInterrupt:
+        # Finished stages and RTA batches are on disk (atomic writes): say how to go on, not just "Aborted!".
+        click.echo(f"Interrupted: finished work is kept in {cfg.state_dir}; run the same command with --resume to "
+                   "continue it", err=True)
+        sys.exit(130)
     if result.is_main:
-        click.echo(format_summary(result.summary, private=cfg.private))
+        click.echo(format_summary(result.summary, private=cfg.private, skip_bad=cfg.skip_bad))
 
 
 

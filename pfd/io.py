@@ -9,6 +9,7 @@ atomic on POSIX and Windows).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import torch
+
+from pfd.errors import PfdError
 
 __all__ = [
     "atomic_open",
@@ -45,18 +48,39 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[io.IOBase
         ``path`` is left untouched.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise _disk_error(e, path) from None
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise _disk_error(e, path) from None
         raise
+
+
+#: errno values that mean "the disk (or the user's quota) is full".
+_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def _disk_error(e: OSError, path: Path) -> BaseException:
+    """A full disk or an unwritable folder as pfd's one-line error; anything else as it was."""
+    if e.errno in _FULL:
+        return PfdError(f"{path}: no space left on the device ({os.strerror(e.errno)}); nothing half-written was kept: "
+                        "free some space and run the command again (pfd distill continues with --resume)")
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return PfdError(f"{path}: cannot write here ({os.strerror(e.errno)}); choose a writable folder")
+    if e.errno == errno.ENAMETOOLONG:
+        return PfdError(f"{path}: file name too long ({os.strerror(e.errno)}); choose a shorter path")
+    return e
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -185,3 +185,24 @@ def test_attack_skip_bad_reaches_the_private_set(tmp_path):
         [faces[i] for i in range(len(faces))]
     faces = _Sets(str(folder), tmp_path, skip_bad=True).private(32)
     assert len(faces) == 6 and all(faces[i][0].shape == (3, 32, 32) for i in range(6))
+
+
+# -- hostile paths (issue 20) ---------------------------------------------------------------------
+LONG_NAME = "n" * 300  # one component over 255 bytes
+DEEP = "/".join(["d" * 200] * 25)  # a path over 4096 bytes
+
+
+@pytest.mark.parametrize("long", [LONG_NAME, DEEP])
+@pytest.mark.parametrize("command", [
+    lambda t, p: ["distill", "--out", str(t / p), "--state-dir", str(t / "s")],
+    lambda t, p: ["distill", "--private", str(t / p), "--out", str(t / "o"), "--state-dir", str(t / "s")],
+    lambda t, p: ["release", "lint", str(t / p)],
+    lambda t, p: ["attack", "--release", str(t / p), "--state-dir", str(t / "s")],
+    lambda t, p: ["train", "--data", str(t / p), "--out", str(t / "o")],
+    lambda t, p: ["eval", "--model", str(t / p)],
+], ids=["distill-out", "distill-private", "lint", "attack", "train", "eval"])
+def test_a_path_too_long_for_the_system_is_one_line(tmp_path, long, command):
+    """Issue 20: OSError 'File name too long' tracebacks from the config checks, the lint and the data layer."""
+    res = _run(*command(tmp_path, long))
+    _is_clean_error(res, "too long")
+    assert len(res.output) < 600 and not (tmp_path / "s").exists() and not (tmp_path / "o").exists()

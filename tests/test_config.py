@@ -124,3 +124,46 @@ def test_options_a_method_ignores():
     assert ignored_options("dp-pix", {"epsilon", "iterations"}) == ["--iterations"]
     assert ignored_options("rta-only", {"rep_margin"}) == ["--rep-margin"]
     assert ignored_options("pfd", {"rep_margin", "iterations"}) == []
+
+
+# -- hostile recipes (issue 20) -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, match", [
+    ("[distill.rta]\nipc = 2.7\n", r"rta\.ipc: expected a whole number, got 2\.7"),
+    ("[distil]\nmethod = 'raw'\n", r"unknown table \[distil\]; did you mean \[distill\]\?"),
+    ("seed = 3\n", r"unknown table \[seed\]"),
+    ("[distill]\nrta = 5\n", r"DistillConfig\.rta: expected a table, got 5"),
+])
+def test_hostile_recipes_are_one_line_errors(tmp_path, text, match):
+    from pfd.config import DistillConfig, build_config, load_recipe
+
+    path = tmp_path / "r.toml"
+    path.write_text(text)
+    with pytest.raises(PfdError, match=match):
+        build_config(DistillConfig, load_recipe(path).get("distill", {}))
+
+
+def test_a_recipe_that_is_not_utf8_is_a_one_line_error(tmp_path):
+    from pfd.config import load_recipe
+
+    path = tmp_path / "r.toml"
+    path.write_bytes(b"\xff\xfe[distill]\n")
+    with pytest.raises(PfdError, match="not UTF-8 text"):
+        load_recipe(path)
+
+
+def test_every_shipped_recipe_holds_known_tables_only():
+    from pfd.config import RECIPES_DIR, load_recipe
+
+    for path in sorted(RECIPES_DIR.glob("*.toml")):
+        assert load_recipe(path)  # no unknown table, every value a table
+
+
+@pytest.mark.parametrize("value", [99999999999999999999, 1e20, "99999999999999999999"])
+def test_integers_past_int64_are_refused_before_any_work(value):
+    """Issue 20: --iterations 99999999999999999999 raised OverflowError in RTA, after two stages had run."""
+    from pfd.config import DistillConfig, build_config
+
+    with pytest.raises(PfdError, match="too large for a 64-bit integer"):
+        build_config(DistillConfig, {"rta": {"iterations": value}})

@@ -454,3 +454,23 @@ def test_check_min_identities():
     with pytest.raises(PfdError, match="a release needs at least 2 identities, the data has 1"):
         check_min_identities(one, 2, what="a release")
     check_min_identities(TensorFaces(torch.rand(2, 3, 8, 8), [0, 1], identities=["a", "b"]), 2)
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_named_like_an_image_is_an_error_not_a_hang(tmp_path):
+    """Issue 20: a FIFO called x.png in an identity folder hung pfd distill forever with no output."""
+    import os
+
+    for ident in ("ann", "bob"):
+        (tmp_path / ident).mkdir()
+        for k in range(2):
+            Image.new("RGB", (16, 16), (k * 40, 10, 10)).save(tmp_path / ident / f"{k}.png")
+    os.mkfifo(tmp_path / "ann" / "x.png")
+    with pytest.raises(PfdError, match=r"ann/x\.png: not a regular file .*FIFO"):
+        FaceFolder(tmp_path, size=16)
+    faces = FaceFolder(tmp_path, size=16, skip_bad=True)
+    assert len(faces) == 4 and "ann/x.png" in faces.skipped
+    from pfd.data.images import ImageDecoder, ImageDecodeError
+
+    with pytest.raises(ImageDecodeError, match="not a regular file"):
+        ImageDecoder(16)(tmp_path / "ann" / "x.png")

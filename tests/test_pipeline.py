@@ -368,7 +368,7 @@ def test_cli_prints_the_summary_and_the_release_passes_lint(public, tmp_path):
     # rta-only proxies link to their sources (the insider finds every one): the gate refuses them,
     # prints which checks failed, publishes nothing and keeps the state for --resume.
     refused = runner.invoke(main, _cli_args(public, tmp_path) + ["--iterations", "5", "--method", "rta-only", "--threads", "1"])
-    assert refused.exit_code == 2, refused.output
+    assert refused.exit_code == 3, refused.output  # the gate's own status (2: usage errors)
     assert "not published" in refused.output and "insider_reid" in refused.output and "--allow-linkable" in refused.output
     assert not (tmp_path / "release").exists()
     gate = json.loads((tmp_path / "state" / "summary.json").read_text())["gate"]

@@ -236,3 +236,47 @@ def test_labels_never_equal_private_identity_names(tmp_path):
     assert "source-name" not in {f.kind for f in lint_release(tmp_path / "rel", private=private)}
     plain = write_release(tmp_path / "plain", x, cls, method="pfd", label_seed=0, avoid_labels=["alice"])
     assert set(plain.class_label.values()) == {f"{i:04d}" for i in range(6)}  # no collision: the usual width
+
+
+def test_a_full_disk_leaves_no_half_written_release(tmp_path, monkeypatch):
+    """Issue 20: --out on a nearly full disk gave a traceback and a release without a manifest."""
+    import errno
+
+    import pfd.io
+
+    calls = {"n": 0}
+    real = pfd.io.os.fsync
+
+    def fsync(fd):
+        calls["n"] += 1
+        if calls["n"] > 3:  # three PNGs fit, then the disk is full
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd)
+
+    monkeypatch.setattr(pfd.io.os, "fsync", fsync)
+    x = torch.rand(8, 3, S, S, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(PfdError, match="no space left on the device.*run the command again"):
+        write_release(tmp_path / "rel", x, np.repeat(np.arange(4), 2), method="pfd", label_seed=0)
+    assert list((tmp_path / "rel").rglob("*")) == []  # nothing half-written, no temporary file
+    monkeypatch.setattr(pfd.io.os, "fsync", real)
+    w = write_release(tmp_path / "rel", x, np.repeat(np.arange(4), 2), method="pfd", label_seed=0)  # space freed
+    assert len(w.files) == 8 and (tmp_path / "rel" / "manifest.json").is_file()
+
+
+def test_a_full_disk_under_the_state_dir_is_a_one_line_error(tmp_path, monkeypatch):
+    import errno
+
+    from click.testing import CliRunner
+
+    import pfd.io
+    from pfd.cli import main
+
+    def fsync(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pfd.io.os, "fsync", fsync)
+    res = CliRunner().invoke(main, ["distill", "--private", "synthetic:private,ids=4,imgs=4,size=32", "--size", "32",
+                                    "--ipc", "2", "--ogp-batch-size", "8", "--out", str(tmp_path / "rel"),
+                                    "--state-dir", str(tmp_path / "st"), "--no-progress"])
+    assert res.exit_code == 2 and "no space left on the device" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "rel").exists()

@@ -9,6 +9,7 @@ flag, the setting and the value, e.g. ``--ipc (rta.ipc) = 0: must be at least 1`
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,18 @@ _FLAGS: dict[str, str | None] = {
 }  # fmt: skip
 _CHOICES = {"mixed_precision": ("auto", "no", "bf16", "fp16"), "schedule": ("cosine", "poly")}
 _METHODS = ("pfd", "rta-only", "sre2l", "raw", "dp-pix", "blur")  # pfd.distill.pipeline.METHODS
+
+
+#: Linux limits of one path component and of a whole path (bytes); longer names fail with ENAMETOOLONG.
+_NAME_MAX, _PATH_MAX = 255, 4096
+
+
+def _path_ok(v: Any) -> bool:
+    """Whether a path (or each of a list of paths) is within :data:`_NAME_MAX` / :data:`_PATH_MAX`."""
+    if isinstance(v, (list, tuple)):
+        return all(_path_ok(x) for x in v)
+    text = os.path.expanduser(str(v))
+    return len(text.encode()) < _PATH_MAX and all(len(part.encode()) <= _NAME_MAX for part in text.split(os.sep))
 
 
 def _size_ok(v: Any) -> bool:
@@ -58,7 +71,9 @@ class _Checker:
         except TypeError:
             good = False
         if not good:
-            raise PfdError(f"{self._name(field)} = {value!r}: {need}")
+            shown = repr(value)
+            shown = shown if len(shown) <= 120 else f"{shown[:60]}...{shown[-40:]} ({len(shown)} characters)"
+            raise PfdError(f"{self._name(field)} = {shown}: {need}")
 
     def at_least(self, field: str, low: float) -> None:
         self(field, lambda v: v >= low, f"must be at least {low}")
@@ -72,12 +87,19 @@ class _Checker:
     def choice(self, field: str, options: tuple[str, ...]) -> None:
         self(field, lambda v: v in options, f"must be one of {', '.join(options)}")
 
+    def paths(self, *fields: str) -> None:
+        """Path-valued settings must be paths the system can open: no name over 255 bytes, no path over 4095."""
+        for field in fields:
+            self(field, _path_ok, f"is too long for a path (a name over {_NAME_MAX} bytes or a path over "
+                                  f"{_PATH_MAX - 1}); choose a shorter path")
+
     def not_a_file(self, field: str, what: str) -> None:
         self(field, lambda v: not v or not Path(v).expanduser().is_file(), f"is an existing file; {what} is a folder, choose another path")
 
 
 def _check_train(cfg: TrainConfig, prefix: str = "", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
+    c.paths("data", "init", "out")
     c("size", lambda v: v == 0 or _size_ok(v), "must be a side or HxW, each a positive multiple of 16")  # 0: set later (the scorecard's release size)
     c.positive("width")
     c.at_least("embedding_dim", 1)
@@ -102,6 +124,7 @@ def _check_train(cfg: TrainConfig, prefix: str = "", flags: bool = True) -> None
 
 def _check_eval(cfg: EvalConfig, prefix: str = "", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
+    c.paths("model", "pairs", "data", "out")
     c.at_least("num_pairs", 1)
     c.at_least("folds", 2)
     c.at_least("batch_size", 1)
@@ -157,6 +180,7 @@ def _check_baseline(cfg: BaselineConfig, prefix: str = "baseline.", flags: bool 
 
 def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
+    c.paths("private", "public", "out", "state_dir", "embed_cache")
     c.choice("method", _METHODS)
     c("size", _size_ok, "must be a side or HxW, each a positive multiple of 16")
     c.at_least("min_images", 0)
@@ -175,6 +199,7 @@ def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> 
 
 def _check_attack(cfg: AttackConfig, prefix: str = "", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
+    c.paths("release", "private", "state_dir", "public_model", "report", "public", "holdout", "attr_data", "attackers")
     c("report", lambda v: not v or not Path(v).expanduser().is_file(), "must name a folder (not an existing file)")
     c.at_least("batch_size", 1)
     c.at_least("chunk", 1)

@@ -7,6 +7,7 @@ resolved configuration is written next to every output (``config.toml``).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import sys
@@ -25,9 +26,12 @@ from pfd.data.shape import ImageSizeSetting, plain_size
 from pfd.errors import PfdError
 from pfd.io import atomic_write_text
 
-__all__ = ["RECIPES_DIR", "recipe_path", "load_recipe", "build_config", "config_to_dict", "dump_toml", "save_config"]
+__all__ = ["RECIPE_TABLES", "RECIPES_DIR", "recipe_path", "load_recipe", "build_config", "config_to_dict", "dump_toml", "save_config"]
 
 C = TypeVar("C")
+
+#: The tables a recipe may hold: one per command or stage (``state/config.toml`` is a recipe too).
+RECIPE_TABLES = ("attack", "augment", "distill", "eval", "train")
 
 #: recipes/ next to the package (a source checkout or an editable install).
 RECIPES_DIR = Path(__file__).resolve().parent.parent.parent / "recipes"
@@ -59,9 +63,21 @@ def load_recipe(name: str | os.PathLike) -> dict[str, Any]:
     path = recipe_path(name)
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            doc = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise PfdError(f"{path}: invalid TOML ({e}); fix the recipe file") from None
+    except UnicodeDecodeError as e:
+        raise PfdError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); save the recipe as UTF-8 TOML") from None
+    except OSError as e:
+        raise PfdError(f"{path}: cannot read the recipe ({e.strerror or e}); check the path") from None
+    for key, value in doc.items():
+        if key not in RECIPE_TABLES:
+            close = difflib.get_close_matches(key, RECIPE_TABLES, n=1)
+            hint = f"did you mean [{close[0]}]? " if close else ""
+            raise PfdError(f"{path}: unknown table [{key}]; {hint}a recipe holds {', '.join(f'[{k}]' for k in RECIPE_TABLES)}")
+        if not isinstance(value, dict):
+            raise PfdError(f"{path}: {key} = {value!r} is not a table; write [{key}] and its settings below it")
+    return doc
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -116,12 +132,15 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is int:
         if isinstance(value, bool):
             raise PfdError(f"{where}: expected an integer, got {value!r}")
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
+        if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+            raise PfdError(f"{where}: expected a whole number, got {value!r}")
         try:
-            return int(value)
+            out = int(value)
         except (TypeError, ValueError):
             raise PfdError(f"{where}: expected an integer, got {value!r}") from None
+        if not -(2**63) <= out < 2**63:  # torch and numpy overflow past int64, after work has started
+            raise PfdError(f"{where}: {out} is too large for a 64-bit integer; give a smaller value")
+        return out
     if tp is float:
         if isinstance(value, bool):
             raise PfdError(f"{where}: expected a number, got {value!r}")

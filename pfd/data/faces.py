@@ -199,6 +199,9 @@ class FaceFolder(FaceSet):
                     if e.is_dir():
                         self._bad(rel, "folder inside an identity folder (identities are one level deep)",
                                   f"move its images up into {ident}/ or remove it")
+                    elif is_image_name(e.name) and not e.is_file():  # reading a FIFO would wait forever
+                        self._bad(rel, "not a regular file (a FIFO, socket or device named like an image)",
+                                  "replace it with the image file or remove it")
                     elif is_image_name(e.name):
                         files.append(e.name)
                     else:

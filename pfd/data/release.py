@@ -280,8 +280,25 @@ def write_release(
     out.mkdir(parents=True, exist_ok=True)
     with _folder_lock(out):
         old = _prepare_release_dir(out, resume, run_id)  # again, now that no one else writes here
-        return _write_release(out, imgs, cls, method=method, label_seed=label_seed, run_id=run_id, old=old,
-                              checks=checks, avoid_labels=avoid_labels)
+        try:
+            return _write_release(out, imgs, cls, method=method, label_seed=label_seed, run_id=run_id, old=old,
+                                  checks=checks, avoid_labels=avoid_labels)
+        except BaseException:
+            if old is None:  # a new release that failed (a full disk, Ctrl-C): leave no half-written folder
+                _remove_partial_release(out)
+            raise
+
+
+def _remove_partial_release(out: Path) -> None:
+    """Remove what a failed first write left in ``out``: release-layout PNGs, temporary files, empty folders."""
+    for dirpath, _, filenames in os.walk(out, topdown=False):
+        for name in filenames:
+            rel = Path(dirpath, name).relative_to(out)
+            if _TMP.match(name) or (len(rel.parts) == 2 and _LABEL_NAME.match(rel.parts[0]) and _PNG_NAME.match(name)):
+                Path(dirpath, name).unlink(missing_ok=True)
+        d = Path(dirpath)
+        if d != out and not any(d.iterdir()):
+            d.rmdir()
 
 
 @contextlib.contextmanager

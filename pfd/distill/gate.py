@@ -33,7 +33,12 @@ __all__ = ["PublicationRefused", "linkability_check", "margin_check", "publicati
 
 
 class PublicationRefused(PfdError):
-    """The gate failed: nothing was published. ``summary`` is the run's ``summary.json``."""
+    """The gate failed: nothing was published. ``summary`` is the run's ``summary.json``.
+
+    ``pfd distill`` exits with status 3 for it (:attr:`exit_code`), not the 2 of a usage error.
+    """
+
+    exit_code = 3
 
     def __init__(self, message: str, summary: dict[str, Any] | None = None) -> None:
         super().__init__(message)

@@ -15,6 +15,7 @@ Rates, all in the publisher's adapted model and computed from the released (uint
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -121,12 +122,13 @@ def _f(x: Any, fmt: str = ".3f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def format_summary(summary: dict[str, Any], *, private: str = "SPEC") -> str:
+def format_summary(summary: dict[str, Any], *, private: str = "SPEC", skip_bad: bool = False) -> str:
     """The plain-text table ``pfd distill`` prints: times, losses, counts, rates, next commands.
 
     Args:
         summary: ``summary.json`` content.
         private: The private dataset spec, for the suggested commands.
+        skip_bad: The run skipped unreadable private images: the suggested attack must too.
     """
     t, c, r = summary["times_s"], summary["counts"], summary["rates"]
     ogp, rta = summary["losses"].get("ogp", {}), summary["losses"].get("rta", {})
@@ -171,7 +173,8 @@ def format_summary(summary: dict[str, Any], *, private: str = "SPEC") -> str:
         f"release     {summary['release']}  (publish this)",
         f"state       {summary['state_dir']}  (private: never publish)",
         "next        pfd release lint " + _rel(summary["release"]) + " --state-dir " + _rel(summary["state_dir"]),
-        f"            pfd attack --release {_rel(summary['release'])} --private {private} --state-dir {_rel(summary['state_dir'])}",
+        f"            pfd attack --release {_rel(summary['release'])} --private {shlex.quote(private)} "
+        f"--state-dir {_rel(summary['state_dir'])}" + (" --skip-bad" if skip_bad else ""),
     ]
     return "\n".join(lines)
 
@@ -180,6 +183,6 @@ def _rel(path: str) -> str:
     """``path`` relative to the working directory when it lies below it."""
     p = Path(path)
     try:
-        return str(p.relative_to(Path.cwd().resolve()))
+        return shlex.quote(str(p.relative_to(Path.cwd().resolve())))
     except ValueError:
-        return str(p)
+        return shlex.quote(str(p))

@@ -15,6 +15,7 @@ membership leakage.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any, Mapping, Sequence
 from pfd.attacks.membership.dataset import dataset_membership
 from pfd.attacks.membership.statistics import STATISTICS, membership_report
 from pfd.attacks.models.loading import Attacker, checkpoint_head, load_attacker
+from pfd.attacks.report_folder import report_folder
 from pfd.data.faceset import FaceSet
 from pfd.data.sources import open_faces
 from pfd.data.shape import same_size
@@ -199,10 +201,9 @@ def format_dataset_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _check_report(report: str | os.PathLike | None) -> None:
-    """Refuse a ``--report`` that is an existing file before any work (it names a folder)."""
-    if report and Path(report).expanduser().is_file():
-        raise PfdError(f"--report {report}: is an existing file; --report names the folder to write into")
+def _report_claim(report: str | os.PathLike | None) -> contextlib.AbstractContextManager:
+    """The report folder claimed for this audit (:func:`pfd.attacks.report_folder.report_folder`), or nothing."""
+    return report_folder(report) if report else contextlib.nullcontext()
 
 
 def run_mia(
@@ -246,32 +247,32 @@ def run_mia(
     Returns:
         The membership report (plus ``members``/``nonmembers`` specs and ``head_source``).
     """
-    _check_report(report)
-    attacker = load_attacker(model, role="model", size=model_size, batch_size=batch_size, progress=progress)
-    kind, s, m, source = resolve_head(model, head, scale, margin)
-    mem = open_faces(members, size=attacker.size, skip_bad=skip_bad)
-    non = open_faces(nonmembers, size=attacker.size, skip_bad=skip_bad)
-    ref = ref_sets = None
-    if reference is not None:
-        ref = load_attacker(reference, role="model", size=reference_size, batch_size=batch_size, progress=progress)
-        if not same_size(ref.size, attacker.size):
-            ref_sets = (open_faces(members, size=ref.size, skip_bad=skip_bad),
-                        open_faces(nonmembers, size=ref.size, skip_bad=skip_bad))
-            if [len(x) for x in ref_sets] != [len(mem), len(non)]:
-                raise PfdError(f"{reference}: at its input size {ref.size} the sets hold other images than at "
-                               f"{attacker.size}; pass --skip-bad consistently or fix the unreadable images")
-    rep = membership_audit(attacker, mem, non, head=kind, scale=s, margin=m, folds=folds, seed=seed,
-                           reference=ref, reference_sets=ref_sets)
-    rep.update(members=str(members), nonmembers=str(nonmembers), head_source=source)
-    if report:
-        from pfd.attacks.scorecard.plots import plot_densities, plot_roc
+    with _report_claim(report):  # the folder is this audit's until it has written
+        attacker = load_attacker(model, role="model", size=model_size, batch_size=batch_size, progress=progress)
+        kind, s, m, source = resolve_head(model, head, scale, margin)
+        mem = open_faces(members, size=attacker.size, skip_bad=skip_bad)
+        non = open_faces(nonmembers, size=attacker.size, skip_bad=skip_bad)
+        ref = ref_sets = None
+        if reference is not None:
+            ref = load_attacker(reference, role="model", size=reference_size, batch_size=batch_size, progress=progress)
+            if not same_size(ref.size, attacker.size):
+                ref_sets = (open_faces(members, size=ref.size, skip_bad=skip_bad),
+                            open_faces(nonmembers, size=ref.size, skip_bad=skip_bad))
+                if [len(x) for x in ref_sets] != [len(mem), len(non)]:
+                    raise PfdError(f"{reference}: at its input size {ref.size} the sets hold other images than at "
+                                   f"{attacker.size}; pass --skip-bad consistently or fix the unreadable images")
+        rep = membership_audit(attacker, mem, non, head=kind, scale=s, margin=m, folds=folds, seed=seed,
+                               reference=ref, reference_sets=ref_sets)
+        rep.update(members=str(members), nonmembers=str(nonmembers), head_source=source)
+        if report:
+            from pfd.attacks.scorecard.plots import plot_densities, plot_roc
 
-        out = Path(report)
-        atomic_write_json(out / "membership.json", jsonable(rep))
-        plot_roc(rep, out / "membership_roc.png", title=f"Geometric MIA: {Path(model).name}")
-        plot_densities(rep, out / "membership_density.png", title=f"Member / non-member statistics: {Path(model).name}")
-        rep["written_to"] = str(out)
-    return rep
+            out = Path(report)
+            atomic_write_json(out / "membership.json", jsonable(rep))
+            plot_roc(rep, out / "membership_roc.png", title=f"Geometric MIA: {Path(model).name}")
+            plot_densities(rep, out / "membership_density.png", title=f"Member / non-member statistics: {Path(model).name}")
+            rep["written_to"] = str(out)
+        return rep
 
 
 def run_dataset(
@@ -298,11 +299,11 @@ def run_dataset(
         raise PfdError(f"dataset MIA needs at least 3 candidate datasets, got {len(candidates)}; add candidates")
     if len(set(candidates)) != len(candidates):
         raise PfdError("a candidate dataset is given twice; list each once")
-    _check_report(report)
-    attacker = load_attacker(model, role="model", size=model_size, batch_size=batch_size, progress=progress)
-    sets = {str(c): open_faces(c, size=attacker.size, skip_bad=skip_bad) for c in candidates}
-    rows = dataset_audit(attacker, sets, n=n, seed=seed, per_identity=per_identity)
-    if report:
-        doc = {"model": attacker.describe(), "n": n, "seed": seed, "per_identity": per_identity, "ranking": rows}
-        atomic_write_json(Path(report) / "dataset.json", jsonable(doc))
-    return rows
+    with _report_claim(report):  # the folder is this audit's until it has written
+        attacker = load_attacker(model, role="model", size=model_size, batch_size=batch_size, progress=progress)
+        sets = {str(c): open_faces(c, size=attacker.size, skip_bad=skip_bad) for c in candidates}
+        rows = dataset_audit(attacker, sets, n=n, seed=seed, per_identity=per_identity)
+        if report:
+            doc = {"model": attacker.describe(), "n": n, "seed": seed, "per_identity": per_identity, "ranking": rows}
+            atomic_write_json(Path(report) / "dataset.json", jsonable(doc))
+        return rows

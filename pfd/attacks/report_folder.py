@@ -1,0 +1,105 @@
+"""The folder an audit writes its report into: pfd's own or new, and one writer at a time.
+
+``pfd attack --report DIR`` (and ``attack mia`` / ``attack dataset``) used to write into any folder:
+a foreign ``report.md`` was silently replaced, and two audits started together on one folder both
+exited 0, the first printing the path of a report the second had written. :func:`report_folder`
+claims the folder for the whole audit, before any work:
+
+* a folder holding anything pfd's audits do not write (:data:`REPORT_ENTRIES`), or a ``report.md``
+  without a pfd ``report.json`` beside it, is refused untouched;
+* an exclusive ``flock`` on ``DIR/.pfd-report-lock`` (dropped by the kernel when the process ends,
+  so never stale) refuses a second audit while one runs, naming its pid;
+* the checks run again once the lock is held.
+
+A folder that holds an earlier pfd report is reused: rerunning an audit replaces its report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Iterator
+
+from pfd.errors import PfdError
+
+__all__ = ["REPORT_ENTRIES", "LOCK_NAME", "report_folder"]
+
+LOCK_NAME = ".pfd-report-lock"
+#: Everything pfd's audits write into a report folder.
+REPORT_ENTRIES = frozenset({
+    "report.json", "report.md", "matches.png", "membership_roc.png", "membership_density.png", "membership.json",
+    "dataset.json", "downstream", LOCK_NAME,
+})  # fmt: skip
+
+try:  # POSIX; elsewhere audits are not locked
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+
+def _is_pfd_report(path: Path) -> bool:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get("summary"), list)
+
+
+def _check(folder: Path, option: str) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise PfdError(f"{option} {folder}: is an existing file; {option} names the folder to write into")
+    if not folder.is_dir():
+        return
+    names = {p.name for p in folder.iterdir()}
+    foreign = sorted(names - REPORT_ENTRIES)
+    if "report.md" in names and not _is_pfd_report(folder / "report.json"):
+        foreign = sorted({*foreign, "report.md"})
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" (+{len(foreign) - 3} more)" if len(foreign) > 3 else "")
+        raise PfdError(f"{folder}: holds files pfd attack did not write ({shown}); it is left untouched: "
+                       f"choose an empty or new {option}")
+
+
+def _holder(fd: int) -> str:
+    for _ in range(20):  # the holder writes its pid right after locking
+        text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        if text.isdigit():
+            return text
+        time.sleep(0.05)
+    return "unknown"
+
+
+@contextlib.contextmanager
+def report_folder(path: str | os.PathLike, *, option: str = "--report") -> Iterator[Path]:
+    """Claim a report folder for one audit (see the module docstring); yields it, created.
+
+    Args:
+        path: The report folder.
+        option: How messages name it.
+
+    Raises:
+        PfdError: An existing file, a folder holding files pfd did not write, or another audit
+            writing into it (its pid is named).
+    """
+    folder = Path(path).expanduser()
+    _check(folder, option)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise PfdError(f"{folder}: another pfd attack (pid {_holder(fd)}) is writing its report here; wait "
+                               f"for it to finish or choose another {option}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        _check(folder, option)  # again, now that no other audit writes here
+        yield folder
+    finally:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

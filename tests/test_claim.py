@@ -35,7 +35,13 @@ def test_outputs_holding_work_need_resume(tmp_path):
     check_outputs(tmp_path / "release", st, resume=True)
     (tmp_path / "release").mkdir()
     (tmp_path / "release" / "a.png").write_bytes(b"x")
-    with pytest.raises(PfdError, match="release: already exists.*--resume"):
+    # Not a pfd release: --resume would be refused too, so it is not suggested (issue 20).
+    with pytest.raises(PfdError, match="release: already exists and holds files that are not a pfd release") as e:
+        check_outputs(tmp_path / "release", StateDir.at(tmp_path / "other"), resume=False)
+    assert "--resume" not in str(e.value)
+    (tmp_path / "release" / "a.png").unlink()
+    write_release(tmp_path / "release", torch.rand(4, 3, 8, 8), [0, 0, 1, 1], method="pfd", label_seed=0, run_id="f" * 32)
+    with pytest.raises(PfdError, match="release of another pfd run .* pass its --state-dir with --resume"):
         check_outputs(tmp_path / "release", StateDir.at(tmp_path / "other"), resume=False)
 
 
@@ -148,6 +154,22 @@ def test_resume_needs_the_same_settings_except_paths(tmp_path):
         check_same_settings(st, other)
 
 
+def test_resume_accepts_the_same_public_model_under_another_spelling(tmp_path, monkeypatch):
+    """Issue 20: --resume --public /abs/pubrun/model.pt refused a run started with --public pubrun/model.pt."""
+    (tmp_path / "pubrun").mkdir()
+    (tmp_path / "pubrun" / "model.pt").write_bytes(b"weights")
+    (tmp_path / "other.pt").write_bytes(b"weights")  # same bytes, another file: another setting
+    monkeypatch.chdir(tmp_path)
+    st = StateDir.at(tmp_path / "state")
+    save_config(DistillConfig(public="pubrun/model.pt"), st.config, section="distill")
+    for same in (str(tmp_path / "pubrun" / "model.pt"), "./pubrun/../pubrun/model.pt"):
+        check_same_settings(st, DistillConfig(public=same, resume=True))
+    os.symlink(tmp_path / "pubrun" / "model.pt", tmp_path / "link.pt")
+    check_same_settings(st, DistillConfig(public="link.pt", resume=True))
+    with pytest.raises(PfdError, match="public: 'pubrun/model.pt' -> 'other.pt'"):
+        check_same_settings(st, DistillConfig(public="other.pt", resume=True))
+
+
 # -- the same rules through pfd distill (they fail in Distillation's constructor, before any stage) --
 
 
@@ -155,6 +177,11 @@ def test_distill_refuses_a_second_writer_and_foreign_folders(tmp_path):
     from pfd.distill.pipeline import distill
     from tests.distill_public import tiny_distill_config
 
+    from pfd.nn.backbones import create_backbone
+    from pfd.nn.checkpoints import save_checkpoint
+
+    # A readable public checkpoint (the run checks it before taking the lock; it never trains here).
+    save_checkpoint(tmp_path / "no-public.pt", backbone=create_backbone("ir18", width=0.125, size=32, embedding_dim=32))
     cfg = tiny_distill_config(tmp_path / "no-public.pt", tmp_path)
     holder = StateLock(tmp_path / "state")  # another run, started at the same time
     with pytest.raises(PfdError, match=rf"another pfd distill \(pid {os.getpid()}\)"):
@@ -178,7 +205,7 @@ def test_claim_run_checks_folders_before_inputs_and_inputs_before_the_lock(tmp_p
     (tmp_path / "release").mkdir()
     (tmp_path / "release" / "x.png").write_bytes(b"x")  # earlier work in --out: refused first
     cfg = DistillConfig(out=str(tmp_path / "release"), state_dir=str(tmp_path / "state"))
-    with pytest.raises(PfdError, match="not empty"):
+    with pytest.raises(PfdError, match="holds files that are not a pfd release"):
         claim_run(cfg, main=True, check_inputs=lambda: seen.append("inputs"))
     assert seen == [] and not (tmp_path / "state").exists()
 

@@ -206,3 +206,68 @@ def test_a_path_too_long_for_the_system_is_one_line(tmp_path, long, command):
     res = _run(*command(tmp_path, long))
     _is_clean_error(res, "too long")
     assert len(res.output) < 600 and not (tmp_path / "s").exists() and not (tmp_path / "o").exists()
+
+
+def _random_public(path, size):
+    from pfd.nn.backbones import create_backbone
+    from pfd.nn.checkpoints import save_checkpoint
+
+    torch.manual_seed(0)
+    return save_checkpoint(path, backbone=create_backbone("ir18", width=0.125, size=size, embedding_dim=16))
+
+
+def test_distill_takes_the_size_from_the_public_checkpoint(tmp_path):
+    """Issue 20: `pfd distill --public model_64px.pt` on default settings stopped asking for --size 64."""
+    import json
+
+    public = _random_public(tmp_path / "p64.pt", 64)
+    res = _run("distill", "--public", str(public), "--private", "synthetic:private,ids=4,imgs=4", "--ipc", "2",
+               "--ogp-epochs", "1", "--ogp-batch-size", "8", "--iterations", "2", "--rta-batch-size", "8",
+               "--allow-linkable", "--out", str(tmp_path / "rel"), "--state-dir", str(tmp_path / "st"), "--no-progress")
+    assert res.exit_code == 0, res.output[-1500:]
+    assert json.loads((tmp_path / "rel" / "manifest.json").read_text())["image_size"] == 64
+
+
+def test_a_public_checkpoint_of_another_size_fails_before_a_state_dir_exists(tmp_path):
+    public = _random_public(tmp_path / "p64.pt", 64)
+    res = _run("distill", "--public", str(public), "--size", "32", "--private", PRIVATE, "--ipc", "2",
+               "--out", str(tmp_path / "rel"), "--state-dir", str(tmp_path / "st"))
+    _is_clean_error(res, "64px", "pass --size 64")
+    assert not (tmp_path / "st").exists() and not (tmp_path / "rel").exists()  # no stub left to clean up
+    missing = _run("distill", "--public", str(tmp_path / "nope.pt"), "--size", "32", "--private", PRIVATE,
+                   "--out", str(tmp_path / "rel"), "--state-dir", str(tmp_path / "st"))
+    _is_clean_error(missing, "nope.pt")
+    assert not (tmp_path / "st").exists()
+
+
+def test_a_run_that_fails_before_its_first_stage_leaves_no_stub_state_dir(tmp_path, monkeypatch):
+    """Issue 20 (minor): a run failing on its input left a state dir holding only the marker and config."""
+    from pfd.config import DistillConfig, build_config
+    from pfd.distill import pipeline
+
+    def fail(self):
+        raise PfdError("the public model could not be made")
+
+    monkeypatch.setattr(pipeline.Distillation, "public", fail)
+    cfg = build_config(DistillConfig, {"private": PRIVATE, "size": 32, "out": str(tmp_path / "rel"),
+                                       "state_dir": str(tmp_path / "st"), "rta": {"ipc": 2}, "ogp": {"batch_size": 8}})
+    with pytest.raises(PfdError, match="could not be made"):
+        pipeline.distill(cfg, progress=False)
+    assert not (tmp_path / "st").exists()
+    (tmp_path / "st").mkdir()  # a folder the user made: kept, whatever happens
+    with pytest.raises(PfdError, match="could not be made"):
+        pipeline.distill(cfg, progress=False)
+    assert (tmp_path / "st").is_dir()
+
+
+def test_ctrl_c_says_how_to_continue(tmp_path, monkeypatch):
+    """Issue 20 (minor): Ctrl-C printed a bare 'Aborted!' with no hint that --resume continues."""
+    from pfd.distill import pipeline
+
+    def interrupted(cfg, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "distill", interrupted)
+    res = _run("distill", "--private", PRIVATE, "--size", "32", "--out", str(tmp_path / "r"), "--state-dir", str(tmp_path / "s"))
+    assert res.exit_code == 130 and "--resume" in res.output and str(tmp_path / "s") in res.output
+    assert "Aborted!" not in res.output

@@ -60,3 +60,43 @@ def test_public_checks_are_skipped_without_a_public_model():
     proxies = private[: len(source)]
     checks = publication_checks(proxy_source=source, private_labels=labels, insider=(proxies, private), public=None)
     assert [c["name"] for c in checks] == ["insider_vismatch", "insider_reid"]  # no rotation, no margin check
+
+
+# -- what the gate can rule out (issue 20) ----------------------------------------------------------
+
+
+def test_an_interval_that_cannot_exclude_five_times_chance_fails():
+    from pfd.distill.gate import interval_verdict
+
+    chance = 1 / 30
+    ok = interval_verdict((0.002, 0.098), chance)  # 1/30 linked at K = 5: excludes > 2.9x chance
+    assert ok["passed"] and not ok["leaks"] and ok["bound_multiple"] == pytest.approx(2.94)
+    wide = interval_verdict((0.002, 0.170), chance)  # the issue's 6/150 at K = 5 with clustered sources
+    assert not wide["passed"] and wide["unresolved"] and not wide["leaks"]
+    assert interval_verdict((0.002, 0.170), chance, rule_out=0)["passed"]  # the rule turned off
+    above = interval_verdict((0.05, 0.2), chance)
+    assert above["leaks"] and not above["passed"]
+    text = format_checks([{"name": "public_reid", "rate": 0.04, **wide}])
+    assert "cannot rule out 5.1x chance, more than 5x" in text and "FAILED" in text
+
+
+@pytest.mark.parametrize("k, ratio, at_most, at_least", [
+    (3, 1.0, None, 0.90),  # a release at chance passes (>= 98 % in benchmarks/gate_power.py)
+    (5, 1.0, None, 0.90),
+    (2, 5.0, 0.06, None),  # a leak of 5x chance is refused (<= 2 % pass there)
+    (3, 5.0, 0.06, None),
+    (1, 1.0, 0.75, None),  # one proxy per identity cannot rule out 5x chance most of the time
+])
+def test_simulated_releases_pass_at_chance_and_are_refused_at_five_times(k, ratio, at_most, at_least):
+    from pfd.attacks.metrics import clustered_interval
+    from pfd.distill.gate import interval_verdict
+
+    rng = np.random.default_rng([k, int(ratio)])
+    n_ids = 30
+    cluster = np.repeat(np.arange(n_ids), k)
+    passed = np.mean([interval_verdict(clustered_interval(rng.random(n_ids * k) < ratio / n_ids, cluster)["ci95"],
+                                       1 / n_ids)["passed"] for _ in range(300)])
+    if at_least is not None:
+        assert passed >= at_least, passed
+    if at_most is not None:
+        assert passed <= at_most, passed

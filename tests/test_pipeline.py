@@ -219,9 +219,9 @@ def test_public_checkpoint_of_another_size_or_architecture(public, tmp_path):
         distill(tiny_distill_config(other, tmp_path / "a"), progress=False)
     with pytest.raises(PfdError, match="ir50"):
         distill(tiny_distill_config(public, tmp_path / "b", backbone="ir50"), progress=False)
-    # Those runs failed in their first stage: what they left (marker, config.toml) does not block
-    # the corrected rerun, which needs no --resume and no cleaning by hand.
-    assert sorted(p.name for p in (tmp_path / "a" / "state").iterdir()) == [".pfd-lock", "config.toml", "pfd-state.json"]
+    # Those runs failed before any stage (the checkpoint is checked up front): they leave no state
+    # dir (issue 20: a stub used to remain), and the corrected rerun needs no --resume.
+    assert not (tmp_path / "a" / "state").exists() and not (tmp_path / "b" / "state").exists()
     run = Distillation(tiny_distill_config(public, tmp_path / "a"), progress=False)
     run.close()
 

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pfd.config.stages import AttackConfig, BaselineConfig, DistillConfig, EvalConfig, OGPConfig, RTAConfig, TrainConfig
+from pfd.config.stages import AttackConfig, BaselineConfig, DistillConfig, EvalConfig, OGPConfig, ReleaseConfig, RTAConfig, TrainConfig
 from pfd.data.shape import image_hw
 from pfd.errors import PfdError
 
@@ -178,6 +178,11 @@ def _check_baseline(cfg: BaselineConfig, prefix: str = "baseline.", flags: bool 
     c.non_negative("blur_sigma")
 
 
+def _check_release(cfg: ReleaseConfig, prefix: str = "release.", flags: bool = True) -> None:
+    c = _Checker(cfg, prefix, flags)
+    c("rule_out", lambda v: v == 0 or (v >= 1 and math.isfinite(v)), "must be 0 (off) or a multiple of chance >= 1")
+
+
 def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
     c.paths("private", "public", "out", "state_dir", "embed_cache")
@@ -194,6 +199,7 @@ def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> 
     _check_train(cfg.pretrain, "pretrain.", flags=False)
     _check_ogp(cfg.ogp, "ogp.", flags)
     _check_rta(cfg.rta, "rta.", flags)
+    _check_release(cfg.release, "release.", flags)
     _check_baseline(cfg.baseline, "baseline.", flags)
 
 
@@ -217,7 +223,7 @@ def _check_attack(cfg: AttackConfig, prefix: str = "", flags: bool = True) -> No
 
 _VALIDATORS: dict[type, Any] = {
     TrainConfig: _check_train, EvalConfig: _check_eval, OGPConfig: _check_ogp, RTAConfig: _check_rta,
-    BaselineConfig: _check_baseline, DistillConfig: _check_distill, AttackConfig: _check_attack,
+    BaselineConfig: _check_baseline, ReleaseConfig: _check_release, DistillConfig: _check_distill, AttackConfig: _check_attack,
 }  # fmt: skip
 
 

@@ -230,10 +230,15 @@ class ReleaseConfig:
         allow_linkable: Write the release even when the publication gate's checks fail (OGP
             below its margin target, or proxies that pfd's own attacks link above chance). The
             baselines of a benchmark need it; a publisher should not.
+        rule_out: The gate also refuses a release whose linkability intervals do not exclude a
+            linkage rate of this many times chance (their upper end lies above it): "not shown
+            above chance" is not "at chance" when the audit is too small to tell (few proxies per
+            identity). 5 from the power simulation in docs/distill.md; 0 turns the rule off.
     """
 
     label_seed: int = 0
     allow_linkable: bool = False
+    rule_out: float = 5.0
 
 
 @dataclass

@@ -68,7 +68,7 @@ _FREE = {"resume", "out", "state_dir", "workers", "threads", "embed_cache",
          # A longer OGP schedule continues the fine-tuning (and redoes what follows it); the
          # publication gate's override decides only whether the finished release is written.
          "ogp.epochs", "ogp.max_steps", "ogp.min_steps", "ogp.step_cap", "ogp.target_below_margin",
-         "release.allow_linkable"}
+         "release.allow_linkable", "release.rule_out"}
 
 
 try:  # POSIX; on other systems runs are not locked (documented in docs/distill.md)
@@ -114,6 +114,8 @@ class StateLock:
         self.path = self.root / LOCK_NAME
         self._fd: int | None = None
         fresh = not self.root.exists()
+        #: Whether this lock created the state dir (a failed first run then removes its stub).
+        self.created = fresh
         self.root.mkdir(parents=True, exist_ok=True)
         if fresh:
             os.chmod(self.root, 0o700)
@@ -223,7 +225,12 @@ def check_outputs(out: Path, state: StateDir, *, resume: bool) -> None:
             "or choose another --state-dir"
         )
     if _release_holds_work(out):
-        raise PfdError(f"{out}: already exists and is not empty; pass --resume to continue that run or choose another --out")
+        manifest = read_manifest(out) if out.is_dir() else None
+        if manifest is None:  # --resume would refuse it too: do not suggest it
+            raise PfdError(f"{out}: already exists and holds files that are not a pfd release; it is left untouched: "
+                           "choose an empty or new --out")
+        raise PfdError(f"{out}: already holds the release of another pfd run (not of {state.root}); to continue that "
+                       "run pass its --state-dir with --resume, else choose another --out")
 
 
 @dataclass
@@ -258,15 +265,29 @@ class RunClaim:
         if self.lock is not None and self.state.root.is_dir():
             secure_state_dir(self.state.root)
 
-    def close(self) -> None:
-        """Tighten every file and folder of the state dir (0600 / 0700), then drop the lock."""
+    def close(self, *, failed: bool = False) -> None:
+        """Tighten every file and folder of the state dir (0600 / 0700), then drop the lock.
+
+        Args:
+            failed: The run stopped with an error. If it made the state dir and no stage finished
+                (only the marker and ``config.toml`` are there), the stub is removed: a run that
+                failed on its input leaves nothing behind to clean up by hand.
+        """
         if self.lock is None:
             return
+        stub = failed and getattr(self.lock, "created", False) and self.state.entries() <= {MARKER_NAME, "config.toml"}
         try:
-            if read_marker(self.state.root) is not None:
+            if read_marker(self.state.root) is not None and not stub:
                 self.secure()
         finally:
             self.lock.release()
+        if stub:
+            for name in (MARKER_NAME, "config.toml", LOCK_NAME):
+                (self.state.root / name).unlink(missing_ok=True)
+            try:
+                self.state.root.rmdir()
+            except OSError:  # something appeared meanwhile: keep it
+                pass
 
 
 def claim_state_dir(state: StateDir, out: Path, *, resume: bool, main: bool = True) -> RunClaim:
@@ -309,6 +330,21 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+#: Settings that name files: the same file under another spelling (absolute vs relative, ``~``,
+#: a symbolic link) is the same setting.
+_PATHS = {"public", "private", "pretrain.init"}
+
+
+def _same_file(a: Any, b: Any) -> bool:
+    """Whether two path settings name one existing file or folder (from the current directory)."""
+    if not isinstance(a, str) or not isinstance(b, str) or not a or not b:
+        return False
+    try:
+        return os.path.samefile(os.path.expanduser(a), os.path.expanduser(b))
+    except (OSError, ValueError):
+        return False
+
+
 def check_same_settings(state: StateDir, cfg: DistillConfig) -> None:
     """On ``--resume``: the settings must equal those the state dir was made with.
 
@@ -327,6 +363,7 @@ def check_same_settings(state: StateDir, cfg: DistillConfig) -> None:
         f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
         for k in sorted(set(old) | set(new))
         if k.split(".")[-1] not in _FREE and k not in _FREE and old.get(k) != new.get(k)
+        and not (k in _PATHS and _same_file(old.get(k), new.get(k)))
     ]
     if diff:
         more = f" (+{len(diff) - 3} more)" if len(diff) > 3 else ""

@@ -179,6 +179,15 @@ class Distillation:
             if len(self.faces) < cfg.ogp.batch_size:
                 raise PfdError(f"{cfg.private}: {len(self.faces)} private images, fewer than one fine-tuning batch of "
                                f"{cfg.ogp.batch_size}; lower --ogp-batch-size")
+            if cfg.public and not (cfg.resume and self.state.public_model.is_file()):
+                # A missing, unreadable or other-size public checkpoint fails here, before a state dir exists.
+                from types import SimpleNamespace
+
+                from pfd.distill.public import check_public_arch
+                from pfd.nn.checkpoints import read_arch
+
+                check_public_arch(SimpleNamespace(arch=read_arch(Path(cfg.public).expanduser())), cfg.public,
+                                  size=cfg.size, backbone=cfg.backbone)
 
         # Folders, resume settings, the private set, then one writer per state dir (a lock held by
         # the main process until close()), checked again under it.
@@ -199,9 +208,10 @@ class Distillation:
     def rotated(self) -> bool:
         return self.cfg.method == "pfd"
 
-    def close(self) -> None:
-        """Tighten the state dir's modes and release its lock (main process)."""
-        self.claim.close()
+    def close(self, *, failed: bool = False) -> None:
+        """Tighten the state dir's modes and release its lock (main process); after a failure
+        before the first stage, remove the state dir this run made (:meth:`RunClaim.close`)."""
+        self.claim.close(failed=failed)
 
     def _timed(self, stage: str, t0: float, skipped: bool) -> None:
         self.times[stage] = 0.0 if skipped else time.perf_counter() - t0
@@ -450,6 +460,7 @@ class Distillation:
         return publication_checks(
             proxy_source=source, private_labels=labels, insider=insider, public=public,
             below_margin=below, target=self.cfg.ogp.target_below_margin if rotated else None,
+            rule_out=self.cfg.release.rule_out,
         )  # fmt: skip
 
     def release(self, protos: dict[str, Any], ogp_losses: dict[str, float],
@@ -530,9 +541,19 @@ def _refusal(failed: list[dict[str, Any]], cfg: DistillConfig, state_dir: Path) 
         if c["name"] == "ogp_margin":
             parts.append(f"OGP left {1 - c['value']:.0%} of the private embeddings above the repulsion margin "
                          f"(target {c['target']:.0%} below)")  # fmt: skip
-        else:
+        elif c.get("leaks", True):
             parts.append(f"{c['name']} links {c['rate']:.1%} of the proxies (95% CI {c['ci95'][0]:.1%}-"
                          f"{c['ci95'][1]:.1%}, chance {c['chance']:.1%})")  # fmt: skip
+        else:
+            parts.append(f"{c['name']} cannot rule out linking {c['ci95'][1]:.1%} of the proxies "
+                         f"({c['bound_multiple']:.1f}x chance {c['chance']:.1%}, more than the {c['rule_out']:g}x "
+                         "the release must exclude)")  # fmt: skip
+    if failed and all(not c.get("leaks", True) for c in failed if c["name"] != "ogp_margin") and \
+            all(c["name"] != "ogp_margin" for c in failed):
+        # The audit is too small to show the proxies unlinkable: more proxies per identity fixes it.
+        fix = (f"distill again into a new --state-dir with more proxies per identity (--ipc; K = {cfg.rta.ipc} now, "
+               "the power table in docs/distill.md wants K >= 3), or pass --resume --allow-linkable to publish anyway")
+        return f"not published: {'; '.join(parts)}. The state is kept in {state_dir}: {fix}"
     if cfg.method == "pfd":
         fix = ("rerun with --resume and a longer OGP schedule (--ogp-steps, e.g. twice counts.ogp_steps of "
                "summary.json), or pass --allow-linkable to publish anyway")
@@ -560,6 +581,8 @@ def distill(
         PfdError: Bad input (before any work), another architecture's public checkpoint, or a
             non-finite loss (finished batches are kept; fix and rerun with ``--resume``).
     """
+    from pfd.distill.gate import PublicationRefused
+
     run = Distillation(cfg, faces=faces, accelerator=accelerator, progress=progress)
     try:
         run.public()
@@ -568,8 +591,10 @@ def distill(
         protos = run.prototypes(backbone, M)
         run.proxies(backbone, head, protos)
         summary = run.release(protos, ogp_losses, backbone)
-    finally:
-        run.close()
+    except BaseException as e:
+        run.close(failed=not isinstance(e, PublicationRefused))
+        raise
+    run.close()
     if summary is None:
         summary = json.loads(run.state.summary.read_text(encoding="utf-8"))
     return DistillResult(run.out, run.state.root, summary, run.acc.is_main_process)

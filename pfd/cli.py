@@ -32,6 +32,7 @@ _OS_FIXES = {
     errno.ELOOP: "the path runs through a loop of symbolic links; fix the links or pass another path",
     errno.ENOSPC: "free some space and run the command again (pfd distill continues with --resume)",
     errno.EROFS: "the file system is read-only; choose a writable folder",
+    errno.ENOTDIR: "a part of that path is a file, not a folder; fix the path",
 }
 
 
@@ -351,7 +352,7 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
     if not cfg.release:
         click.echo(ctx.get_help())
         raise PfdError("pass --release RELEASE --state-dir STATE (or a subcommand: mia, dataset)")
-    with report_folder(cfg.report):  # pfd's own or new, one audit at a time, before any work
+    with report_folder(cfg.report, release=cfg.release):  # pfd's own or new, one audit at a time, before any work
         card = run_scorecard(cfg, reconstructor=_load_reconstructor(reconstructor), progress=progress)
         paths = write_report(card, cfg.report)
     click.echo("\n".join(summary_table(summary_rows(card.data))))

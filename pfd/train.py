@@ -20,6 +20,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,20 @@ def global_batches(n: int, *, batch_size: int, seed: int, epoch: int) -> np.ndar
     return perm[: nb * batch_size].reshape(nb, batch_size)
 
 
+def set_threads(threads: int) -> None:
+    """``torch.set_num_threads`` for ``--threads`` (0: leave torch's setting), at most one per core.
+
+    More intra-op threads than cores do not add speed, they make OpenMP threads wait on each other:
+    ``--threads 1000`` on 2 cores ran a minute-long distillation for over five.
+    """
+    if threads <= 0:
+        return
+    cores = os.cpu_count() or threads
+    if threads > cores:
+        log.warning("--threads %d is more than the %d CPU cores here; using %d", threads, cores, cores)
+    torch.set_num_threads(min(threads, cores))
+
+
 def open_training_data(specs: Sequence[str], *, size: Any, min_images: int, skip_bad: bool = False) -> FaceSet:
     """Open and join the training sources (disjoint label spaces).
 
@@ -104,6 +119,13 @@ def open_training_data(specs: Sequence[str], *, size: Any, min_images: int, skip
         path = Path(spec).expanduser()
         if not str(spec).startswith("synthetic") and path.is_dir() and looks_like_release(path):
             check_complete_release(path)
+    seen: dict[str, str] = {}
+    for spec in specs:  # one set twice would train its people under two contradictory labels
+        key = os.path.realpath(os.path.expanduser(spec)) if os.path.exists(os.path.expanduser(spec)) else str(spec)
+        if key in seen:
+            raise PfdError(f"{spec}: given twice as training data (also as {seen[key]}); its identities would get "
+                           "two labels each: pass each dataset once")
+        seen[key] = str(spec)
     sources = [open_faces(s, size=size, min_images=min_images, skip_bad=skip_bad) for s in specs]
     for spec, src in zip(specs, sources):
         if not same_size(src.size, size):
@@ -534,8 +556,7 @@ def train(cfg: TrainConfig, *, faces: FaceSet | None = None, progress: bool = Tr
         if final.exists():
             log.info("%s: the run had finished; nothing to resume", final)
             return final
-    if cfg.threads > 0:
-        torch.set_num_threads(cfg.threads)
+    set_threads(cfg.threads)
     trainer = Trainer(cfg, faces=faces, progress=progress)
     if resume:
         trainer.resume()

@@ -271,3 +271,77 @@ def test_ctrl_c_says_how_to_continue(tmp_path, monkeypatch):
     res = _run("distill", "--private", PRIVATE, "--size", "32", "--out", str(tmp_path / "r"), "--state-dir", str(tmp_path / "s"))
     assert res.exit_code == 130 and "--resume" in res.output and str(tmp_path / "s") in res.output
     assert "Aborted!" not in res.output
+
+
+# -- hostile cases found in this round (issue 20, "25 more of your own") ----------------------------
+
+
+def _faces(root):
+    from pfd.data.synthetic import SyntheticFaces, write_synthetic
+
+    write_synthetic(root, SyntheticFaces("private", identities=4, images_per_identity=4, size=32), progress=False)
+    return root
+
+
+def test_release_or_state_inside_the_private_folder_is_refused(tmp_path):
+    faces = _faces(tmp_path / "both" / "faces")
+    before = sorted(p.name for p in faces.iterdir())
+    for args, word in ((["--out", str(faces / "rel"), "--state-dir", str(tmp_path / "s")], "--out"),
+                       (["--out", str(tmp_path / "r"), "--state-dir", str(faces / "st")], "--state-dir"),
+                       (["--out", str(tmp_path / "both"), "--state-dir", str(tmp_path / "s2")], "--out")):
+        res = _run("distill", "--private", str(faces), "--ipc", "2", *args)
+        _is_clean_error(res, "private set", word)
+    assert sorted(p.name for p in faces.iterdir()) == before  # nothing written among the photos
+
+
+def test_a_report_inside_the_release_is_refused(tmp_path):
+    rel = tmp_path / "rel"
+    write_release(rel, torch.rand(4, 3, 8, 8), [0, 0, 1, 1], method="pfd", label_seed=0)
+    res = _run("attack", "--release", str(rel), "--state-dir", str(tmp_path / "st"), "--report", str(rel / "report"))
+    _is_clean_error(res, "inside the release")
+    assert not (rel / "report").exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--seed", "-1"], ["--seed", "at least 0"]),
+    (["--label-seed", "-5"], ["--label-seed", "at least 0"]),
+])
+def test_negative_seeds_are_refused_before_any_work(tmp_path, args, words):
+    res = _run("distill", "--private", PRIVATE, "--size", "32", "--out", str(tmp_path / "r"), "--state-dir",
+               str(tmp_path / "s"), *args)
+    _is_clean_error(res, *words)
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_same_training_data_twice_and_the_same_mia_groups_are_refused(tmp_path):
+    faces = _faces(tmp_path / "faces")
+    _is_clean_error(_run("train", "--data", str(faces), "--data", f"{faces}/", "--out", str(tmp_path / "t")), "given twice")
+    from pfd.nn.backbones import create_backbone
+    from pfd.nn.checkpoints import save_checkpoint
+
+    model = save_checkpoint(tmp_path / "m.pt", backbone=create_backbone("ir18", width=0.125, size=32, embedding_dim=8))
+    res = _run("attack", "mia", "--model", str(model), "--members", str(faces), "--nonmembers", f"{faces}/.")
+    _is_clean_error(res, "both the members and the non-members")
+
+
+def test_a_cache_dir_that_is_a_file_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "cache").write_text("not a folder")
+    monkeypatch.setenv("PFD_CACHE_DIR", str(tmp_path / "cache"))
+    res = _run("distill", "--private", PRIVATE, "--size", "32", "--ipc", "2", "--ogp-batch-size", "8",
+               "--out", str(tmp_path / "r"), "--state-dir", str(tmp_path / "s"))
+    _is_clean_error(res, "PFD_CACHE_DIR")
+    assert not (tmp_path / "s").exists()
+
+
+def test_more_threads_than_cores_are_capped(monkeypatch, caplog):
+    import os
+
+    from pfd.train import set_threads
+
+    before = torch.get_num_threads()
+    try:
+        with caplog.at_level(logging.WARNING):
+            set_threads(10_000)
+        assert torch.get_num_threads() == os.cpu_count() and "more than the" in caplog.text
+    finally:
+        torch.set_num_threads(before)

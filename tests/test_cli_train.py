@@ -57,16 +57,20 @@ def test_no_data_pretrains_on_synthetic_public(tmp_path):
 
 
 def test_joint_training_keeps_label_spaces_disjoint(tmp_path):
-    # The same source twice: equal identity names must still become different classes.
-    src = "synthetic:public,ids=4,imgs=4"
+    # Two sources whose identity names are equal (the same people's names in another domain):
+    # equal names must still become different classes.
+    src, other = "synthetic:public,ids=4,imgs=4", "synthetic:public,ids=4,imgs=4,domain=age"
     out = tmp_path / "joint"
-    res = _train("--data", src, "--data", src, "--data", "synthetic:test,ids=3,imgs=4", *TINY,
+    res = _train("--data", src, "--data", other, "--data", "synthetic:test,ids=3,imgs=4", *TINY,
                  "--batch-size", "8", "--max-steps", "2", "--out", str(out))
     assert res.exit_code == 0, res.output
     ck = load_checkpoint(out / "model.pt")
     assert ck["head"]["num_classes"] == 4 + 4 + 3
     assert ck["head"]["state_dict"]["weight"].shape == (11, 16)
-    assert tomllib.loads((out / "config.toml").read_text())["train"]["data"] == [src, src, "synthetic:test,ids=3,imgs=4"]
+    assert tomllib.loads((out / "config.toml").read_text())["train"]["data"] == [src, other, "synthetic:test,ids=3,imgs=4"]
+    # The very same source twice would give each of its people two labels: refused (issue 20).
+    twice = _train("--data", src, "--data", src, *TINY, "--batch-size", "8", "--max-steps", "2", "--out", str(tmp_path / "t"))
+    assert twice.exit_code == 2 and "given twice" in twice.output
 
 
 def test_init_of_another_size_fails_clearly_and_a_fitting_one_is_used(tmp_path, caplog):

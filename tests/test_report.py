@@ -103,6 +103,8 @@ def test_write_report_is_strict_json_and_markdown_lists_skips(tmp_path, membersh
     assert all(p.is_file() for p in paths.values())
     md = paths["markdown"].read_text()
     assert "- attributes: no aux" in md and "| Membership:" in md and "0.500" in md
+    # Issue 20: "4 images (2 of them are sources of proxies)" read as if images were the sources.
+    assert "2 identities (2 of them sources of proxies), 4 images" in md and "16 px" in md
     assert format_markdown({**data, "membership": {}}, [], {}).count("No attack could run") == 1
 
 

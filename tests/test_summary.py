@@ -43,3 +43,8 @@ def test_format_summary_names_times_counts_rates_and_next_steps(tmp_path):
                  "L_RTA 0.600 -> 0.200", "own prototype 0.700", "< 0.1: 0.960", "chance 0.042",
                  "pfd release lint", "pfd attack --release", "--private synthetic:private"):  # fmt: skip
         assert part in text, part
+    assert "--skip-bad" not in text
+    # Issue 20: after a --skip-bad run the suggested attack must skip the same bad files.
+    skipped = format_summary(summary, private="faces dir/", skip_bad=True)
+    attack = next(line for line in skipped.splitlines() if "pfd attack" in line)
+    assert attack.endswith("--skip-bad") and "--private 'faces dir/'" in attack  # quoted for the shell

@@ -25,7 +25,7 @@ from typing import Iterator
 
 from pfd.errors import PfdError
 
-__all__ = ["REPORT_ENTRIES", "LOCK_NAME", "report_folder"]
+__all__ = ["REPORT_ENTRIES", "LOCK_NAME", "check_report_folder", "report_folder"]
 
 LOCK_NAME = ".pfd-report-lock"
 #: Everything pfd's audits write into a report folder.
@@ -46,6 +46,11 @@ def _is_pfd_report(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(doc, dict) and isinstance(doc.get("summary"), list)
+
+
+def check_report_folder(folder: str | os.PathLike, option: str = "--report") -> None:
+    """The read-only checks of :func:`report_folder` (an existing file, files pfd did not write), without claiming."""
+    _check(Path(folder).expanduser(), option)
 
 
 def _check(folder: Path, option: str) -> None:
@@ -73,18 +78,27 @@ def _holder(fd: int) -> str:
 
 
 @contextlib.contextmanager
-def report_folder(path: str | os.PathLike, *, option: str = "--report") -> Iterator[Path]:
+def report_folder(path: str | os.PathLike, *, option: str = "--report",
+                  release: str | os.PathLike | None = None) -> Iterator[Path]:
     """Claim a report folder for one audit (see the module docstring); yields it, created.
 
     Args:
         path: The report folder.
         option: How messages name it.
+        release: The audited release: the report (its match grid shows private photos, its
+            figures the proxy -> source links) may lie neither inside it nor around it.
 
     Raises:
-        PfdError: An existing file, a folder holding files pfd did not write, or another audit
-            writing into it (its pid is named).
+        PfdError: An existing file, a folder holding files pfd did not write, a folder inside or
+            around the release, or another audit writing into it (its pid is named).
     """
     folder = Path(path).expanduser()
+    if release is not None:
+        r, f = Path(release).expanduser().resolve(), folder.resolve()
+        if f == r or f.is_relative_to(r) or r.is_relative_to(f):
+            raise PfdError(f"{folder}: the report would lie {'inside' if f.is_relative_to(r) else 'around'} the "
+                           f"release {release}; it shows private photos and the proxy -> source links: choose a "
+                           f"{option} outside the release")
     _check(folder, option)
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)

@@ -99,6 +99,7 @@ class _Checker:
 
 def _check_train(cfg: TrainConfig, prefix: str = "", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
+    c.at_least("seed", 0)  # numpy generators take no negative seed
     c.paths("data", "init", "out")
     c("size", lambda v: v == 0 or _size_ok(v), "must be a side or HxW, each a positive multiple of 16")  # 0: set later (the scorecard's release size)
     c.positive("width")
@@ -124,6 +125,7 @@ def _check_train(cfg: TrainConfig, prefix: str = "", flags: bool = True) -> None
 
 def _check_eval(cfg: EvalConfig, prefix: str = "", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
+    c.at_least("seed", 0)
     c.paths("model", "pairs", "data", "out")
     c.at_least("num_pairs", 1)
     c.at_least("folds", 2)
@@ -133,6 +135,7 @@ def _check_eval(cfg: EvalConfig, prefix: str = "", flags: bool = True) -> None:
 
 def _check_ogp(cfg: OGPConfig, prefix: str = "ogp.", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
+    c.at_least("seed", 0)
     c.positive("scale")
     c.non_negative("margin")
     c("rep_margin", lambda v: -1 < v < 1, "must lie strictly between -1 and 1 (a cosine margin; L_rep is off outside)")
@@ -156,6 +159,8 @@ def _check_ogp(cfg: OGPConfig, prefix: str = "ogp.", flags: bool = True) -> None
 
 def _check_rta(cfg: RTAConfig, prefix: str = "rta.", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
+    c.at_least("seed", 0)
+    c.at_least("kmeans_seed", 0)
     c.at_least("ipc", 1)
     c.at_least("iterations", 1)
     c.at_least("batch_size", 1)
@@ -172,6 +177,7 @@ def _check_rta(cfg: RTAConfig, prefix: str = "rta.", flags: bool = True) -> None
 
 def _check_baseline(cfg: BaselineConfig, prefix: str = "baseline.", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
+    c.at_least("seed", 0)
     c.positive("epsilon")
     c.at_least("cell", 0)
     c.at_least("pixels", 0)
@@ -180,6 +186,7 @@ def _check_baseline(cfg: BaselineConfig, prefix: str = "baseline.", flags: bool 
 
 def _check_release(cfg: ReleaseConfig, prefix: str = "release.", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
+    c.at_least("label_seed", 0)
     c("rule_out", lambda v: v == 0 or (v >= 1 and math.isfinite(v)), "must be 0 (off) or a multiple of chance >= 1")
 
 
@@ -205,6 +212,7 @@ def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> 
 
 def _check_attack(cfg: AttackConfig, prefix: str = "", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
+    c.at_least("seed", 0)
     c.paths("release", "private", "state_dir", "public_model", "report", "public", "holdout", "attr_data", "attackers")
     c("report", lambda v: not v or not Path(v).expanduser().is_file(), "must name a folder (not an existing file)")
     c.at_least("batch_size", 1)

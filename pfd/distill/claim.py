@@ -373,6 +373,27 @@ def check_same_settings(state: StateDir, cfg: DistillConfig) -> None:
         )
 
 
+def _check_apart_from_private(cfg: DistillConfig, out: Path, state_root: Path) -> None:
+    """Neither the release nor the state dir may lie in the private identity folder, nor contain it.
+
+    A release written into the private folder mixes the public artefact with the photos it must
+    not reveal (and becomes an "identity" of the next run); a private folder inside the release
+    would be published with it.
+    """
+    private = Path(str(cfg.private)).expanduser()
+    if str(cfg.private).startswith("synthetic") or not private.is_dir():
+        return
+    priv = private.resolve()
+    for path, option, what in ((out, "--out", "the release"), (state_root, "--state-dir", "the state dir")):
+        p = path.expanduser().resolve()
+        if p == priv or p.is_relative_to(priv):
+            raise PfdError(f"{path}: {what} would lie inside the private set {cfg.private} (its photos and the "
+                           f"release must stay apart); choose an {option} outside it")
+        if priv.is_relative_to(p):
+            raise PfdError(f"{path}: {what} would contain the private set {cfg.private}; choose an {option} that "
+                           "does not hold the private photos")
+
+
 def claim_run(cfg: DistillConfig, *, main: bool | None = None, check_inputs: Callable[[], None] | None = None) -> RunClaim:
     """Claim the folders of a ``pfd distill`` run: every folder and resume check, then the lock.
 
@@ -402,6 +423,7 @@ def claim_run(cfg: DistillConfig, *, main: bool | None = None, check_inputs: Cal
     check_separate(out, state.root)
     if cfg.embed_cache:  # cached private embeddings are private state: never inside the release
         check_outside_release(Path(cfg.embed_cache).expanduser(), out, what="the embedding cache", option="--embed-cache")
+    _check_apart_from_private(cfg, out, state.root)
     check_outputs(out, state, resume=cfg.resume)
     if cfg.resume:
         check_same_settings(state, cfg)

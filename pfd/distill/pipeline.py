@@ -154,13 +154,12 @@ class Distillation:
         self, cfg: DistillConfig, *, faces: FaceSet | None = None, accelerator: Any | None = None, progress: bool = True
     ) -> None:
         from pfd.data.sources import open_faces
-        from pfd.train import make_accelerator
+        from pfd.train import make_accelerator, set_threads
 
         if cfg.method not in METHODS:
             raise PfdError(f"unknown method {cfg.method!r}; choose one of {', '.join(METHODS)}")
         validate_config(cfg)  # every numeric setting, before any work
-        if cfg.threads > 0:
-            torch.set_num_threads(cfg.threads)
+        set_threads(cfg.threads)
         self.cfg = cfg
         _ = self.baseline  # a bad --epsilon / --dp-cell / --blur-sigma fails before anything is written
         self.out = Path(cfg.out).expanduser()

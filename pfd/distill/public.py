@@ -33,7 +33,10 @@ _NOT_HASHED = ("out", "workers", "checkpoint_every", "skip_bad")
 def public_cache_dir() -> Path:
     """``$PFD_CACHE_DIR/public`` or ``~/.cache/pfd/public``."""
     root = os.environ.get("PFD_CACHE_DIR")
-    return (Path(root).expanduser() if root else Path.home() / ".cache" / "pfd") / "public"
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "pfd"
+    if base.exists() and not base.is_dir():
+        raise PfdError(f"{base}: the pfd cache (PFD_CACHE_DIR) is a file, not a folder; point PFD_CACHE_DIR at a folder")
+    return base / "public"
 
 
 def pretrain_key(cfg: TrainConfig, faces: FaceSet | None = None) -> str:

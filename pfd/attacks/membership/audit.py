@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 from pfd.attacks.membership.dataset import dataset_membership
 from pfd.attacks.membership.statistics import STATISTICS, membership_report
 from pfd.attacks.models.loading import Attacker, checkpoint_head, load_attacker
-from pfd.attacks.report_folder import report_folder
+from pfd.attacks.report_folder import check_report_folder, report_folder
 from pfd.data.faceset import FaceSet
 from pfd.data.sources import open_faces
 from pfd.data.shape import same_size
@@ -201,6 +201,17 @@ def format_dataset_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _same_spec(a: str, b: str) -> bool:
+    """Whether two dataset specs name the same data (one folder under two spellings included)."""
+    if str(a) == str(b):
+        return True
+    pa, pb = Path(str(a)).expanduser(), Path(str(b)).expanduser()
+    try:
+        return pa.exists() and pb.exists() and os.path.samefile(pa, pb)
+    except OSError:
+        return False
+
+
 def _report_claim(report: str | os.PathLike | None) -> contextlib.AbstractContextManager:
     """The report folder claimed for this audit (:func:`pfd.attacks.report_folder.report_folder`), or nothing."""
     return report_folder(report) if report else contextlib.nullcontext()
@@ -247,6 +258,11 @@ def run_mia(
     Returns:
         The membership report (plus ``members``/``nonmembers`` specs and ``head_source``).
     """
+    if report:
+        check_report_folder(report)  # the folder's errors first: they name what the user typed last
+    if _same_spec(members, nonmembers):
+        raise PfdError(f"{members}: given as both the members and the non-members; the audit compares two "
+                       "disjoint groups of people: pass the held-out people as --nonmembers")
     with _report_claim(report):  # the folder is this audit's until it has written
         attacker = load_attacker(model, role="model", size=model_size, batch_size=batch_size, progress=progress)
         kind, s, m, source = resolve_head(model, head, scale, margin)

@@ -106,7 +106,9 @@ def _recipe_table(recipe: str | None, table: str) -> dict[str, Any]:
 @click.option("--head", help="arcface, cosface, adaface or magface.")
 @click.option("--scale", type=float, help="Head scale s.")
 @click.option("--margin", type=float, help="Head margin m.")
-@click.option("--init", help="Checkpoint to fine-tune from (pfd, insightface or AdaFace).")
+@click.option("--init", help="Checkpoint to fine-tune from (pfd, insightface, AdaFace or MobileFaceNet).")
+@click.option("--head-init", type=click.Choice(["random", "class_means"]),
+              help="Start the margin head at random (default) or at each class's mean embedding (fine-tuning).")
 @click.option("--epochs", type=int)
 @click.option("--max-steps", type=int, help="Stop after this many steps (overrides --epochs).")
 @click.option("--batch-size", type=int, help="Global batch size (split across processes).")

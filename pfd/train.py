@@ -86,6 +86,20 @@ def global_batches(n: int, *, batch_size: int, seed: int, epoch: int) -> np.ndar
     return perm[: nb * batch_size].reshape(nb, batch_size)
 
 
+def class_mean_weights(emb: torch.Tensor, labels: Any, num_classes: int) -> torch.Tensor:
+    """Normalised mean embedding of every class ``(C, D)`` (a class without samples keeps a zero row).
+
+    Args:
+        emb: Embeddings ``(n, D)`` (normalised or not; each is normalised first).
+        labels: Class of each embedding ``(n,)`` in ``[0, C)``.
+        num_classes: ``C``.
+    """
+    e = F.normalize(emb.double(), dim=1)  # (n, D)
+    y = torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+    sums = torch.zeros(num_classes, e.shape[1], dtype=torch.float64).index_add_(0, y, e)  # (C, D)
+    return F.normalize(sums, dim=1).float()
+
+
 def set_threads(threads: int) -> None:
     """``torch.set_num_threads`` for ``--threads`` (0: leave torch's setting), at most one per core.
 
@@ -259,6 +273,8 @@ class Trainer:
             backbone = create_backbone(cfg.backbone, width=cfg.width, size=cfg.size, embedding_dim=cfg.embedding_dim)
         dim = int(getattr(backbone, "arch", {}).get("embedding_dim", cfg.embedding_dim))
         step = self.build_step(backbone, dim)
+        if cfg.head_init == "class_means":
+            self.init_head_at_class_means(step, backbone)
         optimizer = torch.optim.SGD(
             self.param_groups(step), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
         )
@@ -297,6 +313,21 @@ class Trainer:
 
         cfg = self.cfg
         return create_head(cfg.head, embedding_dim=dim, num_classes=self.num_head_classes(), scale=cfg.scale, margin=cfg.margin)
+
+    def init_head_at_class_means(self, step: nn.Module, backbone: nn.Module) -> None:
+        """``head_init = class_means``: every head row at the normalised mean embedding of its class."""
+        from pfd.embed import Embedder
+
+        head = getattr(step, "head", None)
+        weight = getattr(head, "weight", None)
+        if not isinstance(weight, torch.Tensor) or weight.shape[0] != self.faces.num_classes:
+            raise PfdError(f"head_init = class_means needs a head with one row per identity ({self.faces.num_classes}); "
+                           "use head_init = random for this trainer")
+        was_training = backbone.training
+        emb = Embedder(backbone.eval(), batch_size=self.cfg.batch_size, progress=self.progress)(self.faces)  # (n, D)
+        backbone.train(was_training)
+        with torch.no_grad():
+            weight.copy_(class_mean_weights(emb, self.faces.labels, self.faces.num_classes).to(weight))
 
     def build_step(self, backbone: nn.Module, dim: int) -> nn.Module:
         """The module whose ``forward(images, labels)`` returns a :class:`StepOutput`."""

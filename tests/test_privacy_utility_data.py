@@ -272,3 +272,28 @@ def test_groups_that_base_already_separates_make_the_leaks_count_inconclusive():
         text = markdown(doc)
         assert word in text
         assert ("differ a priori" in text) == groups["separates"]
+
+
+def test_lowres_spec_option_degrades_on_the_fly_at_a_non_square_size():
+    """Issue 19: the surveillance scenario's domain is a spec option (`+lowres`), not a copy of the photos."""
+    res = SpecResolver(None, size=(48, 32), lowres=(8, 6))
+    full = res("synthetic:private,ids=3,imgs=2")
+    low = res("synthetic:private,ids=3,imgs=2+lowres")
+    assert full.size == (48, 32) and low.size == (48, 32) and low.names == full.names
+    assert np.array_equal(low.labels, full.labels)
+    x, y = full.images, low.images  # (n, 3, 48, 32)
+    assert not torch.equal(x, y)
+    detail = lambda t: (t[..., 1:, :] - t[..., :-1, :]).abs().mean()  # noqa: E731 - vertical gradients
+    assert detail(y) < 0.5 * detail(x)  # the fine detail is gone
+    again = SpecResolver(None, size=(48, 32), lowres=(8, 6))("synthetic:private,ids=3,imgs=2+lowres")
+    assert torch.equal(again.images, y)  # deterministic
+
+
+def test_non_square_celeba_crop_keeps_the_central_width_at_the_models_aspect():
+    from pu.data import center_crop_hw
+
+    img = torch.zeros(1, 3, 112, 112)
+    img[..., :, 18:94] = 1.0  # a bright central band of 76 px, the 0.68 the crop keeps
+    faces = TensorFaces(img, [0])
+    out = center_crop_hw(faces, width_frac=0.68, hw=(112, 96))
+    assert out.size == (112, 96) and out.images[0, :, :, 2:-2].min() > 0.9  # only the band is left, stretched to 96

@@ -151,3 +151,30 @@ def test_resume_with_other_settings_is_refused_and_a_finished_run_is_returned(tm
     (tmp_path / "before.pt").write_bytes(before)
     assert torch.equal(load_checkpoint(resumed)["head"]["state_dict"]["weight"],
                        load_checkpoint(tmp_path / "before.pt")["head"]["state_dict"]["weight"])
+
+
+def test_head_can_start_at_the_class_means_of_the_initial_backbone(tmp_path):
+    """head_init = class_means (issue 19's downstream protocol): row c = normalised mean embedding of class c."""
+    from pfd.embed import Embedder
+    from pfd.nn.backbones import create_backbone
+    from pfd.nn.checkpoints import save_checkpoint
+    from pfd.train import Trainer, class_mean_weights
+
+    torch.manual_seed(0)
+    init = save_checkpoint(tmp_path / "init.pt", backbone=create_backbone("ir18", width=0.125, size=32, embedding_dim=16))
+    faces = TensorFaces(torch.rand(24, 3, 32, 32, generator=torch.Generator().manual_seed(1)), np.repeat(np.arange(6), 4))
+    cfg = TrainConfig(data=["mem"], size=32, init=str(init), head_init="class_means", batch_size=8, epochs=1,
+                      out=str(tmp_path / "out"), mixed_precision="no", flip=False)
+    trainer = Trainer(cfg, faces=faces, progress=False)
+    head = trainer.acc.unwrap_model(trainer.model).head
+    from pfd.nn.checkpoints import load_backbone
+
+    emb = Embedder(load_backbone(init), batch_size=8)(faces)
+    expect = class_mean_weights(emb, faces.labels, 6)
+    torch.testing.assert_close(head.weight.detach(), expect, atol=1e-5, rtol=1e-5)
+    means = torch.stack([torch.nn.functional.normalize(emb[faces.labels == c].mean(0), dim=0) for c in range(6)])
+    torch.testing.assert_close(expect, means, atol=1e-5, rtol=1e-5)  # against the definition
+    from pfd.config import build_config
+
+    with pytest.raises(PfdError, match="head_init"):
+        build_config(TrainConfig, {"head_init": "zeros"})

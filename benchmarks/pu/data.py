@@ -10,7 +10,10 @@ labels, by the public model and by every downstream model), the publisher's *pri
 * a named part of the shared data (``--data-root``, default ``../shared/data``):
   ``celeba:public`` / ``celeba:private`` / ``celeba:test`` (:func:`celeba_split`),
   ``yale-b:private`` / ``yale-b:test`` (:func:`pu.yale.split_yale_b`, near-black images dropped)
-  and ``yale-a`` (cropped, :func:`pu.yale.yale_a`).
+  and ``yale-a`` (cropped, :func:`pu.yale.yale_a`);
+* any of those followed by ``+lowres``: the same faces brought down to ``lowres`` pixels
+  (``(19, 16)``, 19 high x 16 wide, by default) and back up, bilinear: a deterministic
+  surveillance-like domain made on the fly (:func:`degrade_lowres`), never a copy of the photos.
 
 Presets (:data:`SCENARIOS`): ``celeba`` (private and test = CelebA identities, the in-the-wild
 domain of the public data) and ``yaleb`` (private and test = Extended Yale B identities: a
@@ -37,10 +40,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
+import torch
+from PIL import Image
 
 from pfd.data.faces import FaceFolder
 from pfd.data.faceset import FaceSet, TensorFaces, to_memory
 from pfd.data.pairs import VerificationPairs, generate_pairs
+from pfd.data.shape import canonical_size, image_hw
 from pfd.data.sources import ACCEPTED_SPECS, open_faces
 from pfd.errors import PfdError
 from pu.yale import N_PRIVATE, YALE_A, YALE_B, split_yale_b, yale_a, yale_b
@@ -118,6 +124,47 @@ def celeba_split(counts: Mapping[str, int], *, seed: int = 0, private: int = 72,
     return {"public": [n for n in names if n not in taken], "private": priv, "test": tst}
 
 
+#: Default (H, W) of the ``+lowres`` transform: 16 x 19 pixels for 112 x 96 faces, the shared
+#: MobileFaceNet model card's surveillance-like domain (57.9 % verification there, 87.9 % at full size).
+LOWRES = (19, 16)
+
+
+def degrade_lowres(faces: FaceSet, small: tuple[int, int] = LOWRES) -> TensorFaces:
+    """Every image down to ``small`` (H, W) and back up to its size, bilinear on 8-bit pixels.
+
+    Pure and deterministic: the same faces give the same pixels on every machine.
+    """
+    h, w = image_hw(faces.size)
+    out = []
+    for i in range(len(faces)):
+        arr = np.clip(np.rint(faces.load(i).permute(1, 2, 0).numpy() * 255.0), 0, 255).astype(np.uint8)
+        img = Image.fromarray(arr).resize((small[1], small[0]), Image.Resampling.BILINEAR).resize((w, h), Image.Resampling.BILINEAR)
+        out.append(torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1))
+    names = [faces.name(i) for i in range(len(faces))]
+    return TensorFaces(torch.stack(out).float().div_(255.0), faces.labels, identities=faces.identities, names=names,
+                       attributes=getattr(faces, "attributes", None))
+
+
+def center_crop_hw(faces: FaceSet, *, width_frac: float, hw: tuple[int, int]) -> TensorFaces:
+    """The central ``width_frac`` of each image's width, cut to the aspect ``H:W`` and resized to ``hw``.
+
+    How the shared MobileFaceNet's model card cuts CelebA's loose square crops to its 112 x 96 input.
+    """
+    out = []
+    for i in range(len(faces)):
+        arr = np.clip(np.rint(faces.load(i).permute(1, 2, 0).numpy() * 255.0), 0, 255).astype(np.uint8)
+        img = Image.fromarray(arr)
+        w, h = img.size
+        cw = width_frac * w
+        ch = min(float(h), cw * hw[0] / hw[1])
+        box = ((w - cw) / 2, (h - ch) / 2, (w + cw) / 2, (h + ch) / 2)
+        img = img.resize((hw[1], hw[0]), Image.Resampling.BILINEAR, box=box)
+        out.append(torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1))
+    names = [faces.name(i) for i in range(len(faces))]
+    return TensorFaces(torch.stack(out).float().div_(255.0), faces.labels, identities=faces.identities, names=names,
+                       attributes=getattr(faces, "attributes", None))
+
+
 def center_crop(faces: TensorFaces, size: int) -> TensorFaces:
     """The central ``size × size`` pixels of every image of an in-memory set."""
     o = (faces.size - size) // 2
@@ -147,11 +194,13 @@ class SpecResolver:
         yale_seed: Seed of the Yale B private/test split; ``yale_private``: its private count.
     """
 
-    def __init__(self, data_root: Path | None, *, size: int, celeba: Mapping[str, int] | None = None,
-                 yale_seed: int = 0, yale_private: int = N_PRIVATE, celeba_center: float = 1.0) -> None:
+    def __init__(self, data_root: Path | None, *, size: Any, celeba: Mapping[str, int] | None = None,
+                 yale_seed: int = 0, yale_private: int = N_PRIVATE, celeba_center: float = 1.0,
+                 lowres: tuple[int, int] = LOWRES) -> None:
         if not 0 < celeba_center <= 1:
             raise PfdError(f"celeba_center must be in (0, 1], got {celeba_center}")
-        self.root, self.size = data_root, size
+        self.root, self.size = data_root, canonical_size(size)
+        self.lowres = (int(lowres[0]), int(lowres[1]))
         self.celeba_center = float(celeba_center)
         self.celeba = dict(CELEBA_SPLIT, **(celeba or {}))
         self.yale_seed, self.yale_private = yale_seed, yale_private
@@ -172,10 +221,21 @@ class SpecResolver:
         return self._cache[spec]
 
     def _open(self, spec: str) -> FaceSet:
+        if spec.endswith("+lowres"):
+            return degrade_lowres(self(spec[: -len("+lowres")]), self.lowres)
         part = spec.split(":", 1)[1] if ":" in spec else ""
         if spec.startswith("celeba:"):
             if part not in ("public", "private", "test"):
                 raise PfdError(f"{spec}: unknown part; use celeba:public, celeba:private or celeba:test")
+            hw = image_hw(self.size)
+            if hw[0] != hw[1]:  # a non-square model: the central share of the width at its aspect, resized
+                folder = FaceFolder(self._need(CELEBA, spec), size=112)  # the crops' own size: no resampling
+                counts = {n: int(c) for n, c in zip(folder.identities, folder.counts())}
+                split = celeba_split(counts, **self.celeba)
+                self.info["celeba"] = {"identities": len(counts), "images": len(folder), "split": self.celeba,
+                                       **{k: {"identities": len(v), "images": int(sum(counts[n] for n in v))}
+                                          for k, v in split.items()}}
+                return center_crop_hw(_select(folder, split[part]), width_frac=self.celeba_center, hw=hw)
             # Read at a larger side and keep the central `size` pixels: the face without the margin.
             full = self.size if self.celeba_center >= 1 else int(round(self.size / self.celeba_center))
             folder = FaceFolder(self._need(CELEBA, spec), size=full)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -38,6 +38,7 @@ from PIL import Image
 from pfd.data.faces import FaceFolder
 from pfd.data.faceset import TensorFaces
 from pfd.data.images import ImageDecoder
+from pfd.data.shape import pil_size
 from pfd.errors import PfdError
 
 __all__ = ["DARK_THRESHOLD", "MODERATE_LIGHT", "N_PRIVATE", "YALE_A_BOX", "find_data_root", "light_angle", "moderate_light", "yale_b", "split_yale_b", "yale_a"]
@@ -70,7 +71,7 @@ def _in_memory(faces, keep: np.ndarray) -> TensorFaces:
     return TensorFaces(images, sub.labels, identities=sub.identities, names=[sub.name(i) for i in range(len(sub))])
 
 
-def yale_b(root: Path, *, size: int) -> tuple[TensorFaces, dict[str, int]]:
+def yale_b(root: Path, *, size: Any) -> tuple[TensorFaces, dict[str, int]]:
     """Extended Yale B at ``size`` px without the near-black images.
 
     Returns:
@@ -99,7 +100,7 @@ def _select(faces: TensorFaces, labels: Sequence[int]) -> TensorFaces:
     return _in_memory(faces, np.flatnonzero(np.isin(faces.labels, labels)))
 
 
-def yale_a(root: Path, *, size: int) -> TensorFaces:
+def yale_a(root: Path, *, size: Any) -> TensorFaces:
     """Yale A cropped to :data:`YALE_A_BOX` and resized to ``size`` px (RGB copies of the grey)."""
     decoder = ImageDecoder(size)
     folder = FaceFolder(root / YALE_A, size=size, min_images=1)  # lists the files and identities
@@ -108,7 +109,7 @@ def yale_a(root: Path, *, size: int) -> TensorFaces:
         img = decoder.open(root / YALE_A / folder.name(i), folder.name(i))
         w, h = img.size
         box = YALE_A_BOX if (w, h) == (320, 243) else (0, 0, w, h)
-        img = img.crop(box).resize((size, size), Image.Resampling.BILINEAR)
+        img = img.crop(box).resize(pil_size(size), Image.Resampling.BILINEAR)
         images.append(torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1).float().div_(255.0))
     return TensorFaces(torch.stack(images), folder.labels, identities=folder.identities, names=folder.names)
 

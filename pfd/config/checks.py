@@ -99,6 +99,7 @@ class _Checker:
 
 def _check_train(cfg: TrainConfig, prefix: str = "", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
+    c.choice("head_init", ("random", "class_means"))
     c.at_least("seed", 0)  # numpy generators take no negative seed
     c.paths("data", "init", "out")
     c("size", lambda v: v == 0 or _size_ok(v), "must be a side or HxW, each a positive multiple of 16")  # 0: set later (the scorecard's release size)

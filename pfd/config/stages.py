@@ -57,6 +57,10 @@ class TrainConfig:
         flip: Random horizontal flip augmentation.
         skip_bad: Skip (and list) unreadable images and unusable entries of identity folders
             instead of stopping at the first one.
+        head_init: ``random`` (N(0, 0.01²), as insightface) or ``class_means``: each class row starts
+            at the normalised mean embedding of its images by the initial backbone (with
+            ``init``, a pretrained model: fine-tuning then starts from a head that already
+            agrees with the features, instead of gradients from a random head disturbing them).
         threads: CPU intra-op threads of this process (``torch.set_num_threads``); 0 leaves
             torch's setting alone (``OMP_NUM_THREADS`` if set, else one per physical core;
             ``accelerate launch`` divides the cores between its processes).
@@ -71,6 +75,7 @@ class TrainConfig:
     scale: float | None = None
     margin: float | None = None
     init: str | None = None
+    head_init: str = "random"
     epochs: int = 20
     max_steps: int | None = None
     batch_size: int = 128

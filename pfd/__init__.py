@@ -40,9 +40,9 @@ _EXPORTS: dict[str, str] = {
     )},
     **{n: "pfd.data.synthetic" for n in ("SyntheticFaces", "open_synthetic", "write_synthetic")},
     **{n: "pfd.data.release" for n in (
-        "write_release", "read_release", "prepare_state_dir", "write_proxy_map", "read_proxy_map",
-        "check_complete_release", "secure_state_dir",
+        "write_release", "prepare_state_dir", "write_proxy_map", "read_proxy_map", "secure_state_dir",
     )},
+    **{n: "pfd.data.release_reader" for n in ("read_release", "check_complete_release")},
     **{n: "pfd.data.release_lint" for n in ("lint_release", "Finding")},
     "find_private_copies": "pfd.data.private_copies",
     "dhash": "pfd.data.phash",

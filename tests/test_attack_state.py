@@ -11,7 +11,7 @@ import torch
 
 from pfd.attacks.scorecard.inputs import open_release_state, proxy_sources, state_private_spec
 from pfd.data.faceset import TensorFaces
-from pfd.data.release import read_release
+from pfd.data.release_reader import read_release
 from pfd.errors import PfdError
 from tests.attack_world import make_release
 

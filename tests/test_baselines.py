@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from pfd.cli import main
 from pfd.config import load_recipe
-from pfd.data.release import read_proxy_map, read_release
+from pfd.data.release import read_proxy_map
+from pfd.data.release_reader import read_release
 from pfd.data.release_lint import lint_release
 from pfd.data.sources import open_faces
 from pfd.distill.baselines import (

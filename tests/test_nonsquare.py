@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from pfd.cli import main
 from pfd.config import config_to_dict, dump_toml, load_recipe
-from pfd.data.release import read_release
+from pfd.data.release_reader import read_release
 from pfd.data.release_lint import lint_release
 from pfd.nn.checkpoints import load_backbone
 from tests.distill_public import tiny_distill_config, tiny_train_config

@@ -20,7 +20,8 @@ from click.testing import CliRunner
 
 from pfd.cli import main
 from pfd.config import DistillConfig, build_config, load_recipe
-from pfd.data.release import read_proxy_map, read_release
+from pfd.data.release import read_proxy_map
+from pfd.data.release_reader import read_release
 from pfd.data.release_lint import lint_release
 from pfd.data.sources import open_faces
 from pfd.distill.ogp import det_sign, orthogonality_error

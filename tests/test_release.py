@@ -10,19 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from pfd.data.release import (
-    MANIFEST,
-    check_separate,
-    encode_png,
-    label_permutation,
-    looks_ordered,
-    prepare_state_dir,
-    read_proxy_map,
-    read_release,
-    to_uint8,
-    write_proxy_map,
-    write_release,
-)
+from pfd.data.release import MANIFEST, check_separate, encode_png, label_permutation, looks_ordered, prepare_state_dir, read_proxy_map, to_uint8, write_proxy_map, write_release
+from pfd.data.release_reader import read_release
 from pfd.data.release_lint import png_chunks
 from pfd.errors import PfdError
 from pfd.io import sha256_file

@@ -23,7 +23,7 @@ from pfd.attacks.models.loading import load_attacker
 from pfd.attacks.scorecard.inputs import open_release_state, proxy_sources
 from pfd.config import DistillConfig, TrainConfig, build_config, config_to_dict, load_recipe
 from pfd.data.faceset import ConcatFaces, FaceSet, to_memory
-from pfd.data.release import read_release
+from pfd.data.release_reader import read_release
 from pfd.data.release_lint import lint_release
 from pfd.distill.claim import new_run_id, write_marker
 from pfd.distill.pipeline import Distillation, distill

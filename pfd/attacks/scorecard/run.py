@@ -48,7 +48,7 @@ from pfd.attacks.scorecard.inputs import (
 )
 from pfd.config import AttackConfig, config_to_dict
 from pfd.data.faceset import FaceSet
-from pfd.data.release import read_release
+from pfd.data.release_reader import read_release
 from pfd.data.sources import open_faces
 from pfd.data.shape import plain_size, same_size, size_text
 from pfd.errors import PfdError

@@ -1,0 +1,199 @@
+"""``pfd attack`` (the release scorecard), ``pfd attack mia`` and ``pfd attack dataset``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from pfd.cli.group import flags, main
+from pfd.errors import PfdError
+
+
+def _load_reconstructor(spec: str | None) -> Any:
+    """``module:attr`` -> the callable ``reconstructor(embeddings) -> images`` (user code)."""
+    if not spec:
+        return None
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), attr) if attr else None
+    except (ImportError, AttributeError) as e:
+        raise PfdError(f"--reconstructor {spec}: cannot import it ({e}); give module:function on PYTHONPATH") from None
+    if not callable(fn):
+        raise PfdError(f"--reconstructor {spec}: not a callable; give module:function")
+    return fn
+
+
+def _floats(value: str | None, flag: str) -> list[float] | None:
+    """``"127.5"`` or ``"123.7,116.3,103.5"`` -> floats (None when the flag is absent)."""
+    if value is None:
+        return None
+    try:
+        vals = [float(v) for v in value.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{flag} takes one number or three comma-separated (R,G,B), got {value!r}") from None
+    if len(vals) not in (1, 3):
+        raise click.BadParameter(f"{flag} takes one number or three comma-separated (R,G,B), got {value!r}")
+    return vals
+
+
+@main.group("attack", invoke_without_command=True)
+@click.option("--recipe", help="TOML recipe; its [attack] table (and [attack.downstream]) is used.")
+@click.option("--release", help="The release folder to score.")
+@click.option("--private", help="The private set the release came from (default: recorded in the state dir).")
+@click.option("--state-dir", help="The publisher's state dir (proxy->source map, public and adapted models).")
+@click.option("--report", help="Output folder for report.json, report.md and the plots.")
+@click.option("--public-model", help="Attacker's model: pfd/insightface/AdaFace checkpoint or TorchScript "
+              "(default: STATE_DIR/public_model.pt).")
+@click.option("--public-model-size", type=int, help="Input size of a TorchScript public model.")
+@click.option("--insider/--no-insider", default=None, help="Also attack with the adapted model (default on).")
+@click.option("--attacker", "attackers", multiple=True, help="An outside attacker model (repeatable): .onnx, "
+              "TorchScript, .toml attacker spec or module:callable; each adds rows beside public and insider.")
+@click.option("--attacker-size", type=int, help="Input side of the --attacker models (default: declared, else 112).")
+@click.option("--attacker-mean", callback=lambda c, p, v: _floats(v, "--attacker-mean"),
+              help="Their input mean on 0..255: one value or R,G,B (default 127.5, insightface).")
+@click.option("--attacker-std", callback=lambda c, p, v: _floats(v, "--attacker-std"),
+              help="Their input std on 0..255: one value or R,G,B (default 127.5).")
+@click.option("--attacker-resize", type=click.Choice(["stretch", "pad"]),
+              help="Resize to their input by stretching (default) or padding to its aspect (dlib, face-api).")
+@click.option("--attacker-distance", type=click.Choice(["cosine", "euclidean"]),
+              help="How they compare embeddings (default cosine).")
+@click.option("--public", help="Public data for the downstream membership test (with --holdout).")
+@click.option("--holdout", help="Same-domain held-out identities: non-members of the membership test.")
+@click.option("--attr-data", help="Labelled auxiliary set (attributes.csv) for the attribute probe.")
+@click.option("--attributes/--no-attributes", default=None, help="Run attribute recovery (default on).")
+@click.option("--reconstruct/--no-reconstruct", default=None, help="Run the reconstruction attack (default on).")
+@click.option("--reconstructor", help="module:function mapping embeddings (n, D) to images (n, 3, H, W) in [0, 1], "
+              "used instead of the BN-prior inversion.")
+@click.option("--recon-iterations", type=int, help="Inversion steps per batch.")
+@click.option("--recon-batch-size", type=int, help="Images inverted together.")
+@click.option("--recon-lr", type=float, help="Inversion learning rate.")
+@click.option("--recon-lambda-bn", type=float, help="Weight of the BatchNorm prior.")
+@click.option("--recon-limit", type=int, help="Reconstruct at most N proxies (seeded sample; 0 = all).")
+@click.option("--downstream-steps", type=int, help="Training steps of the downstream model.")
+@click.option("--batch-size", type=int, help="Embedding batch size.")
+@click.option("--flip/--no-flip", default=None, help="Flip-fused embeddings.")
+@click.option("--seed", type=int)
+@click.option("--skip-bad", is_flag=True, default=None, help="Skip (and list) unreadable images instead of stopping.")
+@click.option("--progress/--no-progress", default=True, help="Progress bars (only on a terminal; a line per stage otherwise).")
+@click.pass_context
+def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | None, downstream_steps: int | None,
+                 progress: bool, **kw: Any) -> None:
+    """Audit a release (scorecard) or a model (subcommands mia, dataset).
+
+    Without a subcommand, runs every applicable attack on a release and writes report.json,
+    report.md (one summary table) and plots to --report: linkability (VisMatch, Rank-1 Re-ID) with
+    the public and the insider model, reconstruction, attribute recovery and, with --public and
+    --holdout, membership leakage through a downstream model.
+
+    \b
+    Examples:
+      pfd attack --release release --private faces/ --state-dir state --report report
+      pfd attack --release release --state-dir state --public-model r50.pt --no-reconstruct
+      pfd attack --release release --state-dir state --public synthetic:public --holdout synthetic:test
+      pfd attack --release release --state-dir state --attacker w600k_r50.onnx --attacker facenet.toml
+      pfd attack mia --model model.pt --members members/ --nonmembers heldout/
+      pfd attack dataset --model model.pt --candidates setA/ setB/ setC/ setD/
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from pfd.attacks.report_folder import report_folder
+    from pfd.attacks.scorecard.report import summary_rows, summary_table, write_report
+    from pfd.attacks.scorecard.run import run_scorecard
+    from pfd.config import AttackConfig, build_config, load_recipe
+
+    table = dict(load_recipe(recipe).get("attack", {})) if recipe else {}
+    if downstream_steps is not None:
+        table["downstream"] = {**table.get("downstream", {}), "max_steps": downstream_steps}
+    cfg = build_config(AttackConfig, table, flags(**kw))
+    if not cfg.release:
+        click.echo(ctx.get_help())
+        raise PfdError("pass --release RELEASE --state-dir STATE (or a subcommand: mia, dataset)")
+    with report_folder(cfg.report, release=cfg.release):  # pfd's own or new, one audit at a time, before any work
+        card = run_scorecard(cfg, reconstructor=_load_reconstructor(reconstructor), progress=progress)
+        paths = write_report(card, cfg.report)
+    click.echo("\n".join(summary_table(summary_rows(card.data))))
+    for reason in card.data["skipped"].values():
+        click.echo(f"skipped: {reason}")
+    click.echo(f"report  {paths['markdown']}")
+
+
+@attack_group.command("mia")
+@click.option("--model", required=True, help="Model to audit: pfd/insightface/AdaFace checkpoint, TorchScript, "
+              ".onnx (insightface convention), .toml attacker spec or module:callable.")
+@click.option("--members", required=True, help="Identities believed to be in its training set (>= 2 images each).")
+@click.option("--nonmembers", required=True, help="Identities known not to be, of the same domain.")
+@click.option("--head", type=click.Choice(["arcface", "cosface", "adaface", "magface"]),
+              help="Head of PenLogit/ProtoCE (default: the checkpoint's head, else arcface).")
+@click.option("--scale", type=float, help="Head scale s (default: the checkpoint's, else 64).")
+@click.option("--margin", type=float, help="Head margin m (default: the checkpoint's, else the head's usual).")
+@click.option("--model-size", type=int, help="Input size of a TorchScript, ONNX or Python model.")
+@click.option("--folds", type=int, default=5, show_default=True, help="Cross-validation folds of the fused classifier.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--batch-size", type=int, default=256, show_default=True)
+@click.option("--report", help="Folder for membership.json and the ROC / density plots.")
+@click.option("--reference", help="A model that trained on neither group (e.g. the backbone the audited model was "
+              "fine-tuned from): checks that the groups do not differ before training; if they do, a LEAKS verdict "
+              "becomes INCONCLUSIVE.")
+@click.option("--reference-size", type=int, help="Input size of a TorchScript, ONNX or Python reference model.")
+@click.option("--skip-bad", is_flag=True, help="Skip (and list) unreadable images instead of stopping.")
+@click.option("--progress/--no-progress", default=True, help="Progress bars (only on a terminal).")
+def attack_mia(model: str, members: str, nonmembers: str, **kw: Any) -> None:
+    """Identity-level geometric membership inference on any face-recognition model.
+
+    Four per-identity cluster statistics (PairCos, vMF kappa, PenLogit, ProtoCE), their AUCs and
+    TPR at low FPR, and a fused classifier under 5-fold CV. Non-members must come from the same
+    domain as the members, or the AUC also measures the domain shift. The verdict's 5 % false-LEAKS
+    bound assumes members and non-members drawn from one population; for a fixed split (whoever
+    was trained on vs whoever else is at hand) pass --reference.
+
+    \b
+    Examples:
+      pfd attack mia --model model.pt --members synthetic:private --nonmembers synthetic:test
+      pfd attack mia --model r50.pt --members members/ --nonmembers heldout/ --head arcface --scale 64 --margin 0.5
+      pfd attack mia --model net.ts --model-size 112 --members a/ --nonmembers b/ --report mia_report
+      pfd attack mia --model finetuned.pt --reference public.pt --members private/ --nonmembers heldout/
+    """
+    from pfd.attacks.membership.audit import format_membership_table, run_mia
+
+    rep = run_mia(model, members, nonmembers, **kw)
+    click.echo(f"head {rep['config']['head']} s={rep['config']['scale']} m={rep['config']['margin']} "
+               f"({rep['head_source']})")
+    click.echo(format_membership_table(rep))
+    if "written_to" in rep:
+        click.echo(f"report  {rep['written_to']}")
+
+
+@attack_group.command("dataset")
+@click.option("--model", required=True, help="Model to audit: pfd/insightface/AdaFace checkpoint, TorchScript, "
+              ".onnx (insightface convention), .toml attacker spec or module:callable.")
+@click.option("--candidates", "candidates_flag", is_flag=True, help="Marks the candidate list (optional).")
+@click.argument("candidates", nargs=-1, required=True)
+@click.option("--n", type=int, default=500, show_default=True, help="Gallery (= probe) identities per candidate.")
+@click.option("--per-identity", type=click.Choice(["mean", "sample"]), default="mean", show_default=True,
+              help="One embedding per identity: the mean template or one random image.")
+@click.option("--model-size", type=int, help="Input size of a TorchScript, ONNX or Python model.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--batch-size", type=int, default=256, show_default=True)
+@click.option("--report", help="Folder for dataset.json.")
+@click.option("--skip-bad", is_flag=True, help="Skip (and list) unreadable images instead of stopping.")
+@click.option("--progress/--no-progress", default=True, help="Progress bars (only on a terminal).")
+def attack_dataset(model: str, candidates_flag: bool, candidates: tuple[str, ...], **kw: Any) -> None:
+    """Which candidate dataset trained MODEL? (dataset-level MIA, robust z-scores).
+
+    Each candidate gets the mean probe-to-centroid cosine of disjoint gallery and probe
+    identities; the robust z-score against the other candidates ranks them, lowest first = most
+    likely training set. Needs at least 3 candidates.
+
+    \b
+    Examples:
+      pfd attack dataset --model model.pt --candidates setA/ setB/ setC/ setD/
+      pfd attack dataset --model model.pt --n 200 --candidates synthetic:public synthetic:test \\
+          synthetic:private,domain=lowres synthetic:private,domain=nir
+    """
+    from pfd.attacks.membership.audit import format_dataset_table, run_dataset
+
+    rows = run_dataset(model, list(candidates), **kw)
+    click.echo(format_dataset_table(rows))

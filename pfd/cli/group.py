@@ -1,0 +1,94 @@
+"""The ``pfd`` command group, its error handling, and the helpers every command shares.
+
+:class:`~pfd.errors.PfdError` becomes a one-line ``Error: ...`` with its exit status (2; 3 when
+the publication gate refused a release), and the OS errors no check up front can rule out
+(:data:`_OS_FIXES`) one line too; the commands live in the sibling modules.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import sys
+from typing import Any
+
+import click
+
+from pfd import __version__
+from pfd.errors import PfdError
+
+__all__ = ["main", "flags", "checkpoint_size", "recipe_table"]
+
+
+class _UserError(click.ClickException):
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+#: OS errors the CLI reports as one line, with the fix.
+_OS_FIXES = {
+    errno.ENAMETOOLONG: "choose a shorter path (names of at most 255 bytes, paths under 4096)",
+    errno.ELOOP: "the path runs through a loop of symbolic links; fix the links or pass another path",
+    errno.ENOSPC: "free some space and run the command again (pfd distill continues with --resume)",
+    errno.EROFS: "the file system is read-only; choose a writable folder",
+    errno.ENOTDIR: "a part of that path is a file, not a folder; fix the path",
+}
+
+
+class _Group(click.Group):
+    """Turns PfdError into click's one-line error (its exit code: 2, or 3 for a refused release)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PfdError as e:
+            raise _UserError(str(e), e.exit_code) from None
+        except OSError as e:  # what no check up front can rule out: still one line, not a traceback
+            if e.errno not in _OS_FIXES:
+                raise
+            name = str(e.filename or "")
+            name = name if len(name) <= 120 else f"{name[:60]}...{name[-40:]} ({len(name)} characters)"
+            raise _UserError(f"{name}: {e.strerror}; {_OS_FIXES[e.errno]}") from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="pfd")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+def main(verbose: int) -> None:
+    """pfd: publish private face-recognition training data safely, and audit what it leaks.
+
+    \b
+    Examples:
+      pfd distill                      # demo: distill the built-in synthetic private set
+      pfd release lint release --state-dir state
+      pfd attack --release release --state-dir state --report report
+      pfd synth --out faces --split private
+      pfd train --recipe tiny-cpu --out runs/tiny
+      pfd eval --model runs/tiny/model.pt --data synthetic:test
+    """
+    from pfd.progress import PROGRESS_LOGGER
+
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # One line per finished stage / loop is shown by default: it replaces the bars where stderr
+    # is not a terminal (CI, nohup) or --no-progress was given.
+    logging.getLogger(PROGRESS_LOGGER).setLevel(min(level, logging.INFO))
+
+
+def flags(**kw: Any) -> dict[str, Any]:
+    """CLI values that were given (None = flag absent, so the recipe/default stands)."""
+    return {k: v for k, v in kw.items() if v is not None and v != ()}
+
+
+def checkpoint_size(path: str) -> Any:
+    """The input size (``S`` or ``[H, W]``) recorded in or inferred from a backbone file."""
+    from pfd.nn.checkpoints import read_arch
+
+    return read_arch(path).get("size")
+
+
+def recipe_table(recipe: str | None, table: str) -> dict[str, Any]:
+    from pfd.config import load_recipe
+
+    return dict(load_recipe(recipe).get(table, {})) if recipe else {}

@@ -15,16 +15,12 @@ from pfd.nn.backbones import create_backbone
 from pfd.nn.bn_hooks import BNStatistics
 from pfd.nn.checkpoints import load_backbone, read_arch, save_checkpoint
 from pfd.nn.mobilefacenet import MobileFaceNet
+from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
 
 TINY = dict(width=0.125, size=(48, 32), embedding_dim=16)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is faster and bitwise stable
 
 
 def _published_keys() -> list[str]:

@@ -13,7 +13,6 @@ import struct
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from pfd.cli import main
@@ -22,17 +21,13 @@ from pfd.data.release_reader import read_release
 from pfd.data.release_lint import lint_release
 from pfd.nn.checkpoints import load_backbone
 from tests.distill_public import tiny_distill_config, tiny_train_config
+from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
 
 HW = (48, 32)
 PRIVATE = "synthetic:private,ids=6,imgs=8,size=48"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is faster and bitwise stable
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,10 @@ public people at full resolution, the private and test people at 16 x 19 pixels 
 (``+lowres`` of :mod:`pu.data`). Rows, each the pretrained model fine-tuned for ``--epochs`` on:
 
 * ``public-ft``: the public people alone (the control for the extra training);
-* ``raw``: the public people + ``K`` low-resolution photos of each private person (a raw release).
+* ``raw``: the public people + ``K`` low-resolution photos of each private person (a raw release);
+* ``pfd`` (``--pfd``): the public people + ``pfd distill``'s release of the private people (``K``
+  proxies each; OGP and RTA at the benchmark's settings, :data:`pu.settings.SETTINGS`), with the
+  publication gate's verdict (recorded; the release is measured either way).
 
 ``base`` (no fine-tuning) is measured too. Utility is 10-fold verification accuracy and TAR at
 FAR 1e-2 on the low-resolution test people's pairs, with a 95 % identity-bootstrap interval of each
@@ -35,7 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(Path(__file__).resolve().parent)]
 
 from pfd.config import TrainConfig  # noqa: E402
-from pfd.data.faceset import ConcatFaces  # noqa: E402
+from pfd.data.faceset import ConcatFaces, to_memory  # noqa: E402
+from pfd.data.release_reader import read_release  # noqa: E402
 from pfd.embed import Embedder  # noqa: E402
 from pfd.io import atomic_write_json  # noqa: E402
 from pfd.nn.checkpoints import load_backbone  # noqa: E402
@@ -54,6 +58,28 @@ def per_identity(faces, k: int, seed: int):
     return faces.subset(keep)
 
 
+def distill_pfd(private, model: Path, root: Path, *, ipc: int, iterations: int):
+    """``pfd distill`` of the private people from the public model: ``(release as a FaceSet, gate)``."""
+    from pfd.config import DistillConfig, build_config
+    from pfd.distill.pipeline import distill
+    from pu.settings import SETTINGS
+
+    rel = root / "release"
+    if not (rel / "manifest.json").is_file():
+        cfg = build_config(DistillConfig, {
+            "private": "celeba:private+lowres (in memory)", "public": str(model), "method": "pfd", "size": [112, 96],
+            "out": str(rel), "state_dir": str(root / "state"), "mixed_precision": "no", "threads": torch.get_num_threads(),
+            "ogp": dict(SETTINGS["ogp"], seed=0), "rta": dict(SETTINGS["rta"], ipc=ipc, iterations=iterations, seed=0),
+            "release": {"allow_linkable": True},  # measured either way; the gate's verdict is recorded
+        })  # fmt: skip
+        t0 = time.perf_counter()
+        distill(cfg, faces=private, progress=False)
+        print(f"pfd: distilled in {time.perf_counter() - t0:.0f} s", flush=True)
+    gate = json.loads((root / "state" / "summary.json").read_text()).get("gate")
+    print("pfd gate: " + ", ".join(f"{c['name']} {'passed' if c['passed'] else 'FAILED'}" for c in gate["checks"]), flush=True)
+    return to_memory(read_release(rel, size=(112, 96))), gate
+
+
 def scores(model_path: Path, pairs) -> np.ndarray:
     emb = Embedder(load_backbone(model_path), batch_size=128)(pairs.faces)
     return (emb[pairs.left] * emb[pairs.right]).sum(1).numpy()
@@ -69,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--head-init", default="class_means")
+    ap.add_argument("--pfd", action="store_true", help="also distill the private people with pfd and fine-tune on that")
+    ap.add_argument("--iterations", type=int, default=60, help="RTA iterations of the pfd release")
     args = ap.parse_args(argv)
     root, model = Path(args.data_root), Path(args.model)
     if not (root / "celeba-faces").is_dir() or not model.is_file():
@@ -86,11 +114,16 @@ def main(argv: list[str] | None = None) -> int:
           f"{release.num_classes} private people; test pairs {info['used']} + {info['used']} ({time.perf_counter() - t0:.0f} s)",
           flush=True)
     rows: dict[str, np.ndarray] = {"base": scores(model, pairs)}
-    for name, data in (("public-ft", public), ("raw", ConcatFaces([public, release]))):
+    fits = [("public-ft", public), ("raw", ConcatFaces([public, release]))]
+    gate = None
+    if args.pfd:
+        pfd_release, gate = distill_pfd(private, model, work / "pfd-distill", ipc=args.ipc, iterations=args.iterations)
+        fits.append(("pfd", ConcatFaces([public, pfd_release])))
+    for name, data in fits:
         out = work / name
         path = out / "model.pt"
         if not path.is_file():
-            cfg = TrainConfig(data=["celeba:public"] + (["raw release"] if name == "raw" else []), size=[112, 96],
+            cfg = TrainConfig(data=["celeba:public"] + ([f"{name} release"] if name != "public-ft" else []), size=[112, 96],
                               init=str(model), head="arcface", scale=32.0, margin=0.5, head_init=args.head_init,
                               epochs=max(1, int(np.ceil(args.epochs))), max_steps=None, batch_size=64, lr=args.lr,
                               warmup_epochs=0.1, out=str(out), mixed_precision="no", checkpoint_every=0, seed=0)
@@ -103,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     w = identity_bootstrap_weights(left, right, replicates=1000, seed=0)
     acc = lambda s, ww: weighted_kfold_accuracy(s, issame, ww)  # noqa: E731
     tar = lambda s, ww: weighted_tar_at_far(s, issame, ww, far=1e-2)  # noqa: E731
-    doc: dict = {"settings": vars(args), "pairs": info, "rows": {}}
+    doc: dict = {"settings": vars(args), "pairs": info, "rows": {}, "pfd_gate": gate}
     for name, s in rows.items():
         m = verification_metrics(s, issame)
         doc["rows"][name] = {"accuracy": m["accuracy"], "auc": m["auc"]}

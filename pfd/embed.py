@@ -71,7 +71,7 @@ class Embedder:
     """Maps images to L2-normalised embeddings with a face-recognition model.
 
     Args:
-        model: An ``nn.Module`` (e.g. ``pfd.nn.iresnet.create_backbone(...)``), a TorchScript
+        model: An ``nn.Module`` (e.g. ``pfd.nn.backbones.create_backbone(...)``), a TorchScript
             module, or any callable mapping ``(B, 3, H, W)`` images in ``[0, 1]`` to ``(B, D)``
             features. Modules are moved to ``device`` (in place, as ``Module.to`` does), switched
             to eval mode during a call and restored to their previous per-submodule modes after.

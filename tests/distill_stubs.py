@@ -1,6 +1,6 @@
 """Tiny stand-ins for the backbone and margin head used by the distillation tests.
 
-They follow the contracts of ``pfd.nn.iresnet.create_backbone`` (``(B,3,S,S)`` in [0,1] ->
+They follow the contracts of ``pfd.nn.backbones.create_backbone`` (``(B,3,S,S)`` in [0,1] ->
 ``(B,D)`` raw features, BatchNorm layers inside) and ``pfd.nn.heads.create_head``
 (``head(features, labels) -> logits``, ``head.weight (C, D)``), at a size that runs in
 milliseconds on a CPU.

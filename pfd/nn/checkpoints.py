@@ -119,7 +119,7 @@ def save_checkpoint(
 
     Args:
         path: Destination file (parent folders are created).
-        backbone: A model from :func:`pfd.nn.iresnet.create_backbone` (wrappers are unwrapped).
+        backbone: A model from :func:`pfd.nn.backbones.create_backbone` (wrappers are unwrapped).
         head: Optional margin head; its spec and state are stored.
         config: Plain dict (or dataclass) of the settings that produced the weights.
         step: Optimiser step count.
@@ -137,7 +137,7 @@ def save_checkpoint(
     model = _unwrap(backbone)
     arch = getattr(model, "arch", None)
     if not isinstance(arch, dict):
-        raise ValueError("backbone has no .arch dict; build it with pfd.nn.iresnet.create_backbone")
+        raise ValueError("backbone has no .arch dict; build it with pfd.nn.backbones.create_backbone")
     ck: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -443,7 +443,7 @@ def load_backbone(path: str | os.PathLike, *, arch: str | dict[str, Any] | None 
         path: pfd checkpoint, insightface ``model.pt`` / ``backbone.pth`` (plain state dict, with or
             without ``module.`` prefixes) or AdaFace ``.ckpt``.
         arch: Override: a backbone name (other settings still inferred from the weights) or a dict
-            of :func:`~pfd.nn.iresnet.create_backbone` arguments (merged over the inferred ones).
+            of :func:`~pfd.nn.backbones.create_backbone` arguments (merged over the inferred ones).
 
     Returns:
         The model in eval mode, with ``model.arch``.

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pfd.config import RTAConfig  # noqa: E402
+from pfd.data.shape import image_hw  # noqa: E402
 from pfd.distill.ogp import OGPStep, Rotation, ogp_param_groups  # noqa: E402
 from pfd.distill.rta import ProxyDistiller  # noqa: E402
 from pfd.nn.heads import create_head  # noqa: E402
@@ -112,7 +113,7 @@ def _calibrated(arch: dict, batch: int, device: torch.device) -> torch.nn.Module
             m.momentum = None  # cumulative average
     with torch.no_grad():
         for _ in range(2):
-            model(torch.rand(batch, 3, arch["size"], arch["size"], device=device))
+            model(torch.rand(batch, 3, *image_hw(arch["size"]), device=device))
     return model.eval().requires_grad_(False)
 
 
@@ -130,7 +131,7 @@ def bench_rta(arch: dict, *, batch: int, classes: int, iters: int, repeats: int,
     distiller = ProxyDistiller(backbone, head, P, size=size, cfg=cfg, device=dev)
     rows = torch.arange(batch) % len(P)
     cls = rows // 2 + classes
-    x = torch.rand(batch, 3, size, size, device=dev)
+    x = torch.rand(batch, 3, *image_hw(size), device=dev)
 
     def rta() -> None:
         distiller.distill_batch(rows, cls, batch_index=0)
@@ -149,7 +150,7 @@ def bench_ogp(arch: dict, *, batch: int, classes: int, steps: int, repeats: int,
     torch.manual_seed(0)
     dev = torch.device(device)
     dim = arch["embedding_dim"]
-    x = torch.rand(batch, 3, arch["size"], arch["size"], device=dev)
+    x = torch.rand(batch, 3, *image_hw(arch["size"]), device=dev)
     y = torch.arange(batch, device=dev) % classes
 
     def make(ogp: bool):

@@ -26,6 +26,7 @@ import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
+from pfd.data.shape import image_hw  # noqa: E402
 from pfd.embed import Embedder, default_device  # noqa: E402
 
 
@@ -99,7 +100,7 @@ def embed_ratio(
     model.eval().to(device)
     if device.type == "cuda":
         model.to(memory_format=torch.channels_last)
-    images = torch.rand(n, 3, size, size)
+    images = torch.rand(n, 3, *image_hw(size))  # (n, 3, H, W)
     embedder = Embedder(model, batch_size=batch_size, flip=flip, device=device)
     bare_images = torch.cat([images, images.flip(3)]) if flip else images
     bare_pass(model, bare_images, batch_size=batch_size, device=device)  # warm-up

@@ -1,6 +1,7 @@
 """The performance ratios of the distill and attack issues in one run, per backbone.
 
-For the demo backbone (IResNet-18 at width 0.25, 32 px, D = 64) and IR-50 (112 px, D = 512):
+For the demo backbone (IResNet-18 at width 0.25, 32 px, D = 64), IR-50 (112 px, D = 512) and
+MobileFaceNet (112 x 96, D = 128):
 
 * RTA iteration / bare forward + backward to the pixels (target <= 1.10), with and without
   SRe2L's augmentation (:func:`distill_speed.bench_rta`);
@@ -19,7 +20,7 @@ one machine should agree within the interval's half-width (a few hundredths). Wr
 ``speed.md``.
 
 Usage:
-    python benchmarks/speed.py [--device cpu|cuda] [--only demo|ir50] [--repeats 15] [--merge]
+    python benchmarks/speed.py [--device cpu|cuda] [--only demo|ir50|mobilefacenet] [--repeats 15] [--merge]
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ BACKBONES: dict[str, dict[str, Any]] = {
     "ir50": {"arch": {"name": "ir50", "width": 1.0, "size": 112, "embedding_dim": 512}, "label": "ir50 112px D512",
              "rta_batch": 16, "classes": 150, "iters": 1, "ogp_batch": 16, "ogp_steps": 1, "embed_n": 64, "embed_batch": 32,
              "top1": (2000, 50000)},
+    # The shared pretrained model's network: depthwise convs and 50 BatchNorm layers stress the
+    # BN-statistic hooks differently from IResNet (one hook per thin layer).
+    "mobilefacenet": {"arch": {"name": "mobilefacenet", "width": 1.0, "size": [112, 96], "embedding_dim": 128},
+                      "label": "mobilefacenet 112x96 D128", "rta_batch": 32, "classes": 72, "iters": 2, "ogp_batch": 32,
+                      "ogp_steps": 2, "embed_n": 128, "embed_batch": 64, "top1": (2000, 50000)},
 }
 TARGETS = {"rta": (1.10, "<="), "rta_aug": (1.10, "<="), "ogp": (1.15, "<="), "embed": (0.9, ">="), "top1": (0.8, ">=")}
 LABELS = {"rta": "RTA iteration / bare fwd+bwd", "rta_aug": "RTA+augmentation / bare fwd+bwd",

@@ -58,7 +58,7 @@ def per_identity(faces, k: int, seed: int):
     return faces.subset(keep)
 
 
-def distill_pfd(private, model: Path, root: Path, *, ipc: int, iterations: int):
+def distill_pfd(private, model: Path, root: Path, *, ipc: int, iterations: int, seed: int = 0):
     """``pfd distill`` of the private people from the public model: ``(release as a FaceSet, gate)``."""
     from pfd.config import DistillConfig, build_config
     from pfd.distill.pipeline import distill
@@ -69,7 +69,8 @@ def distill_pfd(private, model: Path, root: Path, *, ipc: int, iterations: int):
         cfg = build_config(DistillConfig, {
             "private": "celeba:private+lowres (in memory)", "public": str(model), "method": "pfd", "size": [112, 96],
             "out": str(rel), "state_dir": str(root / "state"), "mixed_precision": "no", "threads": torch.get_num_threads(),
-            "ogp": dict(SETTINGS["ogp"], seed=0), "rta": dict(SETTINGS["rta"], ipc=ipc, iterations=iterations, seed=0),
+            "ogp": dict(SETTINGS["ogp"], seed=seed),
+            "rta": dict(SETTINGS["rta"], ipc=ipc, iterations=iterations, seed=seed, kmeans_seed=seed),
             "release": {"allow_linkable": True},  # measured either way; the gate's verdict is recorded
         })  # fmt: skip
         t0 = time.perf_counter()
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--head-init", default="class_means")
     ap.add_argument("--pfd", action="store_true", help="also distill the private people with pfd and fine-tune on that")
     ap.add_argument("--iterations", type=int, default=60, help="RTA iterations of the pfd release")
+    ap.add_argument("--pfd-seed", type=int, default=0, help="seed of the pfd distillation (OGP, K-means, RTA)")
     args = ap.parse_args(argv)
     root, model = Path(args.data_root), Path(args.model)
     if not (root / "celeba-faces").is_dir() or not model.is_file():
@@ -117,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     fits = [("public-ft", public), ("raw", ConcatFaces([public, release]))]
     gate = None
     if args.pfd:
-        pfd_release, gate = distill_pfd(private, model, work / "pfd-distill", ipc=args.ipc, iterations=args.iterations)
-        fits.append(("pfd", ConcatFaces([public, pfd_release])))
+        tag = "" if args.pfd_seed == 0 else f"-seed{args.pfd_seed}"
+        pfd_release, gate = distill_pfd(private, model, work / f"pfd-distill{tag}", ipc=args.ipc, iterations=args.iterations,
+                                        seed=args.pfd_seed)
+        fits.append((f"pfd{tag}", ConcatFaces([public, pfd_release])))
     for name, data in fits:
         out = work / name
         path = out / "model.pt"
@@ -148,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         d = r.get("vs_public_ft", {}).get("accuracy")
         diff = f"  diff vs public-ft {100 * d['diff']:+.1f} ({100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f})" if d else ""
         print(f"{name:10s} accuracy {100 * r['accuracy']:.1f} %  AUC {r['auc']:.3f}{diff}")
-    atomic_write_json(work / "pilot.json", json.loads(json.dumps(doc, default=float)))
-    print(f"total {time.perf_counter() - t0:.0f} s; {work / 'pilot.json'}")
+    name = "pilot.json" if args.pfd_seed == 0 else f"pilot-pfd-seed{args.pfd_seed}.json"
+    atomic_write_json(work / name, json.loads(json.dumps(doc, default=float)))
+    print(f"total {time.perf_counter() - t0:.0f} s; {work / name}")
     return 0
 
 

@@ -25,52 +25,28 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-from PIL import Image
-
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO)]
+sys.path[:0] = [str(REPO), str(Path(__file__).resolve().parent)]
 
+from pfd.data.faces import FaceFolder  # noqa: E402
 from pfd.data.faceset import TensorFaces  # noqa: E402
-from pfd.data.images import IMAGE_EXTENSIONS  # noqa: E402
 from pfd.data.pairs import generate_pairs  # noqa: E402
 from pfd.embed import Embedder  # noqa: E402
 from pfd.nn.checkpoints import load_backbone  # noqa: E402
 from pfd.verify import evaluate_pairs  # noqa: E402
+from pu.data import center_crop_hw, degrade_lowres  # noqa: E402
 
 #: The model card's figures (``../shared/models/README.md``).
 CARD = {"celeba": 0.879, "lowres": 0.579}
 
 
-def central_crop(img: Image.Image, *, width_frac: float, hw: tuple[int, int]) -> Image.Image:
-    """The central ``width_frac`` of the width, cut to the aspect ``H:W`` of ``hw``, resized to it."""
-    w, h = img.size
-    cw = width_frac * w
-    ch = min(float(h), cw * hw[0] / hw[1])
-    box = ((w - cw) / 2, (h - ch) / 2, (w + cw) / 2, (h + ch) / 2)
-    return img.resize((hw[1], hw[0]), Image.Resampling.BILINEAR, box=box)
-
-
-def lowres(img: Image.Image, *, small: tuple[int, int] = (19, 16)) -> Image.Image:
-    """Down to ``small`` (H, W) and back up, bilinear: a surveillance-like domain."""
-    return img.resize((small[1], small[0]), Image.Resampling.BILINEAR).resize(img.size, Image.Resampling.BILINEAR)
-
-
 def load_set(root: Path, *, last: int, hw: tuple[int, int], low: bool) -> TensorFaces:
-    people = sorted(p.name for p in root.iterdir() if p.is_dir())[-last:]
-    images, labels = [], []
-    for k, person in enumerate(people):
-        for f in sorted((root / person).iterdir()):
-            if f.suffix.lower() not in IMAGE_EXTENSIONS:
-                continue
-            with Image.open(f) as im:
-                face = central_crop(im.convert("RGB"), width_frac=0.68, hw=hw)
-            if low:
-                face = lowres(face)
-            images.append(torch.from_numpy(np.asarray(face, dtype=np.uint8).copy()).permute(2, 0, 1))
-            labels.append(k)
-    return TensorFaces(torch.stack(images).float().div_(255.0), labels, identities=people)
+    """The last ``last`` identities (sorted) at the model card's cut (:func:`pu.data.center_crop_hw`),
+    optionally through the 16 x 19 low-resolution transform (:func:`pu.data.degrade_lowres`)."""
+    folder = FaceFolder(root, size=112)  # the crops' own size: no resampling before the cut
+    faces = center_crop_hw(folder.select_identities(range(folder.num_classes - last, folder.num_classes)),
+                           width_frac=0.68, hw=hw)
+    return degrade_lowres(faces) if low else faces
 
 
 def main(argv: list[str] | None = None) -> int:

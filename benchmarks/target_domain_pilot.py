@@ -47,15 +47,9 @@ from pfd.train import train  # noqa: E402
 from pfd.verify import verification_metrics  # noqa: E402
 from pu.data import SpecResolver, adaptive_pairs, pair_identities  # noqa: E402
 from pu.stats import identity_bootstrap_weights, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far  # noqa: E402
+from pu.units import per_identity  # noqa: E402
 
 MODEL = REPO.parent / "shared" / "models" / "mobilefacenet-casia.ckpt"
-
-
-def per_identity(faces, k: int, seed: int):
-    """``k`` images of every identity (seeded), as a raw release of them."""
-    rng = np.random.default_rng(seed)
-    keep = np.sort(np.concatenate([rng.permutation(np.flatnonzero(faces.labels == c))[:k] for c in range(faces.num_classes)]))
-    return faces.subset(keep)
 
 
 def distill_pfd(private, model: Path, root: Path, *, ipc: int, iterations: int, seed: int = 0):
@@ -110,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     res = SpecResolver(root, size=(112, 96), celeba_center=0.68)
     public, private, test = res("celeba:public"), res("celeba:private+lowres"), res("celeba:test+lowres")
-    release = per_identity(private, args.ipc, seed=0)
+    release = private.subset(per_identity(private.labels, args.ipc, seed=0))  # a raw release: K photos a person
     pairs, info = adaptive_pairs(test, num_pairs=3000, seed=0)
     print(f"public {public.num_classes} people / {len(public)} images; release {len(release)} images of "
           f"{release.num_classes} private people; test pairs {info['used']} + {info['used']} ({time.perf_counter() - t0:.0f} s)",

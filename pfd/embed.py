@@ -47,7 +47,7 @@ from pfd.errors import PfdError
 from pfd.io import atomic_torch_save
 from pfd.progress import progress_bar
 
-__all__ = ["Embedder", "default_device"]
+__all__ = ["Embedder", "default_device", "class_centers"]
 
 log = logging.getLogger(__name__)
 
@@ -313,3 +313,18 @@ def _digest_fn(faces: FaceSet) -> Callable[[int], str] | None:
         return lambda i: parent(int(idx[i]))
     fn = getattr(faces, "content_digest", None)
     return fn if callable(fn) else None
+
+
+def class_centers(emb: torch.Tensor, labels: Any, num_classes: int) -> torch.Tensor:
+    """Normalised mean embedding of every class ``(C, D)`` (summed in float64; a class without
+    samples keeps a zero row): the identity prototypes of RTA's original space and the rows of a
+    margin head started at its classes (``TrainConfig.head_init = class_means``).
+
+    Args:
+        emb: Unit-norm embeddings ``(n, D)`` (an :class:`Embedder`'s output).
+        labels: Class of each embedding ``(n,)`` in ``[0, C)``.
+        num_classes: ``C``.
+    """
+    y = torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+    sums = torch.zeros(num_classes, emb.shape[1], dtype=torch.float64).index_add_(0, y, emb.double())  # (C, D)
+    return F.normalize(sums, dim=1).float()

@@ -9,7 +9,10 @@ release, :class:`pfd.distill.gate.PublicationRefused`), without a traceback.
 
 from __future__ import annotations
 
-__all__ = ["PfdError"]
+import errno
+import os
+
+__all__ = ["PfdError", "OS_FIXES", "os_error"]
 
 
 class PfdError(Exception):
@@ -26,3 +29,28 @@ class PfdError(Exception):
     def __init__(self, message: str) -> None:
         # Keep it to one line: multi-line messages get lost in logs and CI output.
         super().__init__(" ".join(str(message).split("\n")))
+
+
+#: OS errors that are the user's to fix (a full disk, a path too long, ...): what happened and the fix.
+_FULL = ("no space left on the device; nothing half-written was kept: free some space and run the command "
+         "again (pfd distill continues with --resume)")
+OS_FIXES = {
+    errno.ENOSPC: _FULL,
+    getattr(errno, "EDQUOT", errno.ENOSPC): _FULL,
+    errno.ENAMETOOLONG: "file name too long; choose a shorter path (names of at most 255 bytes, paths under 4096)",
+    errno.ELOOP: "the path runs through a loop of symbolic links; fix the links or pass another path",
+    errno.EROFS: "the file system is read-only; choose a writable folder",
+    errno.EACCES: "permission denied; make it writable or choose a writable folder",
+    errno.EPERM: "operation not permitted; make it writable or choose a writable folder",
+    errno.ENOTDIR: "a part of that path is a file, not a folder; fix the path",
+}
+
+
+def os_error(e: OSError, path: str | os.PathLike | None = None) -> "PfdError | None":
+    """The one-line :class:`PfdError` of an OS error in :data:`OS_FIXES` (naming ``path`` or the
+    error's file, shortened when very long), or ``None`` for any other error."""
+    if e.errno not in OS_FIXES:
+        return None
+    name = os.fspath(path if path is not None else (e.filename or ""))
+    name = name if len(name) <= 120 else f"{name[:60]}...{name[-40:]} ({len(name)} characters)"
+    return PfdError(f"{name}: {OS_FIXES[e.errno]}")

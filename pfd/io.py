@@ -9,19 +9,24 @@ atomic on POSIX and Windows).
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import io
 import json
 import math
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import torch
 
-from pfd.errors import PfdError
+from pfd.errors import PfdError, os_error
+
+try:  # POSIX; on other systems nothing is locked (documented in docs/distill.md)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "atomic_open",
@@ -32,6 +37,9 @@ __all__ = [
     "sha256_file",
     "sha256_bytes",
     "jsonable",
+    "PidLock",
+    "path_within",
+    "same_path",
 ]
 
 
@@ -52,7 +60,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[io.IOBase
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
-        raise _disk_error(e, path) from None
+        raise (os_error(e, path) or e) from None
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
             yield f
@@ -63,24 +71,8 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[io.IOBase
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if isinstance(e, OSError):
-            raise _disk_error(e, path) from None
+            raise (os_error(e, path) or e) from None
         raise
-
-
-#: errno values that mean "the disk (or the user's quota) is full".
-_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
-
-
-def _disk_error(e: OSError, path: Path) -> BaseException:
-    """A full disk or an unwritable folder as pfd's one-line error; anything else as it was."""
-    if e.errno in _FULL:
-        return PfdError(f"{path}: no space left on the device ({os.strerror(e.errno)}); nothing half-written was kept: "
-                        "free some space and run the command again (pfd distill continues with --resume)")
-    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return PfdError(f"{path}: cannot write here ({os.strerror(e.errno)}); choose a writable folder")
-    if e.errno == errno.ENAMETOOLONG:
-        return PfdError(f"{path}: file name too long ({os.strerror(e.errno)}); choose a shorter path")
-    return e
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -131,3 +123,86 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
+
+
+class PidLock:
+    """An exclusive, non-blocking ``flock`` on a file that holds the holder's pid, until :meth:`release`.
+
+    The kernel drops the lock when the process ends (kill -9 included), so it is never stale. A
+    second holder is refused at once with ``busy`` formatted with the first one's pid. The lock
+    file stays after :meth:`release`; it is harmless without a holder.
+
+    Args:
+        path: The lock file (created 0600 if missing; its folder must exist).
+        busy: The refusal, e.g. ``"{path}: another pfd attack (pid {pid}) is writing here"``.
+
+    Raises:
+        PfdError: ``busy`` when another process holds the lock.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, busy: str) -> None:
+        self.path = Path(path)
+        self._fd: int | None = None
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = _lock_holder(fd)
+                os.close(fd)
+                raise PfdError(busy.format(pid=holder)) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.fchmod(fd, 0o600)
+        self._fd = fd
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Drop the lock (idempotent)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def __del__(self) -> None:  # an abandoned holder must not keep the lock
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def __enter__(self) -> "PidLock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _lock_holder(fd: int) -> str:
+    """The pid written by the lock's holder (it writes right after locking: retry briefly)."""
+    for _ in range(20):
+        text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        if text.isdigit():
+            return text
+        time.sleep(0.05)
+    return "unknown"
+
+
+def path_within(child: str | os.PathLike, parent: str | os.PathLike) -> bool:
+    """Whether ``child`` is ``parent`` or lies below it (``~`` expanded, symbolic links resolved)."""
+    c, p = Path(child).expanduser().resolve(), Path(parent).expanduser().resolve()
+    return c == p or p in c.parents
+
+
+def same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two settings name the same existing file or folder under any spelling (absolute or
+    relative, ``~``, a trailing slash, a symbolic link), or are the same string."""
+    if os.fspath(a) == os.fspath(b):
+        return True
+    try:
+        return os.path.samefile(os.path.expanduser(a), os.path.expanduser(b))
+    except (OSError, ValueError):
+        return False

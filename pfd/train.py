@@ -37,7 +37,7 @@ from pfd.data.faces import check_min_identities
 from pfd.data.faceset import ConcatFaces, FaceSet
 from pfd.data.shape import same_size, size_text
 from pfd.errors import PfdError
-from pfd.io import atomic_open
+from pfd.io import atomic_open, same_path
 
 __all__ = ["Trainer", "MarginStep", "StepOutput", "make_accelerator", "train", "lr_lambda", "open_training_data", "global_batches"]
 
@@ -86,20 +86,6 @@ def global_batches(n: int, *, batch_size: int, seed: int, epoch: int) -> np.ndar
     return perm[: nb * batch_size].reshape(nb, batch_size)
 
 
-def class_mean_weights(emb: torch.Tensor, labels: Any, num_classes: int) -> torch.Tensor:
-    """Normalised mean embedding of every class ``(C, D)`` (a class without samples keeps a zero row).
-
-    Args:
-        emb: Embeddings ``(n, D)`` (normalised or not; each is normalised first).
-        labels: Class of each embedding ``(n,)`` in ``[0, C)``.
-        num_classes: ``C``.
-    """
-    e = F.normalize(emb.double(), dim=1)  # (n, D)
-    y = torch.as_tensor(np.asarray(labels), dtype=torch.int64)
-    sums = torch.zeros(num_classes, e.shape[1], dtype=torch.float64).index_add_(0, y, e)  # (C, D)
-    return F.normalize(sums, dim=1).float()
-
-
 def set_threads(threads: int) -> None:
     """``torch.set_num_threads`` for ``--threads`` (0: leave torch's setting), at most one per core.
 
@@ -133,13 +119,11 @@ def open_training_data(specs: Sequence[str], *, size: Any, min_images: int, skip
         path = Path(spec).expanduser()
         if not str(spec).startswith("synthetic") and path.is_dir() and looks_like_release(path):
             check_complete_release(path)
-    seen: dict[str, str] = {}
-    for spec in specs:  # one set twice would train its people under two contradictory labels
-        key = os.path.realpath(os.path.expanduser(spec)) if os.path.exists(os.path.expanduser(spec)) else str(spec)
-        if key in seen:
-            raise PfdError(f"{spec}: given twice as training data (also as {seen[key]}); its identities would get "
+    for i, spec in enumerate(specs):  # one set twice would train its people under two contradictory labels
+        twin = next((s for s in specs[:i] if same_path(s, spec)), None)
+        if twin is not None:
+            raise PfdError(f"{spec}: given twice as training data (also as {twin}); its identities would get "
                            "two labels each: pass each dataset once")
-        seen[key] = str(spec)
     sources = [open_faces(s, size=size, min_images=min_images, skip_bad=skip_bad) for s in specs]
     for spec, src in zip(specs, sources):
         if not same_size(src.size, size):
@@ -316,7 +300,7 @@ class Trainer:
 
     def init_head_at_class_means(self, step: nn.Module, backbone: nn.Module) -> None:
         """``head_init = class_means``: every head row at the normalised mean embedding of its class."""
-        from pfd.embed import Embedder
+        from pfd.embed import Embedder, class_centers
 
         head = getattr(step, "head", None)
         weight = getattr(head, "weight", None)
@@ -327,7 +311,7 @@ class Trainer:
         emb = Embedder(backbone.eval(), batch_size=self.cfg.batch_size, progress=self.progress)(self.faces)  # (n, D)
         backbone.train(was_training)
         with torch.no_grad():
-            weight.copy_(class_mean_weights(emb, self.faces.labels, self.faces.num_classes).to(weight))
+            weight.copy_(class_centers(emb, self.faces.labels, self.faces.num_classes).to(weight))
 
     def build_step(self, backbone: nn.Module, dim: int) -> nn.Module:
         """The module whose ``forward(images, labels)`` returns a :class:`StepOutput`."""

@@ -181,9 +181,9 @@ def test_shared_folders_of_specs():
 
 def test_per_identity_pick_and_link_summary():
     source = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2])
-    pick = pu_units._per_identity(source, 1, seed=0)
+    pick = pu_units.per_identity(source, 1, seed=0)
     assert sorted(source[pick].tolist()) == [0, 1, 2]
-    assert np.array_equal(pu_units._per_identity(source, 0, seed=0), np.arange(9))
+    assert np.array_equal(pu_units.per_identity(source, 0, seed=0), np.arange(9))
 
     def link(rate):
         return {"rate": rate, "chance": 0.1, "ci95": [rate / 2, min(1, rate + 0.2)], "count": int(rate * 10), "n": 10}

@@ -158,7 +158,8 @@ def test_head_can_start_at_the_class_means_of_the_initial_backbone(tmp_path):
     from pfd.embed import Embedder
     from pfd.nn.backbones import create_backbone
     from pfd.nn.checkpoints import save_checkpoint
-    from pfd.train import Trainer, class_mean_weights
+    from pfd.embed import class_centers
+    from pfd.train import Trainer
 
     torch.manual_seed(0)
     init = save_checkpoint(tmp_path / "init.pt", backbone=create_backbone("ir18", width=0.125, size=32, embedding_dim=16))
@@ -170,7 +171,7 @@ def test_head_can_start_at_the_class_means_of_the_initial_backbone(tmp_path):
     from pfd.nn.checkpoints import load_backbone
 
     emb = Embedder(load_backbone(init), batch_size=8)(faces)
-    expect = class_mean_weights(emb, faces.labels, 6)
+    expect = class_centers(emb, faces.labels, 6)
     torch.testing.assert_close(head.weight.detach(), expect, atol=1e-5, rtol=1e-5)
     means = torch.stack([torch.nn.functional.normalize(emb[faces.labels == c].mean(0), dim=0) for c in range(6)])
     torch.testing.assert_close(expect, means, atol=1e-5, rtol=1e-5)  # against the definition

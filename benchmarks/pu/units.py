@@ -195,7 +195,7 @@ class Bench:
             del out["reconstructions"]
             return out
         r = self.s["recon"]
-        pick = _per_identity(source, r["per_identity"], seed=0)
+        pick = per_identity(source, r["per_identity"], seed=0)
         pub = attackers["public"]
         inv = BNInversion(pub.model, size=pub.size, iterations=r["iterations"], batch_size=r["batch_size"],
                           lr=r["lr"], lambda_bn=r["lambda_bn"], seed=0, progress=self.progress)
@@ -359,7 +359,7 @@ def _sample_images(faces: FaceSet, n: int, *, seed: int = 0) -> FaceSet:
     return faces.subset(np.sort(np.random.default_rng(seed).choice(len(faces), size=n, replace=False)))
 
 
-def _per_identity(source: np.ndarray, k: int, *, seed: int) -> np.ndarray:
+def per_identity(source: np.ndarray, k: int, *, seed: int) -> np.ndarray:
     """Indices of ``k`` proxies per source identity (seeded); all when ``k <= 0``."""
     if k <= 0:
         return np.arange(len(source))

@@ -19,11 +19,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import time
 from pathlib import Path
 from typing import Iterator
 
 from pfd.errors import PfdError
+from pfd.io import PidLock, path_within
 
 __all__ = ["REPORT_ENTRIES", "LOCK_NAME", "check_report_folder", "report_folder"]
 
@@ -33,12 +33,6 @@ REPORT_ENTRIES = frozenset({
     "report.json", "report.md", "matches.png", "membership_roc.png", "membership_density.png", "membership.json",
     "dataset.json", "downstream", LOCK_NAME,
 })  # fmt: skip
-
-try:  # POSIX; elsewhere audits are not locked
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-
 
 def _is_pfd_report(path: Path) -> bool:
     try:
@@ -68,15 +62,6 @@ def _check(folder: Path, option: str) -> None:
                        f"choose an empty or new {option}")
 
 
-def _holder(fd: int) -> str:
-    for _ in range(20):  # the holder writes its pid right after locking
-        text = os.pread(fd, 64, 0).decode(errors="replace").strip()
-        if text.isdigit():
-            return text
-        time.sleep(0.05)
-    return "unknown"
-
-
 @contextlib.contextmanager
 def report_folder(path: str | os.PathLike, *, option: str = "--report",
                   release: str | os.PathLike | None = None) -> Iterator[Path]:
@@ -93,27 +78,16 @@ def report_folder(path: str | os.PathLike, *, option: str = "--report",
             around the release, or another audit writing into it (its pid is named).
     """
     folder = Path(path).expanduser()
-    if release is not None:
-        r, f = Path(release).expanduser().resolve(), folder.resolve()
-        if f == r or f.is_relative_to(r) or r.is_relative_to(f):
-            raise PfdError(f"{folder}: the report would lie {'inside' if f.is_relative_to(r) else 'around'} the "
-                           f"release {release}; it shows private photos and the proxy -> source links: choose a "
-                           f"{option} outside the release")
+    if release is not None and (path_within(folder, release) or path_within(release, folder)):
+        where = "inside" if path_within(folder, release) else "around"
+        raise PfdError(f"{folder}: the report would lie {where} the release {release}; it shows private photos and "
+                       f"the proxy -> source links: choose a {option} outside the release")
     _check(folder, option)
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    lock = PidLock(folder / LOCK_NAME, busy=f"{folder}: another pfd attack (pid {{pid}}) is writing its report "
+                                            f"here; wait for it to finish or choose another {option}")
     try:
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                raise PfdError(f"{folder}: another pfd attack (pid {_holder(fd)}) is writing its report here; wait "
-                               f"for it to finish or choose another {option}") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
         _check(folder, option)  # again, now that no other audit writes here
         yield folder
     finally:
-        if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        lock.release()

@@ -2,12 +2,11 @@
 
 :class:`~pfd.errors.PfdError` becomes a one-line ``Error: ...`` with its exit status (2; 3 when
 the publication gate refused a release), and the OS errors no check up front can rule out
-(:data:`_OS_FIXES`) one line too; the commands live in the sibling modules.
+(:data:`pfd.errors.OS_FIXES`) one line too; the commands live in the sibling modules.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import sys
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import click
 
 from pfd import __version__
-from pfd.errors import PfdError
+from pfd.errors import PfdError, os_error
 
 __all__ = ["main", "flags", "checkpoint_size", "recipe_table"]
 
@@ -24,16 +23,6 @@ class _UserError(click.ClickException):
     def __init__(self, message: str, exit_code: int = 2) -> None:
         super().__init__(message)
         self.exit_code = exit_code
-
-
-#: OS errors the CLI reports as one line, with the fix.
-_OS_FIXES = {
-    errno.ENAMETOOLONG: "choose a shorter path (names of at most 255 bytes, paths under 4096)",
-    errno.ELOOP: "the path runs through a loop of symbolic links; fix the links or pass another path",
-    errno.ENOSPC: "free some space and run the command again (pfd distill continues with --resume)",
-    errno.EROFS: "the file system is read-only; choose a writable folder",
-    errno.ENOTDIR: "a part of that path is a file, not a folder; fix the path",
-}
 
 
 class _Group(click.Group):
@@ -45,11 +34,10 @@ class _Group(click.Group):
         except PfdError as e:
             raise _UserError(str(e), e.exit_code) from None
         except OSError as e:  # what no check up front can rule out: still one line, not a traceback
-            if e.errno not in _OS_FIXES:
+            err = os_error(e)
+            if err is None:
                 raise
-            name = str(e.filename or "")
-            name = name if len(name) <= 120 else f"{name[:60]}...{name[-40:]} ({len(name)} characters)"
-            raise _UserError(f"{name}: {e.strerror}; {_OS_FIXES[e.errno]}") from None
+            raise _UserError(str(err)) from None
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

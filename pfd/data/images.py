@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import stat
 from pathlib import Path
 from typing import Any, Union
 
@@ -153,10 +154,14 @@ class ImageDecoder:
         """
         in_memory = isinstance(source, (bytes, bytearray, memoryview))
         label = name if name is not None else ("<image bytes>" if in_memory else str(source))
-        if not in_memory and Path(source).exists() and not Path(source).is_file():
-            # A FIFO (or socket, device) named like an image would block the read forever.
-            reason = "not a regular file (a FIFO, socket or device)"
-            raise ImageDecodeError(f"{label}: {reason}; replace it with the image file or remove it", reason=reason)
+        if not in_memory:
+            try:
+                regular = stat.S_ISREG(os.stat(source).st_mode)  # one stat: this runs for every image
+            except OSError:
+                regular = True  # missing or unreadable: Pillow's open below names it
+            if not regular:  # a FIFO (or socket, device) named like an image would block the read forever
+                reason = "not a regular file (a FIFO, socket or device)"
+                raise ImageDecodeError(f"{label}: {reason}; replace it with the image file or remove it", reason=reason)
         try:
             fp = io.BytesIO(bytes(source)) if in_memory else Path(source)
             with Image.open(fp) as img:

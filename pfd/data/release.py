@@ -39,7 +39,7 @@ from PIL import Image
 
 from pfd.data.shape import plain_size
 from pfd.errors import PfdError
-from pfd.io import atomic_write_bytes, atomic_write_json, sha256_bytes, sha256_file
+from pfd.io import atomic_write_bytes, atomic_write_json, path_within, sha256_bytes, sha256_file
 
 __all__ = [
     "FORMAT",
@@ -49,6 +49,7 @@ __all__ = [
     "CHECK_NAMES",
     "PROXY_MAP",
     "STATE_MARKER",
+    "clear_interrupted_release",
     "read_marker",
     "check_same_run",
     "WrittenRelease",
@@ -280,19 +281,33 @@ def write_release(
                                   checks=checks, avoid_labels=avoid_labels)
         except BaseException:
             if old is None:  # a new release that failed (a full disk, Ctrl-C): leave no half-written folder
-                _remove_partial_release(out)
+                clear_interrupted_release(out)
             raise
 
 
-def _remove_partial_release(out: Path) -> None:
-    """Remove what a failed first write left in ``out``: release-layout PNGs, temporary files, empty folders."""
-    for dirpath, _, filenames in os.walk(out, topdown=False):
-        for name in filenames:
-            rel = Path(dirpath, name).relative_to(out)
-            if _TMP.match(name) or (len(rel.parts) == 2 and LABEL_NAME_RE.match(rel.parts[0]) and PNG_NAME_RE.match(name)):
-                Path(dirpath, name).unlink(missing_ok=True)
-        d = Path(dirpath)
-        if d != out and not any(d.iterdir()):
+def clear_interrupted_release(out: str | os.PathLike) -> None:
+    """Remove a release that was left half-written (no manifest yet): by a kill, a full disk, Ctrl-C.
+
+    Only a folder holding nothing but the release layout (``<label>/<k>.png`` and atomic-write
+    leftovers) is cleared; a complete release (with its manifest) or a folder holding anything else
+    is left untouched, for the release writer to refuse.
+    """
+    out = Path(out)
+    if not out.is_dir() or (out / MANIFEST).exists() or (out / MANIFEST).is_symlink():
+        return
+    files = [p for p in out.rglob("*") if not p.is_dir()]
+
+    def ours(p: Path) -> bool:
+        rel = p.relative_to(out)
+        return len(rel.parts) == 2 and LABEL_NAME_RE.match(rel.parts[0]) is not None and (
+            _TMP.match(p.name) is not None or PNG_NAME_RE.match(p.name) is not None)
+
+    if not files or not all(ours(p) for p in files):
+        return
+    for p in files:
+        p.unlink(missing_ok=True)
+    for d in sorted((p for p in out.iterdir() if p.is_dir()), reverse=True):
+        if not any(d.iterdir()):
             d.rmdir()
 
 
@@ -386,10 +401,6 @@ def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str,
     return WrittenRelease(out, manifest, files, labels, class_label)
 
 
-def _inside(child: Path, parent: Path) -> bool:
-    return child == parent or parent in child.parents
-
-
 def read_marker(state_dir: str | os.PathLike) -> dict[str, Any] | None:
     """The marker of a pfd state dir (:data:`STATE_MARKER`), or ``None`` if it has none (or an unreadable one)."""
     p = Path(state_dir) / STATE_MARKER
@@ -427,7 +438,7 @@ def check_outside_release(path: str | os.PathLike, release: str | os.PathLike, *
     Raises:
         PfdError: Naming the path, the release and the option to change.
     """
-    if _inside(Path(path).expanduser().resolve(), Path(release).expanduser().resolve()):
+    if path_within(path, release):
         raise PfdError(f"{path}: {what} lies inside the release {release} and would be published; "
                        f"choose a {option} outside the release")
 
@@ -441,7 +452,7 @@ def check_separate(release: str | os.PathLike, state_dir: str | os.PathLike) -> 
     r = Path(release).expanduser().resolve()
     s = Path(state_dir).expanduser().resolve()
     check_outside_release(state_dir, release, what="the state dir", option="--state-dir")
-    if _inside(r, s):
+    if path_within(r, s):
         raise PfdError(
             f"{release}: the release lies inside the state dir {state_dir}; choose separate folders for --out and --state-dir"
         )

@@ -24,7 +24,6 @@
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +42,7 @@ from pfd.data.release import (
 )
 from pfd.distill.state import LOCK_NAME, MARKER_NAME, StateDir
 from pfd.errors import PfdError
-from pfd.io import atomic_write_json
+from pfd.io import PidLock, atomic_write_json, path_within, same_path
 
 __all__ = [
     "MARKER_FORMAT",
@@ -71,11 +70,6 @@ _FREE = {"resume", "out", "state_dir", "workers", "threads", "embed_cache",
          "release.allow_linkable", "release.rule_out"}
 
 
-try:  # POSIX; on other systems runs are not locked (documented in docs/distill.md)
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-
 
 def is_main_rank() -> bool:
     """Whether this is the main process of a (possibly ``accelerate launch``-ed) run, before any
@@ -99,8 +93,8 @@ def write_marker(state_root: str | os.PathLike, run_id: str) -> Path:
     return p
 
 
-class StateLock:
-    """An exclusive, non-blocking ``flock`` on ``<state>/.pfd-lock`` held until :meth:`release`.
+class StateLock(PidLock):
+    """The run's exclusive lock on ``<state>/.pfd-lock`` (:class:`pfd.io.PidLock`), held until :meth:`release`.
 
     Args:
         state_root: The state dir (created with mode 0700 if missing).
@@ -111,63 +105,14 @@ class StateLock:
 
     def __init__(self, state_root: str | os.PathLike) -> None:
         self.root = Path(state_root)
-        self.path = self.root / LOCK_NAME
-        self._fd: int | None = None
         fresh = not self.root.exists()
         #: Whether this lock created the state dir (a failed first run then removes its stub).
         self.created = fresh
         self.root.mkdir(parents=True, exist_ok=True)
         if fresh:
             os.chmod(self.root, 0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                holder = _holder(fd)
-                os.close(fd)
-                raise PfdError(
-                    f"{self.root}: another pfd distill (pid {holder}) is using this state dir; wait for it to finish "
-                    "or choose another --state-dir"
-                ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        os.fchmod(fd, 0o600)
-        self._fd = fd
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def release(self) -> None:
-        """Drop the lock (idempotent). The lock file stays; it is harmless without a holder."""
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-
-    def __del__(self) -> None:  # an abandoned Distillation must not keep its state dir locked
-        try:
-            self.release()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
-
-    def __enter__(self) -> "StateLock":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def _holder(fd: int) -> str:
-    """The pid written by the lock's holder (it writes right after locking: retry briefly)."""
-    for _ in range(20):
-        text = os.pread(fd, 64, 0).decode(errors="replace").strip()
-        if text.isdigit():
-            return text
-        time.sleep(0.05)
-    return "unknown"
+        super().__init__(self.root / LOCK_NAME, busy=f"{self.root}: another pfd distill (pid {{pid}}) is using this "
+                                                    "state dir; wait for it to finish or choose another --state-dir")
 
 
 def _holds_work(state: StateDir, marker: dict[str, Any] | None) -> bool:
@@ -335,16 +280,6 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 _PATHS = {"public", "private", "pretrain.init"}
 
 
-def _same_file(a: Any, b: Any) -> bool:
-    """Whether two path settings name one existing file or folder (from the current directory)."""
-    if not isinstance(a, str) or not isinstance(b, str) or not a or not b:
-        return False
-    try:
-        return os.path.samefile(os.path.expanduser(a), os.path.expanduser(b))
-    except (OSError, ValueError):
-        return False
-
-
 def check_same_settings(state: StateDir, cfg: DistillConfig) -> None:
     """On ``--resume``: the settings must equal those the state dir was made with.
 
@@ -363,7 +298,7 @@ def check_same_settings(state: StateDir, cfg: DistillConfig) -> None:
         f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
         for k in sorted(set(old) | set(new))
         if k.split(".")[-1] not in _FREE and k not in _FREE and old.get(k) != new.get(k)
-        and not (k in _PATHS and _same_file(old.get(k), new.get(k)))
+        and not (k in _PATHS and old.get(k) and new.get(k) and same_path(old[k], new[k]))
     ]
     if diff:
         more = f" (+{len(diff) - 3} more)" if len(diff) > 3 else ""
@@ -383,13 +318,11 @@ def _check_apart_from_private(cfg: DistillConfig, out: Path, state_root: Path) -
     private = Path(str(cfg.private)).expanduser()
     if str(cfg.private).startswith("synthetic") or not private.is_dir():
         return
-    priv = private.resolve()
     for path, option, what in ((out, "--out", "the release"), (state_root, "--state-dir", "the state dir")):
-        p = path.expanduser().resolve()
-        if p == priv or p.is_relative_to(priv):
+        if path_within(path, private):
             raise PfdError(f"{path}: {what} would lie inside the private set {cfg.private} (its photos and the "
                            f"release must stay apart); choose an {option} outside it")
-        if priv.is_relative_to(p):
+        if path_within(private, path):
             raise PfdError(f"{path}: {what} would contain the private set {cfg.private}; choose an {option} that "
                            "does not hold the private photos")
 

@@ -38,21 +38,21 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from pfd.config import DistillConfig, config_to_dict, save_config, validate_config
 from pfd.data.faces import check_min_identities, check_min_images
 from pfd.data.faceset import FaceSet, to_memory
-from pfd.data.release import to_uint8, write_proxy_map, write_release
+from pfd.data.release import clear_interrupted_release, to_uint8, write_proxy_map, write_release
 from pfd.distill.claim import claim_run
-from pfd.distill.state import StateDir, clear_interrupted_release, load_batch, save_batch
-from pfd.distill.summary import build_summary
+from pfd.distill.state import StateDir, load_batch, save_batch
 from pfd.data.shape import same_size, size_text
+from pfd.distill.summary import build_summary
+from pfd.embed import class_centers
 from pfd.errors import PfdError
 from pfd.io import atomic_torch_save, atomic_write_bytes, atomic_write_json
 from pfd.progress import progress_bar, stage_line
 
-__all__ = ["METHODS", "REAL_IMAGE_METHODS", "DistillResult", "Distillation", "distill", "identity_centers", "raw_selection"]
+__all__ = ["METHODS", "REAL_IMAGE_METHODS", "DistillResult", "Distillation", "distill", "raw_selection"]
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +82,6 @@ class DistillResult:
 # --------------------------------------------------------------------------------------------
 # Pure helpers
 # --------------------------------------------------------------------------------------------
-
-
-def identity_centers(emb: torch.Tensor, labels: np.ndarray, num_identities: int) -> torch.Tensor:
-    """Normalised mean embedding of each identity ``(N, D)``: the original-space identity prototypes."""
-    y = torch.as_tensor(np.asarray(labels), dtype=torch.int64)
-    sums = torch.zeros(num_identities, emb.shape[1], dtype=torch.float64).index_add_(0, y, emb.double())
-    return F.normalize(sums, dim=1).float()
 
 
 def raw_selection(emb: torch.Tensor, labels: np.ndarray, P: torch.Tensor, proto_identity: torch.Tensor) -> np.ndarray:
@@ -180,13 +173,10 @@ class Distillation:
                                f"{cfg.ogp.batch_size}; lower --ogp-batch-size")
             if cfg.public and not (cfg.resume and self.state.public_model.is_file()):
                 # A missing, unreadable or other-size public checkpoint fails here, before a state dir exists.
-                from types import SimpleNamespace
-
                 from pfd.distill.public import check_public_arch
                 from pfd.nn.checkpoints import read_arch
 
-                check_public_arch(SimpleNamespace(arch=read_arch(Path(cfg.public).expanduser())), cfg.public,
-                                  size=cfg.size, backbone=cfg.backbone)
+                check_public_arch(read_arch(Path(cfg.public).expanduser()), cfg.public, size=cfg.size, backbone=cfg.backbone)
 
         # Folders, resume settings, the private set, then one writer per state dir (a lock held by
         # the main process until close()), checked again under it.
@@ -358,7 +348,7 @@ class Distillation:
                 "P": P,
                 "proto_identity": pid,
                 "identities": list(self.faces.identities),
-                "centers": identity_centers(E, self.faces.labels, self.N),  # original space, (N, D)
+                "centers": class_centers(E, self.faces.labels, self.N),  # original space, (N, D)
                 "cos_rotated": (E_rot * E).sum(1),  # cos(M e, e) per private image, (n,)
                 "embeddings": E,  # (n, D) original space: the insider's gallery in the publication gate
                 "rotated": self.rotated,

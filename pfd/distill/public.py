@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from torch import nn
 
@@ -85,11 +85,11 @@ def pretrained_public_model(cfg: TrainConfig, *, accelerator: Any | None = None,
     return trainer.fit()
 
 
-def check_public_arch(model: nn.Module, path: str | os.PathLike, *, size: Any, backbone: str = "") -> None:
+def check_public_arch(model: nn.Module | Mapping[str, Any], path: str | os.PathLike, *, size: Any, backbone: str = "") -> None:
     """Refuse a public checkpoint whose architecture does not match the run's settings.
 
     Args:
-        model: The loaded backbone (with ``arch``).
+        model: The loaded backbone (with ``arch``), or the arch itself (:func:`pfd.nn.checkpoints.read_arch`).
         path: Its file, for the message.
         size: The image size of the run (``S`` or ``(H, W)``).
         backbone: Expected backbone name (empty: any).
@@ -97,7 +97,7 @@ def check_public_arch(model: nn.Module, path: str | os.PathLike, *, size: Any, b
     Raises:
         PfdError: Naming the checkpoint's architecture and what was expected.
     """
-    arch = dict(getattr(model, "arch", {}) or {})
+    arch = dict(model) if isinstance(model, Mapping) else dict(getattr(model, "arch", {}) or {})
     own = arch.get("size", size)
     what = f"{arch.get('name')} (width {arch.get('width')}, {size_text(own)}, D = {arch.get('embedding_dim')})"
     if not same_size(own, size):

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pfd.data.release import PROXY_MAP, STATE_MARKER, read_manifest
+from pfd.data.release import PROXY_MAP, STATE_MARKER, clear_interrupted_release
 from pfd.errors import PfdError
 from pfd.io import atomic_torch_save
 
@@ -114,28 +114,6 @@ class StateDir:
         return {p.name for p in self.root.iterdir()} - {LOCK_NAME}
 
 
-
-
-def clear_interrupted_release(out: Path) -> None:
-    """Remove a release that a killed run left half-written (no manifest yet), before rewriting it.
-
-    Only files in the release layout (``<digits>/<digits>.png`` and atomic-write leftovers) are
-    removed; anything else makes the folder foreign and is left for the release writer to refuse.
-    """
-    if not out.is_dir() or read_manifest(out) is not None or (out / "manifest.json").exists():
-        return
-    files = [p for p in out.rglob("*") if p.is_file()]
-    ours = all(
-        (p.parent.parent == out and p.parent.name.isdigit() and (p.name.endswith(".tmp") or p.stem.isdigit() and p.suffix == ".png"))
-        for p in files
-    )
-    if not files or not ours:
-        return
-    for p in files:
-        p.unlink()
-    for d in sorted((p for p in out.iterdir() if p.is_dir()), reverse=True):
-        if not any(d.iterdir()):
-            d.rmdir()
 
 
 def save_batch(state: StateDir, index: int, *, rows: np.ndarray, proxies: np.ndarray, embeddings: torch.Tensor,

@@ -29,7 +29,7 @@ from pfd.data.faceset import FaceSet
 from pfd.data.sources import open_faces
 from pfd.data.shape import same_size
 from pfd.errors import PfdError
-from pfd.io import atomic_write_json, jsonable
+from pfd.io import atomic_write_json, jsonable, same_path
 
 __all__ = [
     "HEAD_MARGINS",
@@ -201,17 +201,6 @@ def format_dataset_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _same_spec(a: str, b: str) -> bool:
-    """Whether two dataset specs name the same data (one folder under two spellings included)."""
-    if str(a) == str(b):
-        return True
-    pa, pb = Path(str(a)).expanduser(), Path(str(b)).expanduser()
-    try:
-        return pa.exists() and pb.exists() and os.path.samefile(pa, pb)
-    except OSError:
-        return False
-
-
 def _report_claim(report: str | os.PathLike | None) -> contextlib.AbstractContextManager:
     """The report folder claimed for this audit (:func:`pfd.attacks.report_folder.report_folder`), or nothing."""
     return report_folder(report) if report else contextlib.nullcontext()
@@ -260,7 +249,7 @@ def run_mia(
     """
     if report:
         check_report_folder(report)  # the folder's errors first: they name what the user typed last
-    if _same_spec(members, nonmembers):
+    if same_path(members, nonmembers):
         raise PfdError(f"{members}: given as both the members and the non-members; the audit compares two "
                        "disjoint groups of people: pass the held-out people as --nonmembers")
     with _report_claim(report):  # the folder is this audit's until it has written

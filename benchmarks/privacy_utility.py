@@ -1,8 +1,19 @@
 """Privacy-utility benchmark: what a release is worth to train on, and what it leaks (Table 3 / Fig. 3
 of the PFD paper, on a CPU), on any publisher's faces.
 
+Two **protocols**. ``target`` (the default; the paper's setting, :data:`pu.settings.TARGET`): the
+public model is the shared pretrained MobileFaceNet (``../shared/models/mobilefacenet-casia.ckpt``,
+read in place; nothing is trained before the units), the public data are CelebA's 150 public people
+at full resolution, and the private and test people come from a domain the public model is weak
+on: ``surveillance`` (CelebA's private and test people at 16 x 19 pixels and back up, the
+``+lowres`` spec option), ``illumination`` (Extended Yale B) and the ``celeba`` control (no shift).
+Releases at K = 10 per identity; the downstream is the pretrained model fine-tuned for one epoch on
+the public people + the release (head at the class means); public-ft, raw and pfd run on two seeds,
+the other rows on one (``row_seeds``). Results: ``benchmarks/results/privacy_utility_target.json``.
+``trained`` (``--protocol trained``; the v2 table, ``privacy_utility.json``) is described next.
+
 A **scenario** (:mod:`pu.data`) names the public data, the private identities and the held-out test
-identities as dataset specs. Presets: ``celeba`` (private and test = CelebA identities, 72 + 72)
+identities as dataset specs. Presets of the trained protocol: ``celeba`` (private and test = CelebA identities, 72 + 72)
 and ``yaleb`` (private and test = Extended Yale B, 28 + 10: a lighting domain the public data
 lacks); ``--public/--private/--test`` replace parts of a preset (identity folders, RecordIO,
 ``synthetic:...``), so a publisher can make this table for their own data before publishing.
@@ -46,6 +57,8 @@ This script is the entry point; the parts live in the package ``benchmarks/pu/``
 
 Usage:
     python benchmarks/privacy_utility.py --plan                 # estimated minutes by stage, runs nothing
+    python benchmarks/privacy_utility.py --scenario surveillance illumination   # the target table (resumable)
+    python benchmarks/privacy_utility.py --protocol trained ... # the v2 table's protocol
     python benchmarks/privacy_utility.py --public-only          # train / reuse the public model
     python benchmarks/privacy_utility.py [--scenario celeba yaleb] [--rows pfd raw] [--seeds 3] [--force]
     python benchmarks/privacy_utility.py --scenario celeba --private DIR --test DIR --name mine
@@ -72,13 +85,13 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 from pfd.errors import PfdError  # noqa: E402
 from pfd.io import atomic_write_json, atomic_write_text, jsonable  # noqa: E402
-from pu.data import SCENARIOS, Scenario, shared_folders  # noqa: E402
-from pu.plan import THROUGHPUT, minutes, plan_passes, print_plan  # noqa: E402
+from pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario, shared_folders  # noqa: E402
+from pu.plan import THROUGHPUT, minutes, plan_passes, print_plan, rates  # noqa: E402
 from pu.report import markdown  # noqa: E402
 from pu.runner import (  # noqa: E402
     make_resolver,
     merge_results,
-    public_dir,
+    public_path,
     read_shards,
     run_group_safe,
     shard_path,
@@ -89,9 +102,11 @@ from pu.runner import (  # noqa: E402
 from pu.settings import (  # noqa: E402
     QUICK,
     QUICK_SCENARIO,
+    QUICK_TARGET,
     REPO,
     ROWS,
     SETTINGS,
+    TARGET,
     load_average,
     machine_info,
     merge_settings,
@@ -104,18 +119,21 @@ from pu.settings import (  # noqa: E402
 
 
 def _scenarios(args: argparse.Namespace, settings: dict[str, Any]) -> list[Scenario]:
+    presets = TARGET_SCENARIOS if args.protocol == "target" else SCENARIOS
     if args.quick and not args.scenario:
         base = [QUICK_SCENARIO]
     else:
-        names = args.scenario or list(SCENARIOS)
+        names = args.scenario or list(presets)
         base = []
         for n in names:
-            if n not in SCENARIOS and not (n == "synthetic" and args.quick):
-                raise PfdError(f"unknown scenario {n!r}; choose from {sorted(SCENARIOS)}")
-            sc = QUICK_SCENARIO if n == "synthetic" else SCENARIOS[n]
-            # The presets train on the recipe's data; custom public specs replace it below.
-            base.append(Scenario(sc.name, tuple(settings["public_model"]["train"]["data"]), sc.private, sc.test,
-                                 sc.light_subsets))
+            if n not in presets and not (n == "synthetic" and args.quick):
+                raise PfdError(f"unknown scenario {n!r} of the {args.protocol} protocol; choose from {sorted(presets)}")
+            sc = QUICK_SCENARIO if n == "synthetic" else presets[n]
+            if "train" in settings["public_model"]:
+                # The trained protocol's presets train on the recipe's data; custom public specs replace it below.
+                sc = Scenario(sc.name, tuple(settings["public_model"]["train"]["data"]), sc.private, sc.test,
+                              sc.light_subsets)
+            base.append(sc)
     if args.public or args.private or args.test:
         if len(base) != 1:
             raise PfdError("--public/--private/--test replace parts of one scenario; pass a single --scenario")
@@ -128,7 +146,11 @@ def _scenarios(args: argparse.Namespace, settings: dict[str, Any]) -> list[Scena
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", nargs="+", help=f"presets to run (default: all of {sorted(SCENARIOS)})")
+    ap.add_argument("--protocol", choices=("target", "trained"), default="target",
+                    help="target (default): the pretrained MobileFaceNet meets a domain only the private set covers, "
+                    f"scenarios {sorted(TARGET_SCENARIOS)}; trained: a public model trained here, scenarios "
+                    f"{sorted(SCENARIOS)} (the v2 table, benchmarks/results/privacy_utility.json)")
+    ap.add_argument("--scenario", nargs="+", help="presets to run (default: all of the protocol's)")
     ap.add_argument("--public", nargs="+", help="public data specs (replace the preset's; the public model and every "
                     "downstream model train on them)")
     ap.add_argument("--private", help="private identities spec (identity folder, RecordIO, synthetic:..., or a named "
@@ -137,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", help="results key of a scenario with replaced parts (default <preset>-custom)")
     ap.add_argument("--data-root", help="folder holding celeba-faces/, extended-yale-b-cropped/ and yale-a/ "
                     "(default: ../shared/data next to the repo, then /work/shared/data)")
+    ap.add_argument("--models-root", help="folder holding the target protocol's pretrained model (default: "
+                    "../shared/models next to the repo, then /work/shared/models)")
     ap.add_argument("--work", help="folder for models, releases, state dirs and scores (outside the repo)")
     ap.add_argument("--results", default=str(REPO / "benchmarks" / "results"), help="where the .json and .md go")
     ap.add_argument("--rows", nargs="+", help="only these rows (names as in the table)")
@@ -158,12 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
-    settings = merge_settings(SETTINGS, QUICK) if args.quick else copy.deepcopy(SETTINGS)
-    settings.pop("public_train", None)
-    settings["public_model"] = public_settings(args.quick)
+    if args.protocol == "target":
+        settings = merge_settings(TARGET, QUICK_TARGET) if args.quick else copy.deepcopy(TARGET)
+        if args.quick:  # a tiny model trained here stands in for the pretrained file
+            settings["public_model"] = copy.deepcopy(QUICK_TARGET["public_model"])
+    else:
+        settings = merge_settings(SETTINGS, QUICK) if args.quick else copy.deepcopy(SETTINGS)
+        settings.pop("public_train", None)
+        settings["public_model"] = public_settings(args.quick)
     if args.seeds is not None:
         settings["seeds"] = args.seeds
-    if args.public:  # the publisher's public data trains the public model too
+    if args.public and "train" in settings["public_model"] and not args.quick:
+        # The trained protocol: the publisher's public data trains the public model too.
         settings["public_model"]["train"]["data"] = list(args.public)
     try:
         scenarios = _scenarios(args, settings)
@@ -177,10 +207,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"SKIP: {', '.join(m + '/' for m in missing)} not under {data_root or given[0]}; pass --data-root DIR "
               "(or --quick, which needs no data)")
         return 0
+    models_root = None
+    if "checkpoint" in settings["public_model"]:
+        given_m = [Path(args.models_root).expanduser()] if args.models_root else [REPO.parent / "shared" / "models",
+                                                                                   Path("/work/shared/models")]
+        models_root = next((c.resolve() for c in given_m if (c / settings["public_model"]["checkpoint"]).is_file()), None)
+        if models_root is None:
+            print(f"SKIP: {settings['public_model']['checkpoint']} not under {given_m[0]}; pass --models-root DIR "
+                  "(or --quick, which needs no model)")
+            return 0
     cache = Path(os.environ.get("PFD_CACHE_DIR", Path.home() / ".cache" / "pfd")).expanduser()
-    work = Path(args.work).expanduser() if args.work else cache / "bench" / ("privacy_utility_quick" if args.quick else "privacy_utility")
+    stem = "privacy_utility" + ("_target" if args.protocol == "target" else "")
+    work = Path(args.work).expanduser() if args.work else cache / "bench" / (stem + ("_quick" if args.quick else ""))
     results = work / "results" if args.quick and args.results == str(REPO / "benchmarks" / "results") else Path(args.results)
-    json_path, md_path = results / "privacy_utility.json", results / "privacy_utility.md"
+    json_path, md_path = results / f"{stem}.json", results / f"{stem}.md"
     key = settings_hash(settings)
     doc: dict[str, Any] = json.loads(json_path.read_text()) if json_path.is_file() else {}
     if doc.get("settings_hash") != key or doc.get("version") != 2:
@@ -200,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         return merge_results(json_path, Path(args.merge_from), key)
     if args.plan:
         print_plan(settings, scenarios, resolver, [r[0] for r in rows], speed=args.speed,
-                   jobs=args.jobs or min(os.cpu_count() or 1, len(scenarios) * settings["seeds"]))
+                   jobs=args.jobs or min(os.cpu_count() or 1, len(scenarios) * settings["seeds"]),
+                   budget_min=180.0 if args.protocol == "target" else 90.0)
         return 0
     def save() -> None:
         doc["date"] = time.strftime("%Y-%m-%d %H:%M %Z")
@@ -223,14 +264,14 @@ def main(argv: list[str] | None = None) -> int:
             if any(units.get(k) != u for k, u in part["units"].items()):
                 recovered.add(name)
             units.update(part["units"])
-    todo = {sc.name: [(name, seed) for name, _, _ in rows for seed in row_seeds(name, settings["seeds"])
+    todo = {sc.name: [(name, seed) for name, _, _ in rows for seed in row_seeds(name, settings)
                       if args.force or unit_key(name, seed) not in doc["scenarios"].get(sc.name, {}).get("units", {})]
             for sc in scenarios}
     if args.summarise:
         if any(todo.values()):
             print(f"{sum(map(len, todo.values()))} unit(s) are missing from {json_path}; run them first (no --summarise)")
             return 1
-        public = public_dir(settings, work) / "model.pt"
+        public = public_path(settings, work, models_root)
         if not public.is_file():
             print(f"{public}: the public model is not in the work dir; --summarise needs the run's --work")
             return 1
@@ -248,15 +289,16 @@ def main(argv: list[str] | None = None) -> int:
     for sc in scenarios:
         priv, test = resolver(sc.private), resolver(sc.test)
         passes = plan_passes(settings, private_ids=priv.num_classes, private_images=len(priv), test_images=len(test),
+                             public_images=sum(len(resolver(s)) for s in sc.public),
                              rows=names)
-        cost[sc.name] = sum(minutes(v, THROUGHPUT) for v in passes.values())
+        cost[sc.name] = sum(minutes(v, rates(settings)) for v in passes.values())
     groups = unit_groups(todo, cost=cost)
     jobs = max(1, min(args.jobs or os.cpu_count() or 1, len(groups)))
     print(f"data {data_root}; work {work}; {sum(map(len, todo.values()))} unit(s) in {len(groups)} group(s) on "
           f"{jobs} worker(s) of {args.threads} thread(s); load {load_average()}", flush=True)
     # Nothing else runs while the public model trains: it gets every core.
     torch.set_num_threads(os.cpu_count() or 1)
-    public, pinfo = train_public(settings, resolver, work, progress=progress)
+    public, pinfo = train_public(settings, resolver, work, progress=progress, models_root=models_root)
     torch.set_num_threads(args.threads)
     if pinfo["seconds"] or "public_model" not in doc:
         doc["public_model"] = pinfo
@@ -264,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     curves = doc["public_model"].setdefault("verification_curve", {})
 
     by_name = {sc.name: sc for sc in scenarios}
-    curve_for = {sc.name for sc in scenarios if pinfo["seconds"] or sc.name not in curves}
+    # The curve of a model trained here by checkpoint (a pretrained file has one point: base's row).
+    curve_for = {sc.name for sc in scenarios if "train" in settings["public_model"]
+                 and (pinfo["seconds"] or sc.name not in curves)}
     payloads = []
     for sc_name, seed, group_rows in groups:
         payloads.append({"settings": settings, "scenario": by_name[sc_name], "seed": seed, "rows": group_rows,

@@ -150,7 +150,8 @@ def _pu():
 def _args(**kw):
     import argparse
 
-    base = {"quick": False, "scenario": None, "public": None, "private": None, "test": None, "name": None}
+    base = {"quick": False, "scenario": None, "public": None, "private": None, "test": None, "name": None,
+            "protocol": "trained"}
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -169,6 +170,29 @@ def test_scenario_presets_and_overrides():
     with pytest.raises(PfdError, match="unknown scenario"):
         pu._scenarios(_args(scenario=["lfw"]), settings)
     assert pu._scenarios(_args(quick=True), settings)[0].name == "synthetic"
+
+
+def test_target_protocol_presets_keep_their_public_data_and_shift_only_private_and_test():
+    pu = _pu()
+    settings = {"public_model": {"checkpoint": "mobilefacenet-casia.ckpt", "size": [112, 96]}}
+    sc = {s.name: s for s in pu._scenarios(_args(protocol="target"), settings)}
+    assert list(sc) == ["surveillance", "illumination", "celeba"]
+    assert all(s.public == ("celeba:public",) for s in sc.values())  # full resolution, no recipe data
+    assert sc["surveillance"].private == "celeba:private+lowres" and sc["surveillance"].test == "celeba:test+lowres"
+    assert sc["illumination"].private == "yale-b:private" and sc["illumination"].light_subsets
+    assert sc["celeba"].private == "celeba:private"  # the control: no shift
+    with pytest.raises(PfdError, match="target protocol"):
+        pu._scenarios(_args(protocol="target", scenario=["yaleb"]), settings)
+
+
+def test_row_seeds_spend_the_seeds_where_the_goals_are_decided():
+    s = pu_settings.TARGET
+    assert pu_settings.row_seeds("base", s) == [0]
+    assert pu_settings.row_seeds("pfd", s) == pu_settings.row_seeds("raw", s) == pu_settings.row_seeds("public-ft", s) == [0, 1]
+    assert pu_settings.row_seeds("sre2l", s) == [0]
+    assert pu_settings.row_seeds("sre2l", {"seeds": 3}) == [0, 1, 2]
+    assert pu_settings.model_size(s) == [112, 96]
+    assert pu_settings.model_size({"public_model": {"train": {"size": 64}}}) == 64
 
 
 def test_shared_folders_of_specs():
@@ -250,6 +274,15 @@ def test_plan_counts_image_passes_by_stage():
     assert p["reconstruction"]["invert"] == 6 * 72 * 50
     only = pu_plan.plan_passes(s, private_ids=72, private_images=1589, test_images=1567, rows=["base", "public-ft", "raw"])
     assert only["RTA"]["invert"] == 0 and only["fine-tune (OGP / plain)"]["train"] == 3 * 2 * 1589
+    # The target protocol: per-row seeds, all public images in every downstream, OGP's extension.
+    t = dict(s, protocol="target", seeds=2, row_seeds={"sre2l": 1, "rta-only": 1}, rta={"ipc": 10, "iterations": 60},
+             downstream={"epochs": 1, "public_images": 0})
+    q = pu_plan.plan_passes(t, private_ids=72, private_images=1589, test_images=1567, public_images=2387,
+                            rows=["base", "public-ft", "raw", "sre2l", "rta-only", "pfd"])
+    assert q["fine-tune (OGP / plain)"]["train"] == 2 * 2 * 1589 + 2 * 2 * 1589 * pu_plan.OGP_EXTENSION["target"]
+    assert q["RTA"]["invert"] == (1 + 1 + 2) * 10 * 72 * 60
+    assert q["downstream"]["train"] == (2 + 2 + 1 + 1 + 2) * (2387 + 720)
+    assert q["reconstruction"]["invert"] == 4 * 72 * 50
 
 
 def test_groups_that_base_already_separates_make_the_leaks_count_inconclusive():
@@ -297,3 +330,35 @@ def test_non_square_celeba_crop_keeps_the_central_width_at_the_models_aspect():
     faces = TensorFaces(img, [0])
     out = center_crop_hw(faces, width_frac=0.68, hw=(112, 96))
     assert out.size == (112, 96) and out.images[0, :, :, 2:-2].min() > 0.9  # only the band is left, stretched to 96
+
+
+def test_target_goals_are_met_or_missed_by_their_rules():
+    from pu.table import target_goals
+
+    def diff(d, lo, hi):
+        return {"diff": d, "ci95": [lo, hi]}
+
+    def link(lo, chance=0.014):
+        return {"chance": chance, "ci95_per_seed": [[lo, 0.05], [0.0, 0.04]]}
+
+    def rows(pfd_gain, pfd_lo, link_lo, gate_passed, pfd_mem_lo):
+        figs = {t: {r: {a: link(link_lo if (t, r, a) == ("proxies", "public", "vismatch") else 0.0)
+                        for a in ("vismatch", "reid")} for r in ("public", "insider")}
+                for t in ("proxies", "reconstructions")}
+        mem = lambda lo: {"pair_cos": diff(0.1, lo, 0.2), "proto_ce": diff(0.0, -0.1, 0.1)}  # noqa: E731
+        return {"rows": {
+            "raw": {"utility": {"all": {"accuracy": diff(0.06, 0.03, 0.08)}}, "membership": mem(0.05)},
+            "sre2l": {"utility": {"all": {"accuracy": diff(0.01, -0.01, 0.03)}}},
+            "pfd": {"utility": {"all": {"accuracy": diff(pfd_gain, pfd_lo, 0.07)}}, "membership": mem(pfd_mem_lo),
+                    "linkability": figs, "gate": {"passed": gate_passed, "of": 2,
+                                                  "failed_checks": [[], [] if gate_passed == 2 else ["public_vismatch"]]}},
+        }}
+
+    good = target_goals(rows(0.04, 0.01, 0.0, 2, -0.02))
+    assert all(ok for ok, _ in good.values()) and set(good) == {"a", "b", "c", "d"}
+    assert "67 % of raw's gain" in good["b"][1]
+    assert not target_goals(rows(0.02, 0.01, 0.0, 2, -0.02))["b"][0]  # under half of raw's
+    assert not target_goals(rows(0.04, -0.01, 0.0, 2, -0.02))["b"][0]  # interval holds 0
+    bad = target_goals(rows(0.04, 0.01, 0.02, 1, 0.01))
+    assert not bad["c"][0] and "proxies public vismatch" in bad["c"][1] and "seed 1 failed public_vismatch" in bad["c"][1]
+    assert not bad["d"][0] and "pair_cos" in bad["d"][1]

@@ -5,6 +5,7 @@ Part of the privacy-utility benchmark (``benchmarks/privacy_utility.py``; :mod:`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -23,7 +24,7 @@ from pfd.train import train
 from pu.augment import AugmentedFaces
 from pu.data import Scenario, SpecResolver
 from pu.report import markdown
-from pu.settings import ROWS, PLAIN_FINETUNE, settings_hash, load_average, row_seeds, unit_key, slug, ROW_BY_NAME
+from pu.settings import ROWS, PLAIN_FINETUNE, ROW_BY_NAME, load_average, model_size, row_seeds, settings_hash, slug, unit_key
 from pu.units import Bench, group_check
 
 def _same_training(path: Path, cfg: TrainConfig) -> bool:
@@ -40,10 +41,28 @@ def public_dir(settings: dict[str, Any], work: Path) -> Path:
     return work / f"public-{settings_hash({**settings['public_model'], 'split': settings['split']})[:8]}"
 
 
-def train_public(settings: dict[str, Any], resolver: SpecResolver, work: Path, *, progress: bool) -> tuple[Path, dict[str, Any]]:
-    """Train (or reuse) the public model of ``settings["public_model"]``; ``(path, info)`` with the
-    seconds spent (0 when cached) and the loss curve (mean loss per tenth of the run)."""
+def public_path(settings: dict[str, Any], work: Path, models_root: Path | None) -> Path:
+    """Where the run's public model is: the pretrained file under ``models_root`` (target
+    protocol) or the model trained in the work dir."""
     p = settings["public_model"]
+    if "checkpoint" in p:
+        return (models_root or Path(".")) / p["checkpoint"]
+    return public_dir(settings, work) / "model.pt"
+
+
+def train_public(settings: dict[str, Any], resolver: SpecResolver, work: Path, *, progress: bool,
+                 models_root: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """Train (or reuse) the public model of ``settings["public_model"]``; ``(path, info)`` with the
+    seconds spent (0 when cached) and the loss curve (mean loss per tenth of the run).
+
+    A ``checkpoint`` public model (the target protocol) is not trained: the pretrained file under
+    ``models_root`` is used in place, and its SHA-256 recorded."""
+    p = settings["public_model"]
+    if "checkpoint" in p:
+        path = public_path(settings, work, models_root)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        return path, {"path": str(path), "checkpoint": p["checkpoint"], "sha256": digest, "size": p["size"],
+                      "seconds": 0.0, "curve": []}
     out = public_dir(settings, work)
     cfg = build_config(TrainConfig, p["train"], {"out": str(out), "mixed_precision": "no", "threads": 0})
     info: dict[str, Any] = {"path": str(out / "model.pt"), "config": config_to_dict(cfg), "augment": p["augment"]}
@@ -112,7 +131,7 @@ def read_shards(work: Path, key: str) -> dict[str, dict[str, Any]]:
 def make_resolver(settings: dict[str, Any], data_root: Path | None) -> SpecResolver:
     """The spec resolver of ``settings`` (the public model's image size, the split settings)."""
     cs = settings["split"]
-    return SpecResolver(data_root, size=settings["public_model"]["train"]["size"], celeba=cs["celeba"],
+    return SpecResolver(data_root, size=model_size(settings), celeba=cs["celeba"],
                         yale_seed=cs["yale_seed"], yale_private=cs["yale_private"],
                         celeba_center=cs.get("celeba_center", 1.0))
 
@@ -184,7 +203,7 @@ def summarise(doc: dict[str, Any], scenarios: list[Scenario], settings: dict[str
             continue
         bench = Bench(settings, sc, resolver=resolver, work=work / sc.name, public=public, progress=False)
         for name in [r[0] for r in ROWS]:
-            agg = bench.aggregate(name, sdoc["units"], row_seeds(name, settings["seeds"]))
+            agg = bench.aggregate(name, sdoc["units"], row_seeds(name, settings))
             if agg is not None:
                 sdoc["rows"][name] = jsonable(agg)
         sep = group_check(sdoc["units"])

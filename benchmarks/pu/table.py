@@ -50,7 +50,9 @@ def _scenario(name: str, sdoc: Mapping[str, Any], order: list[str], settings: Ma
              f"{len(test.get('identities', []))} identities ({test.get('images', '?')} images); pairs: "
              + "; ".join(f"{k} {v['used']} genuine + {v['used']} impostor" + (" (every genuine pair)" if v.get("all_genuine") else "")
                          for k, v in pairs.items())
-             + f". Seeds per row (base: 1): {settings.get('seeds')}. Utility: row − public-ft in points with a 95 % "
+             + f". Seeds per row (base: 1): {settings.get('seeds')}"
+             + "".join(f", {k}: {v}" for k, v in (settings.get("row_seeds") or {}).items())
+             + ". Utility: row − public-ft in points with a 95 % "
              "identity-bootstrap interval; absolute values mean ± sd over seeds.", ""]
     if not rows:
         return lines + ["(no complete rows yet)", ""]
@@ -71,11 +73,13 @@ def _scenario(name: str, sdoc: Mapping[str, Any], order: list[str], settings: Ma
         lines += ["", f"Linkability in % (chance {_pct(chance, 2)} %): mean ± sd over seeds [envelope of the per-seed "
                   "95 % intervals]; reconstructions: first seed, one proxy per identity.", "",
                   "| Row | Proxies VisMatch pub | Proxies Re-ID pub | Proxies VisMatch ins | Proxies Re-ID ins | "
-                  "Recon VisMatch pub | Recon Re-ID pub | Recon VisMatch ins | Recon Re-ID ins |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "Recon VisMatch pub | Recon Re-ID pub | Recon VisMatch ins | Recon Re-ID ins | Gate passed |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in linked:
             cells = [_link(r, t, role, a) for t in ("proxies", "reconstructions") for role in ("public", "insider")
                      for a in ("vismatch", "reid")]
+            g = r.get("gate")
+            cells.append(f"{g['passed']}/{g['of']}" if g else "–")
             lines.append(f"| {r['row']} | " + " | ".join(cells) + " |")
     stats = list(rows[0].get("membership", {}))
     if stats:
@@ -103,7 +107,56 @@ def _scenario(name: str, sdoc: Mapping[str, Any], order: list[str], settings: Ma
                       f"{groups['statistic']} AUC {groups['auc']:.2f})"
                       + ("; the groups differ a priori, so a LEAKS count is inconclusive, not evidence of membership: "
                          "read Δ vs base." if confounded else "; the LEAKS column's 5 % false-LEAKS bound applies.")]
+    goals = target_goals(sdoc)
+    if goals and settings.get("protocol") == "target":
+        lines += ["", "Goals (issue 19):", ""] + [f"- ({k}) {'met' if ok else 'MISSED'}: {why}" for k, (ok, why) in goals.items()]
     return lines + [""]
+
+
+def _inside_chance(link: Mapping[str, Any]) -> bool:
+    """Every seed's 95 % interval of a linkability figure holds chance (nothing links above it)."""
+    return all(lo <= link["chance"] for lo, _ in link["ci95_per_seed"])
+
+
+def target_goals(sdoc: Mapping[str, Any]) -> dict[str, tuple[bool, str]]:
+    """Issue 19's goals on one scenario, each ``(met, reason)``: (a) raw's accuracy gain over
+    public-ft ≥ 5 points with an interval above 0; (b) pfd's ≥ half of raw's with an interval above
+    0, and ≥ sre2l's and rta-only's; (c) each of pfd's 8 linkability figures with chance inside
+    every seed's interval, and the gate passing on every seed; (d) raw's membership AUC above
+    base's (some statistic's interval above 0) and pfd's inside base's (every interval holds 0).
+    Goals whose rows are not all done are left out."""
+    rows = sdoc.get("rows", {})
+    acc = {n: rows[n]["utility"]["all"]["accuracy"] for n in rows if n != "public-ft" and "utility" in rows[n]}
+    out: dict[str, tuple[bool, str]] = {}
+    pts = lambda d: f"{100 * d['diff']:+.1f} ({100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f})"  # noqa: E731
+    if "raw" in acc:
+        r = acc["raw"]
+        out["a"] = (r["diff"] >= 0.05 and r["ci95"][0] > 0, f"raw {pts(r)} points over public-ft")
+    if "raw" in acc and "pfd" in acc:
+        r, p = acc["raw"], acc["pfd"]
+        others = {n: acc[n]["diff"] for n in ("sre2l", "rta-only") if n in acc}
+        ok = p["diff"] >= 0.5 * r["diff"] and p["ci95"][0] > 0 and all(p["diff"] >= v for v in others.values())
+        share = p["diff"] / r["diff"] if r["diff"] > 0 else float("nan")
+        out["b"] = (ok, f"pfd {pts(p)} = {100 * share:.0f} % of raw's gain; "
+                    + (", ".join(f"{n} {100 * v:+.1f}" for n, v in others.items()) or "sre2l / rta-only not run"))
+    pfd = rows.get("pfd", {})
+    if pfd.get("linkability") and pfd.get("gate"):
+        figs = [(f"{t} {role} {a}", pfd["linkability"][t][role][a]) for t in pfd["linkability"]
+                for role in pfd["linkability"][t] for a in pfd["linkability"][t][role]]
+        above = [name for name, f in figs if not _inside_chance(f)]
+        g = pfd["gate"]
+        out["c"] = (not above and len(figs) == 8 and g["passed"] == g["of"],
+                    f"{len(figs) - len(above)}/{len(figs)} figures inside chance's interval"
+                    + (f" (above: {', '.join(above)})" if above else "") + f"; gate passed {g['passed']}/{g['of']} seeds"
+                    + "".join(f"; seed {i} failed {', '.join(c)}" for i, c in enumerate(g["failed_checks"]) if c))
+    mem = {n: rows[n].get("membership") for n in ("raw", "pfd") if rows.get(n, {}).get("membership")}
+    if len(mem) == 2:
+        raw_above = [s for s, m in mem["raw"].items() if m["ci95"][0] > 0]
+        pfd_out = [s for s, m in mem["pfd"].items() if not m["ci95"][0] <= 0 <= m["ci95"][1]]
+        out["d"] = (bool(raw_above) and not pfd_out,
+                    f"raw above base on {', '.join(raw_above) or 'no statistic'}; pfd "
+                    + (f"outside base's interval on {', '.join(pfd_out)}" if pfd_out else "within base's on every statistic"))
+    return out
 
 
 def markdown_v2(doc: Mapping[str, Any]) -> str:
@@ -115,7 +168,11 @@ def markdown_v2(doc: Mapping[str, Any]) -> str:
     p = doc.get("public_model") or {}
     curve = ", ".join(f"{c['step']}: {c['loss']:.2f}" for c in p.get("curve", []))
     m = doc.get("machine", {})
-    lines += [f"Public model: {p.get('seconds', 0):.0f} s to train (0: cached); loss by step: {curve or '–'}."]
+    if p.get("checkpoint"):
+        lines += [f"Public model: the pretrained {p['checkpoint']} (sha256 {p.get('sha256', '?')[:12]}…, "
+                  f"{'x'.join(map(str, p.get('size', [])))}), read in place, not trained here."]
+    else:
+        lines += [f"Public model: {p.get('seconds', 0):.0f} s to train (0: cached); loss by step: {curve or '–'}."]
     for sc, pts in (p.get("verification_curve") or {}).items():
         lines.append(f"Public model on the {sc} test pairs by step (accuracy / TAR@1e-2, %): "
                      + ", ".join(f"{c['step']}: {_pct(c['accuracy'])} / {_pct(c.get('tar@far=0.01'))}" for c in pts) + ".")

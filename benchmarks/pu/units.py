@@ -72,9 +72,10 @@ class Bench:
 
     # -- training ---------------------------------------------------------------------------
     def _train_config(self, part: dict[str, Any], *, out: Path, init: str | None, seed: int, release: bool) -> TrainConfig:
-        pub = self.s["public_model"]["train"]
-        model = {k: pub[k] for k in ("backbone", "width", "embedding_dim")}
-        keys = ("head", "scale", "margin", "epochs", "batch_size", "lr", "warmup_epochs")
+        # A trained public model names its architecture; a pretrained file's is read from --init.
+        pub = self.s["public_model"].get("train", {})
+        model = {k: pub[k] for k in ("backbone", "width", "embedding_dim") if k in pub}
+        keys = ("head", "scale", "margin", "head_init", "epochs", "batch_size", "lr", "warmup_epochs")
         return build_config(TrainConfig, model, {k: part[k] for k in keys if k in part}, {
             "data": list(self.sc.public) + (["release"] if release else []), "size": self.size, "out": str(out), "init": init, "seed": seed,
             "checkpoint_every": 0, "min_images": 1, "mixed_precision": "no", "threads": 0,
@@ -274,7 +275,7 @@ class Bench:
         """Mean ± sd over seeds, utility vs public-ft and membership vs base with intervals; None
         until every unit it needs is done (and its scores are in the work dir)."""
         mine = [units.get(unit_key(name, s)) for s in seeds]
-        ref = [units.get(unit_key("public-ft", s)) for s in row_seeds("public-ft", self.s["seeds"])]
+        ref = [units.get(unit_key("public-ft", s)) for s in row_seeds("public-ft", self.s)]
         base = units.get(unit_key("base", 0))
         if any(u is None for u in mine + ref) or base is None:
             return None
@@ -284,7 +285,7 @@ class Bench:
             for kind, pairs in self.pairs.items():
                 y = pairs.issame
                 row_s = [np.load(self._scores(name, s) / f"{kind}.npy") for s in seeds]
-                ref_s = [np.load(self._scores("public-ft", s) / f"{kind}.npy") for s in row_seeds("public-ft", self.s["seeds"])]
+                ref_s = [np.load(self._scores("public-ft", s) / f"{kind}.npy") for s in row_seeds("public-ft", self.s)]
                 w = self.weights[kind]
                 acc = lambda sc, ww, y=y: weighted_kfold_accuracy(sc, y, ww, folds=e["folds"])  # noqa: E731
                 block = {"accuracy": paired_difference(acc, row_s, ref_s, w)}
@@ -310,6 +311,11 @@ class Bench:
         links = [u.get("linkability") for u in mine if u.get("linkability")]
         if links:
             out["linkability"] = _link_summary(links)
+        gates = [(u.get("distill") or {}).get("gate") for u in mine]
+        if any(g is not None for g in gates):  # the publication gate's verdict on each seed's release
+            out["gate"] = {"passed": sum(bool(g and g.get("passed")) for g in gates), "of": len(gates),
+                           "failed_checks": [[c["name"] for c in (g or {}).get("checks", []) if not c.get("passed")]
+                                             for g in gates]}
         out["times_s"] = {"total_mean": float(np.mean([u["times_s"]["total"] for u in mine]))}
         return out
 

@@ -109,6 +109,22 @@ def test_ablation_variants_change_only_their_settings_and_the_table_counts_links
     assert "+1.0 (-0.5, +2.0)" in row and "| 1 | 30.0 (1.4) reconstructions/insider/reid |" in row and "+0.020" in row
 
 
+def test_target_ablation_variants_start_from_the_target_protocol(bench_modules):
+    pu = importlib.import_module("pu.settings")
+    abl = importlib.import_module("pu.ablation")
+    base = abl.variant_settings("default", "target")
+    assert base["public_model"] == pu.TARGET["public_model"] and base["rta"]["ipc"] == 10 and "row_seeds" not in base
+    ds2 = abl.variant_settings("ds2-raw", "target")
+    assert ds2["downstream"] == dict(pu.TARGET["downstream"], epochs=2) and ds2["reuse"] == "ds2"
+    assert ds2["rta"] == pu.TARGET["rta"] and pu.TARGET["downstream"]["epochs"] == 1
+    half = abl.variant_settings("half-pfd", "target")
+    assert half["downstream"]["public_images"] == 1200 and half["method"] == "pfd"
+    names = list(abl.TARGET_VARIANTS)
+    assert len({pu.settings_hash(abl.variant_settings(n, "target")) for n in names}) == len(names)
+    row = abl.markdown({"protocol": "target", "variants": {}}).splitlines()[0]
+    assert "surveillance (target protocol" in row
+
+
 def test_merge_joins_scenarios_run_in_parallel_and_refuses_other_settings(bench_modules, tmp_path):
     import json
 

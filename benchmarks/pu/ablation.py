@@ -35,9 +35,9 @@ import numpy as np
 import torch
 
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
-from pu.data import SCENARIOS, Scenario, SpecResolver
-from pu.runner import train_public
-from pu.settings import MIA_STATS, REPO, SETTINGS, merge_settings, public_settings, settings_hash
+from pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario
+from pu.runner import make_resolver, train_public
+from pu.settings import MIA_STATS, REPO, SETTINGS, TARGET, merge_settings, public_settings, settings_hash
 from pu.stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
 from pu.units import Bench
 
@@ -72,17 +72,46 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def variant_settings(name: str) -> dict[str, Any]:
+#: Variants of the target protocol (``--protocol target``, on ``surveillance``): the downstream
+#: schedule on the main run's seed-0 releases (each against public-ft under the same schedule), and
+#: pfd's own knobs on the public VisMatch excess the pilot saw (2.4 % at chance 1.4 %).
+TWO_EPOCHS: dict[str, Any] = {"downstream": {"epochs": 2}}
+HALF_PUBLIC: dict[str, Any] = {"downstream": {"public_images": 1200}}
+TARGET_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "default": ("the benchmark's pfd row", {}),
+    "ds2-public-ft": ("downstream 2 epochs: public-ft", TWO_EPOCHS | {"method": "public-ft", "reuse": "ds2"}),
+    "ds2-raw": ("downstream 2 epochs: raw (main run's release)", TWO_EPOCHS | {"method": "raw", "reuse": "ds2"}),
+    "ds2-pfd": ("downstream 2 epochs: pfd (main run's release)", TWO_EPOCHS | {"method": "pfd", "reuse": "ds2"}),
+    "half-public-ft": ("downstream on 1,200 of the public images: public-ft",
+                       HALF_PUBLIC | {"method": "public-ft", "reuse": "half"}),
+    "half-raw": ("downstream on 1,200 public images + raw", HALF_PUBLIC | {"method": "raw", "reuse": "half"}),
+    "half-pfd": ("downstream on 1,200 public images + pfd", HALF_PUBLIC | {"method": "pfd", "reuse": "half"}),
+    "iters120": ("RTA 120 iterations", {"rta": {"iterations": 120}}),
+    "bn1x": ("first-layer BN weight 1 (not 10)", {"rta": {"first_bn_multiplier": 1.0}}),
+    "lrta200": ("λ_RTA 200 (not 50)", {"rta": {"lambda_rta": 200.0}}),
+}
+
+#: What each protocol's ablation runs on: (variants, the main run's results file, scenario).
+PROTOCOLS: dict[str, tuple[dict[str, tuple[str, dict[str, Any]]], str, str]] = {
+    "trained": (VARIANTS, "privacy_utility.json", "celeba"),
+    "target": (TARGET_VARIANTS, "privacy_utility_target.json", "surveillance"),
+}
+
+
+def variant_settings(name: str, protocol: str = "trained") -> dict[str, Any]:
     """The benchmark's settings with variant ``name``'s overrides (one seed)."""
-    over = dict(VARIANTS[name][1])
+    variants = PROTOCOLS[protocol][0]
+    over = dict(variants[name][1])
     over.pop("method", None)
     over.pop("reuse", None)
-    s = merge_settings(SETTINGS, over)
+    s = merge_settings(TARGET if protocol == "target" else SETTINGS, over)
     s["seeds"] = 1
+    s.pop("row_seeds", None)
     for k in ("method", "reuse"):
-        if k in VARIANTS[name][1]:
-            s[k] = VARIANTS[name][1][k]
-    s["public_model"] = public_settings(False)
+        if k in variants[name][1]:
+            s[k] = variants[name][1][k]
+    if protocol == "trained":
+        s["public_model"] = public_settings(False)
     return s
 
 
@@ -145,7 +174,8 @@ def reuse_release(bench: Bench, method: str, main_rows: Path) -> tuple[dict[str,
 
 def _store(doc: dict[str, Any], name: str, key: str, summary: dict[str, Any], ref: dict[str, Any], json_path: Path,
            md_path: Path, *, scores: np.ndarray | None = None) -> None:
-    doc["variants"][name] = {"settings_hash": key, "overrides": VARIANTS[name][1], "summary": summary,
+    variants = PROTOCOLS[doc.get("protocol", "trained")][0]
+    doc["variants"][name] = {"settings_hash": key, "overrides": variants[name][1], "summary": summary,
                              "main_settings_hash": ref["settings_hash"]}
     if scores is not None:  # a reference for the variants of its group
         doc["variants"][name]["scores"] = scores.tolist()
@@ -177,13 +207,15 @@ def release_geometry(release: Path, model: Path) -> dict[str, float]:
 
 def markdown(doc: dict[str, Any]) -> str:
     """The ablation table: one row per variant."""
+    protocol = doc.get("protocol", "trained")
+    variants, _, scenario = PROTOCOLS[protocol]
     head = ("| variant | change | Δacc vs public-ft (95 % CI) | ΔTAR@1e-2 | links above chance (of 8) | "
             "largest link rate (chance) | ΔAUC vs base, max of 4 | below margin | s |")
-    lines = [f"# pfd ablations on CelebA (one seed each; {doc.get('date', '')})", "",
+    lines = [f"# pfd ablations on {scenario} ({protocol} protocol; one seed each; {doc.get('date', '')})", "",
              "Utility differences are against `public-ft` seed 0; the main table's seed sd for pfd is the yardstick "
              "for whether a change is more than noise. A link is above chance when its clustered 95 % interval lies "
              "above the gallery's chance.", "", head, "|" + "---|" * 9]
-    for name in VARIANTS:
+    for name in variants:
         v = doc.get("variants", {}).get(name)
         if not v:
             continue
@@ -195,7 +227,7 @@ def markdown(doc: dict[str, Any]) -> str:
         top_s = f"{100 * top[1]['rate']:.1f} ({100 * top[1]['chance']:.1f}) {top[0]}" if top else "–"
         dauc = max((m["diff"] for m in s["membership"].values()), default=float("nan"))
         bm = s.get("below_margin")
-        lines.append(f"| {name} | {VARIANTS[name][0]} | {100 * a['diff']:+.1f} ({100 * a['ci95'][0]:+.1f}, "
+        lines.append(f"| {name} | {variants[name][0]} | {100 * a['diff']:+.1f} ({100 * a['ci95'][0]:+.1f}, "
                      f"{100 * a['ci95'][1]:+.1f}) | {100 * t['diff']:+.1f} | {above} | {top_s} | {dauc:+.3f} | "
                      f"{'–' if bm is None else f'{bm:.3f}'} | {s['seconds']:.0f} |")
     return "\n".join(lines) + "\n"
@@ -203,81 +235,89 @@ def markdown(doc: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--protocol", choices=sorted(PROTOCOLS), default="trained",
+                    help="the main run's protocol: trained (celeba scenario, pu_ablation.json) or target "
+                    "(surveillance scenario, pu_ablation_target.json)")
     ap.add_argument("--work", help="the main run's --work folder (its base and public-ft units)")
     ap.add_argument("--results", default=str(REPO / "benchmarks" / "results"))
     ap.add_argument("--data-root", default=None)
-    ap.add_argument("--variants", nargs="+", help=f"subset of {list(VARIANTS)}")
+    ap.add_argument("--models-root", default=None, help="folder of the target protocol's pretrained model")
+    ap.add_argument("--variants", nargs="+", help="subset of the protocol's variants (--list)")
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--geometry", action="store_true", help="print release_geometry of the main run's seed-0 "
                     "releases in the public model, and exit")
     args = ap.parse_args(argv)
+    variants, main_json, sc_name = PROTOCOLS[args.protocol]
     if args.list:
-        for k, (what, over) in VARIANTS.items():
-            print(f"{k:10s} {what}: {over}")
+        for k, (what, over) in variants.items():
+            print(f"{k:14s} {what}: {over}")
         return 0
     if not args.work:
         ap.error("--work is required: the main run's work folder")
-    unknown = sorted(set(args.variants or []) - set(VARIANTS))
+    unknown = sorted(set(args.variants or []) - set(variants))
     if unknown:
         ap.error(f"unknown variant(s) {unknown}")
     torch.set_num_threads(args.threads)
-    if args.geometry:
-        rows = Path(args.work).expanduser() / "celeba" / "rows"
-        s0 = variant_settings("default")  # the public model's folder, as train_public names it
-        public = Path(args.work).expanduser() / f"public-{settings_hash({**s0['public_model'], 'split': s0['split']})[:8]}" / "model.pt"
-        for method in ("raw", "blur", "dp-pix", "sre2l", "rta-only", "pfd"):
-            if (rows / method / "seed0" / "release").is_dir():
-                g = release_geometry(rows / method / "seed0" / "release", public)
-                print(f"{method:9s} within {g['within']:.3f}  between {g['between']:.3f}  nn_same {g['nn_same']:.3f}  (n {g['n']})")
-        return 0
     work, results = Path(args.work).expanduser(), Path(args.results)
-    main_doc = json.loads((results / "privacy_utility.json").read_text())
-    ref = _reference(main_doc, work, "celeba")
-    json_path, md_path = results / "pu_ablation.json", results / "pu_ablation.md"
-    doc: dict[str, Any] = json.loads(json_path.read_text()) if json_path.is_file() else {}
-    doc.setdefault("variants", {})
     given = [Path(args.data_root)] if args.data_root else [REPO.parent / "shared" / "data", Path("/work/shared/data")]
     data_root = next(c.resolve() for c in given if c.is_dir())
-    s0 = variant_settings("default")
-    cs = s0["split"]
-    resolver = SpecResolver(data_root, size=s0["public_model"]["train"]["size"], celeba=cs["celeba"],
-                            yale_seed=cs["yale_seed"], yale_private=cs["yale_private"],
-                            celeba_center=cs.get("celeba_center", 1.0))
-    public, _ = train_public(s0, resolver, work, progress=False)
-    sc0 = SCENARIOS["celeba"]
-    scenario = Scenario(sc0.name, tuple(s0["public_model"]["train"]["data"]), sc0.private, sc0.test, sc0.light_subsets)
-    # "default" last: it reuses the main run's pfd seed 0 when that has finished by then.
-    for name in sorted(args.variants or list(VARIANTS), key=lambda n: n == "default"):
-        s = variant_settings(name)
+    gm = [Path(args.models_root)] if args.models_root else [REPO.parent / "shared" / "models", Path("/work/shared/models")]
+    models_root = next((c.resolve() for c in gm if c.is_dir()), None)
+    s0 = variant_settings("default", args.protocol)
+    resolver = make_resolver(s0, data_root)
+    public, _ = train_public(s0, resolver, work, progress=False, models_root=models_root)
+    rows_dir = work / sc_name / "rows"
+    if args.geometry:
+        for method in ("raw", "blur", "dp-pix", "sre2l", "rta-only", "pfd"):
+            if (rows_dir / method / "seed0" / "release").is_dir():
+                g = release_geometry(rows_dir / method / "seed0" / "release", public)
+                print(f"{method:9s} within {g['within']:.3f}  between {g['between']:.3f}  nn_same {g['nn_same']:.3f}  (n {g['n']})")
+        return 0
+    main_doc = json.loads((results / main_json).read_text())
+    ref = _reference(main_doc, work, sc_name)
+    stem = "pu_ablation" + ("_target" if args.protocol == "target" else "")
+    json_path, md_path = results / f"{stem}.json", results / f"{stem}.md"
+    doc: dict[str, Any] = json.loads(json_path.read_text()) if json_path.is_file() else {}
+    doc.setdefault("variants", {})
+    doc["protocol"] = args.protocol
+    sc0 = (TARGET_SCENARIOS if args.protocol == "target" else SCENARIOS)[sc_name]
+    public_specs = tuple(s0["public_model"]["train"]["data"]) if "train" in s0["public_model"] else sc0.public
+    scenario = Scenario(sc0.name, public_specs, sc0.private, sc0.test, sc0.light_subsets)
+    # "default" last: it reuses the main run's pfd seed 0 when that has finished by then; a reuse
+    # group's public-ft first: the group's other variants are measured against it.
+    order = sorted(args.variants or list(variants), key=lambda n: (n == "default", not n.endswith("-public-ft")))
+    for name in order:
+        s = variant_settings(name, args.protocol)
         key = settings_hash(s)
         have = doc["variants"].get(name)
         if have and have.get("settings_hash") == key and not args.force:
             continue
-        bench = Bench(s, scenario, resolver=resolver, work=work / "celeba-ablation" / name, public=public,
-                         progress=False)
+        bench = Bench(s, scenario, resolver=resolver, work=work / f"{sc_name}-ablation" / name, public=public,
+                      progress=False)
         main_pfd = ref["pfd"]
         main_same = key == settings_hash({**copy.deepcopy(main_doc["settings"]), "seeds": 1})
         if name == "default" and main_pfd is not None and main_same:
             unit = main_pfd  # the main run's pfd seed 0 is this variant: reuse it and its scores
-            scores = np.load(work / "celeba" / "rows" / "pfd" / "seed0" / "scores" / "all.npy")
+            scores = np.load(rows_dir / "pfd" / "seed0" / "scores" / "all.npy")
         elif s.get("reuse"):
             print(f"[ablation {name}] start {time.strftime('%H:%M:%S')}", flush=True)
-            unit, scores = reuse_release(bench, s["method"], work / "celeba" / "rows")
+            unit, scores = reuse_release(bench, s["method"], rows_dir)
+            group = "ds6" if s["reuse"] is True else s["reuse"]
             if s["method"] == "public-ft":
                 ds_scores = scores
             else:
-                ds_ref = doc["variants"].get("ds6-public-ft")
+                ds_ref = doc["variants"].get(f"{group}-public-ft")
                 if ds_ref is None:
-                    raise SystemExit("run the ds6-public-ft variant before the other ds6 variants")
+                    raise SystemExit(f"run the {group}-public-ft variant before the other {group} variants")
                 ds_scores = np.asarray(ds_ref["scores"])
             summary = jsonable(summarise(bench, unit, {**ref, "public_ft_scores": ds_scores}, scores))
             _store(doc, name, key, summary, ref, json_path, md_path, scores=scores)
             continue
         else:
             print(f"[ablation {name}] start {time.strftime('%H:%M:%S')}", flush=True)
-            method = VARIANTS[name][1].get("method", "pfd")
+            method = variants[name][1].get("method", "pfd")
             unit = jsonable(bench.unit(method, method, {}, 0, None))
             scores = np.load(bench.work / "rows" / method / "seed0" / "scores" / "all.npy")
         summary = jsonable(summarise(bench, unit, ref, scores))

@@ -36,7 +36,7 @@ import torch
 
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
 from pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario
-from pu.runner import make_resolver, train_public
+from pu.runner import make_resolver, read_shards, train_public
 from pu.settings import MIA_STATS, REPO, SETTINGS, TARGET, merge_settings, public_settings, settings_hash
 from pu.stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
 from pu.units import Bench
@@ -116,7 +116,9 @@ def variant_settings(name: str, protocol: str = "trained") -> dict[str, Any]:
 
 
 def _reference(main_doc: dict[str, Any], main_work: Path, scenario: str) -> dict[str, Any]:
-    units = main_doc.get("scenarios", {}).get(scenario, {}).get("units", {})
+    units = dict(main_doc.get("scenarios", {}).get(scenario, {}).get("units", {}))
+    # Units of groups still running are in the main run's shards (same settings only).
+    units.update(read_shards(main_work, main_doc.get("settings_hash", "")).get(scenario, {}).get("units", {}))
     need = ["base/seed0", "public-ft/seed0"]
     missing = [k for k in need if k not in units]
     scores = main_work / scenario / "rows" / "public-ft" / "seed0" / "scores" / "all.npy"
@@ -275,7 +277,12 @@ def main(argv: list[str] | None = None) -> int:
                 g = release_geometry(rows_dir / method / "seed0" / "release", public)
                 print(f"{method:9s} within {g['within']:.3f}  between {g['between']:.3f}  nn_same {g['nn_same']:.3f}  (n {g['n']})")
         return 0
-    main_doc = json.loads((results / main_json).read_text())
+    if (results / main_json).is_file():
+        main_doc = json.loads((results / main_json).read_text())
+    else:  # the main run has not finished a group yet: its units are in its shards, its settings are these
+        main_settings = TARGET if args.protocol == "target" else {**SETTINGS, "public_model": public_settings(False)}
+        main_settings = {k: v for k, v in main_settings.items() if k != "public_train"}
+        main_doc = {"settings": main_settings, "settings_hash": settings_hash(main_settings), "scenarios": {}}
     ref = _reference(main_doc, work, sc_name)
     stem = "pu_ablation" + ("_target" if args.protocol == "target" else "")
     json_path, md_path = results / f"{stem}.json", results / f"{stem}.md"

@@ -6,6 +6,7 @@ Part of the privacy-utility benchmark (``benchmarks/privacy_utility.py``; :mod:`
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import time
 from pathlib import Path
@@ -103,6 +104,18 @@ class Bench:
             # Every row is measured, linkable or not; the gate's verdict is kept in the summary.
             "release": {"allow_linkable": True},
         })  # fmt: skip
+
+    def release_dir(self, method: str, baseline: dict[str, Any], seed: int) -> Path:
+        """Where a distillation's release and state dir live: keyed by everything the release
+        depends on (method, seed, OGP/RTA/baseline settings, public model, split, private spec),
+        not by the downstream or evaluation settings, so a change of those reuses the releases."""
+        s = self.s
+        key = hashlib.sha256(json.dumps({
+            "method": method, "baseline": baseline, "seed": seed, "ogp": s["ogp"], "rta": s["rta"],
+            "public_model": s["public_model"], "split": s["split"], "private": self.sc.private,
+            "shared_finetune": method in PLAIN_FINETUNE,
+        }, sort_keys=True).encode()).hexdigest()[:12]  # fmt: skip
+        return self.work / "releases" / slug(method) / f"seed{seed}-{key}"
 
     def plain_finetune(self, seed: int) -> tuple[Path, float]:
         """The fine-tuning shared by the non-rotating methods (identical runs), once per seed."""
@@ -242,11 +255,20 @@ class Bench:
         if method is not None:
             shared = plain[0] if plain and method in PLAIN_FINETUNE else None
             t = time.perf_counter()
-            summary = self.distill_row(method, baseline, root, seed, shared)
+            droot = self.release_dir(method, baseline, seed)
+            reused = (droot / "state" / "summary.json").is_file() and (droot / "release" / "manifest.json").is_file()
+            if reused:  # the same distillation was done for other downstream settings: same release
+                summary = json.loads((droot / "state" / "summary.json").read_text())
+            else:
+                shutil.rmtree(droot, ignore_errors=True)  # an unfinished distillation starts over
+                droot.mkdir(parents=True)
+                summary = self.distill_row(method, baseline, droot, seed, shared)
+            for part in ("release", "state"):  # the unit's folder names them as before
+                (root / part).symlink_to(droot / part, target_is_directory=True)
             times["distill"] = time.perf_counter() - t
             res["distill"] = {"times_s": summary["times_s"], "rates": summary["rates"], "counts": summary["counts"],
                               "gate": summary.get("gate"), "losses": summary["losses"],
-                              "baseline": summary.get("baseline"),
+                              "baseline": summary.get("baseline"), "reused_release": reused,
                               "shared_finetune_s": plain[1] if shared is not None else None}
             release = root / "release"
             res["lint_findings"] = [f.kind for f in lint_release(release, private=self.private, state_dir=root / "state")]

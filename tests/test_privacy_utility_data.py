@@ -362,3 +362,22 @@ def test_target_goals_are_met_or_missed_by_their_rules():
     bad = target_goals(rows(0.04, 0.01, 0.02, 1, 0.01))
     assert not bad["c"][0] and "proxies public vismatch" in bad["c"][1] and "seed 1 failed public_vismatch" in bad["c"][1]
     assert not bad["d"][0] and "pair_cos" in bad["d"][1]
+
+
+def test_release_dir_depends_on_the_distillation_not_the_downstream(tmp_path):
+    from types import SimpleNamespace
+
+    from pu.data import TARGET_SCENARIOS
+
+    def where(settings, method="pfd", seed=0, scenario="surveillance"):
+        bench = SimpleNamespace(s=settings, sc=TARGET_SCENARIOS[scenario], work=tmp_path)
+        return pu_units.Bench.release_dir(bench, method, {}, seed)
+
+    s = pu_settings.TARGET
+    here = where(s)
+    assert here.parent == tmp_path / "releases" / "pfd" and here.name.startswith("seed0-")
+    assert where(pu_settings.merge_settings(s, {"downstream": {"epochs": 2}, "eval": {"flip": True}})) == here
+    assert where(pu_settings.merge_settings(s, {"rta": {"iterations": 120}})) != here
+    assert where(pu_settings.merge_settings(s, {"ogp": {"lr": 0.01}})) != here
+    assert where(s, seed=1) != here and where(s, method="raw") != here
+    assert where(s, scenario="celeba") != here  # other private people

@@ -86,6 +86,10 @@ TARGET_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                        HALF_PUBLIC | {"method": "public-ft", "reuse": "half"}),
     "half-raw": ("downstream on 1,200 public images + raw", HALF_PUBLIC | {"method": "raw", "reuse": "half"}),
     "half-pfd": ("downstream on 1,200 public images + pfd", HALF_PUBLIC | {"method": "pfd", "reuse": "half"}),
+    # The public attacker's link runs through |cos(M e, e)| of an embedding and its rotation (eq. 3
+    # keeps it under the repulsion margin m): a tighter margin (OGP then extends until 95 % of the
+    # images are below it; m = 0 could never be met).
+    "repm0.05": ("repulsion margin 0.05 (not 0.1)", {"ogp": {"rep_margin": 0.05}}),
     "iters120": ("RTA 120 iterations", {"rta": {"iterations": 120}}),
     "bn1x": ("first-layer BN weight 1 (not 10)", {"rta": {"first_bn_multiplier": 1.0}}),
     "lrta200": ("λ_RTA 200 (not 50)", {"rta": {"lambda_rta": 200.0}}),

@@ -93,6 +93,7 @@ TARGET_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "iters120": ("RTA 120 iterations", {"rta": {"iterations": 120}}),
     "bn1x": ("first-layer BN weight 1 (not 10)", {"rta": {"first_bn_multiplier": 1.0}}),
     "lrta200": ("λ_RTA 200 (not 50)", {"rta": {"lambda_rta": 200.0}}),
+    "lbn0.05": ("λ_BN 0.05 (not 0.01)", {"rta": {"lambda_bn": 0.05}}),
 }
 
 #: What each protocol's ablation runs on: (variants, the main run's results file, scenario).
@@ -215,6 +216,7 @@ def markdown(doc: dict[str, Any]) -> str:
     """The ablation table: one row per variant."""
     protocol = doc.get("protocol", "trained")
     variants, _, scenario = PROTOCOLS[protocol]
+    scenario = doc.get("scenario", scenario)
     head = ("| variant | change | Δacc vs public-ft (95 % CI) | ΔTAR@1e-2 | links above chance (of 8) | "
             "largest link rate (chance) | ΔAUC vs base, max of 4 | below margin | s |")
     lines = [f"# pfd ablations on {scenario} ({protocol} protocol; one seed each; {doc.get('date', '')})", "",
@@ -244,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--protocol", choices=sorted(PROTOCOLS), default="trained",
                     help="the main run's protocol: trained (celeba scenario, pu_ablation.json) or target "
                     "(surveillance scenario, pu_ablation_target.json)")
+    ap.add_argument("--scenario", help="the main run's scenario to ablate (default: celeba for trained, surveillance "
+                    "for target); results go to pu_ablation[_target][_SCENARIO].json")
     ap.add_argument("--work", help="the main run's --work folder (its base and public-ft units)")
     ap.add_argument("--results", default=str(REPO / "benchmarks" / "results"))
     ap.add_argument("--data-root", default=None)
@@ -255,7 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--geometry", action="store_true", help="print release_geometry of the main run's seed-0 "
                     "releases in the public model, and exit")
     args = ap.parse_args(argv)
-    variants, main_json, sc_name = PROTOCOLS[args.protocol]
+    variants, main_json, default_sc = PROTOCOLS[args.protocol]
+    sc_name = args.scenario or default_sc
+    presets = TARGET_SCENARIOS if args.protocol == "target" else SCENARIOS
+    if sc_name not in presets:
+        ap.error(f"unknown scenario {sc_name!r} of the {args.protocol} protocol; choose from {sorted(presets)}")
     if args.list:
         for k, (what, over) in variants.items():
             print(f"{k:14s} {what}: {over}")
@@ -288,11 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         main_settings = {k: v for k, v in main_settings.items() if k != "public_train"}
         main_doc = {"settings": main_settings, "settings_hash": settings_hash(main_settings), "scenarios": {}}
     ref = _reference(main_doc, work, sc_name)
-    stem = "pu_ablation" + ("_target" if args.protocol == "target" else "")
+    stem = "pu_ablation" + ("_target" if args.protocol == "target" else "") + ("" if sc_name == default_sc else f"_{sc_name}")
     json_path, md_path = results / f"{stem}.json", results / f"{stem}.md"
     doc: dict[str, Any] = json.loads(json_path.read_text()) if json_path.is_file() else {}
     doc.setdefault("variants", {})
-    doc["protocol"] = args.protocol
+    doc["protocol"], doc["scenario"] = args.protocol, sc_name
     sc0 = (TARGET_SCENARIOS if args.protocol == "target" else SCENARIOS)[sc_name]
     public_specs = tuple(s0["public_model"]["train"]["data"]) if "train" in s0["public_model"] else sc0.public
     scenario = Scenario(sc0.name, public_specs, sc0.private, sc0.test, sc0.light_subsets)

@@ -175,7 +175,9 @@ def test_external_reconstructor_hook_replaces_the_inversion(world, tmp_path):
     # Identical grey images all match the same private image: at most one source is hit.
     assert rec[0]["vismatch"]["count"] <= 2
     bad = CliRunner().invoke(main, ["attack", "--release", str(release), "--state-dir", str(state),
-                                    "--reconstructor", "tests.test_scorecard:nothing_here"])
+                                    "--reconstructor", "tests.test_scorecard:nothing_here",
+                                    "--report", str(tmp_path / "bad-report")])
     assert bad.exit_code == 2 and "cannot import it" in bad.output
+    assert not (tmp_path / "bad-report").exists()  # refused before the report folder was made
     empty = CliRunner().invoke(main, ["attack"])
     assert empty.exit_code == 2 and "pass --release RELEASE --state-dir STATE" in empty.output

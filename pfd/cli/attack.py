@@ -111,8 +111,10 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
     if not cfg.release:
         click.echo(ctx.get_help())
         raise PfdError("pass --release RELEASE --state-dir STATE (or a subcommand: mia, dataset)")
+    # A bad --reconstructor is an input error: refused before the report folder is made or claimed.
+    recon = _load_reconstructor(reconstructor)
     with report_folder(cfg.report, release=cfg.release):  # pfd's own or new, one audit at a time, before any work
-        card = run_scorecard(cfg, reconstructor=_load_reconstructor(reconstructor), progress=progress)
+        card = run_scorecard(cfg, reconstructor=recon, progress=progress)
         paths = write_report(card, cfg.report)
     click.echo("\n".join(summary_table(summary_rows(card.data))))
     for reason in card.data["skipped"].values():

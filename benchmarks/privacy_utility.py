@@ -69,7 +69,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import multiprocessing
 import os
@@ -100,19 +99,15 @@ from pu.runner import (  # noqa: E402
     unit_groups,
 )
 from pu.settings import (  # noqa: E402
-    QUICK,
     QUICK_SCENARIO,
-    QUICK_TARGET,
     REPO,
     ROWS,
-    SETTINGS,
-    TARGET,
     load_average,
     machine_info,
-    merge_settings,
-    public_settings,
+    protocol_settings,
     row_seeds,
     settings_hash,
+    shared_root,
     slug,
     unit_key,
 )
@@ -182,14 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
-    if args.protocol == "target":
-        settings = merge_settings(TARGET, QUICK_TARGET) if args.quick else copy.deepcopy(TARGET)
-        if args.quick:  # a tiny model trained here stands in for the pretrained file
-            settings["public_model"] = copy.deepcopy(QUICK_TARGET["public_model"])
-    else:
-        settings = merge_settings(SETTINGS, QUICK) if args.quick else copy.deepcopy(SETTINGS)
-        settings.pop("public_train", None)
-        settings["public_model"] = public_settings(args.quick)
+    settings = protocol_settings(args.protocol, quick=args.quick)
     if args.seeds is not None:
         settings["seeds"] = args.seeds
     if args.public and "train" in settings["public_model"] and not args.quick:
@@ -199,22 +187,20 @@ def main(argv: list[str] | None = None) -> int:
         scenarios = _scenarios(args, settings)
     except PfdError as e:
         ap.error(str(e))
-    given = [Path(args.data_root).expanduser()] if args.data_root else [REPO.parent / "shared" / "data", Path("/work/shared/data")]
-    data_root = next((c.resolve() for c in given if c.is_dir()), None)
+    data_root = shared_root("data", args.data_root)
     needed = shared_folders([s for sc in scenarios for s in (*sc.public, sc.private, sc.test)])
     missing = sorted(n for n in needed if data_root is None or not (data_root / n).is_dir())
     if missing:
-        print(f"SKIP: {', '.join(m + '/' for m in missing)} not under {data_root or given[0]}; pass --data-root DIR "
+        print(f"SKIP: {', '.join(m + '/' for m in missing)} not under {data_root or args.data_root or REPO.parent / 'shared' / 'data'}; pass --data-root DIR "
               "(or --quick, which needs no data)")
         return 0
     models_root = None
     if "checkpoint" in settings["public_model"]:
-        given_m = [Path(args.models_root).expanduser()] if args.models_root else [REPO.parent / "shared" / "models",
-                                                                                   Path("/work/shared/models")]
-        models_root = next((c.resolve() for c in given_m if (c / settings["public_model"]["checkpoint"]).is_file()), None)
+        ckpt = settings["public_model"]["checkpoint"]
+        models_root = shared_root("models", args.models_root, need=ckpt)
         if models_root is None:
-            print(f"SKIP: {settings['public_model']['checkpoint']} not under {given_m[0]}; pass --models-root DIR "
-                  "(or --quick, which needs no model)")
+            print(f"SKIP: {ckpt} not under {args.models_root or REPO.parent / 'shared' / 'models'}; pass --models-root "
+                  "DIR (or --quick, which needs no model)")
             return 0
     cache = Path(os.environ.get("PFD_CACHE_DIR", Path.home() / ".cache" / "pfd")).expanduser()
     stem = "privacy_utility" + ("_target" if args.protocol == "target" else "")

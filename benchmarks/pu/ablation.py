@@ -37,7 +37,7 @@ import torch
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
 from pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario
 from pu.runner import make_resolver, read_shards, train_public
-from pu.settings import MIA_STATS, REPO, SETTINGS, TARGET, merge_settings, public_settings, settings_hash
+from pu.settings import MIA_STATS, REPO, merge_settings, protocol_settings, settings_hash, shared_root
 from pu.stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
 from pu.units import Bench
 
@@ -109,14 +109,12 @@ def variant_settings(name: str, protocol: str = "trained") -> dict[str, Any]:
     over = dict(variants[name][1])
     over.pop("method", None)
     over.pop("reuse", None)
-    s = merge_settings(TARGET if protocol == "target" else SETTINGS, over)
+    s = merge_settings(protocol_settings(protocol), over)
     s["seeds"] = 1
     s.pop("row_seeds", None)
     for k in ("method", "reuse"):
         if k in variants[name][1]:
             s[k] = variants[name][1][k]
-    if protocol == "trained":
-        s["public_model"] = public_settings(False)
     return s
 
 
@@ -275,10 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown variant(s) {unknown}")
     torch.set_num_threads(args.threads)
     work, results = Path(args.work).expanduser(), Path(args.results)
-    given = [Path(args.data_root)] if args.data_root else [REPO.parent / "shared" / "data", Path("/work/shared/data")]
-    data_root = next(c.resolve() for c in given if c.is_dir())
-    gm = [Path(args.models_root)] if args.models_root else [REPO.parent / "shared" / "models", Path("/work/shared/models")]
-    models_root = next((c.resolve() for c in gm if c.is_dir()), None)
+    data_root, models_root = shared_root("data", args.data_root), shared_root("models", args.models_root)
+    if data_root is None:
+        ap.error("no shared data folder; pass --data-root DIR")
     s0 = variant_settings("default", args.protocol)
     resolver = make_resolver(s0, data_root)
     public, _ = train_public(s0, resolver, work, progress=False, models_root=models_root)
@@ -292,8 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if (results / main_json).is_file():
         main_doc = json.loads((results / main_json).read_text())
     else:  # the main run has not finished a group yet: its units are in its shards, its settings are these
-        main_settings = TARGET if args.protocol == "target" else {**SETTINGS, "public_model": public_settings(False)}
-        main_settings = {k: v for k, v in main_settings.items() if k != "public_train"}
+        main_settings = protocol_settings(args.protocol)
         main_doc = {"settings": main_settings, "settings_hash": settings_hash(main_settings), "scenarios": {}}
     ref = _reference(main_doc, work, sc_name)
     stem = "pu_ablation" + ("_target" if args.protocol == "target" else "") + ("" if sc_name == default_sc else f"_{sc_name}")

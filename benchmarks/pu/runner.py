@@ -5,7 +5,6 @@ Part of the privacy-utility benchmark (``benchmarks/privacy_utility.py``; :mod:`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -17,7 +16,7 @@ import torch
 
 from pfd.config import TrainConfig, build_config, config_to_dict
 from pfd.data.faceset import ConcatFaces
-from pfd.io import atomic_write_json, atomic_write_text
+from pfd.io import atomic_write_json, atomic_write_text, sha256_file
 from pfd.io import jsonable
 from pfd.nn.checkpoints import load_checkpoint
 from pfd.train import train
@@ -60,8 +59,7 @@ def train_public(settings: dict[str, Any], resolver: SpecResolver, work: Path, *
     p = settings["public_model"]
     if "checkpoint" in p:
         path = public_path(settings, work, models_root)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        return path, {"path": str(path), "checkpoint": p["checkpoint"], "sha256": digest, "size": p["size"],
+        return path, {"path": str(path), "checkpoint": p["checkpoint"], "sha256": sha256_file(path), "size": p["size"],
                       "seconds": 0.0, "curve": []}
     out = public_dir(settings, work)
     cfg = build_config(TrainConfig, p["train"], {"out": str(out), "mixed_precision": "no", "threads": 0})

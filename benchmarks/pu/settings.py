@@ -160,6 +160,27 @@ def public_settings(quick: bool) -> dict[str, Any]:
     return {"train": train_t, "augment": aug}
 
 
+def protocol_settings(protocol: str, *, quick: bool = False) -> dict[str, Any]:
+    """The benchmark's settings of ``protocol`` (``target`` or ``trained``), shrunk by ``quick``:
+    what ``privacy_utility.py`` runs and what ``pu_ablation.py`` compares with."""
+    if protocol == "target":
+        settings = merge_settings(TARGET, QUICK_TARGET) if quick else copy.deepcopy(TARGET)
+        if quick:  # a tiny model trained here stands in for the pretrained file
+            settings["public_model"] = copy.deepcopy(QUICK_TARGET["public_model"])
+        return settings
+    settings = merge_settings(SETTINGS, QUICK) if quick else copy.deepcopy(SETTINGS)
+    settings.pop("public_train", None)
+    settings["public_model"] = public_settings(quick)
+    return settings
+
+
+def shared_root(kind: str, given: str | None, *, need: str = "") -> Path | None:
+    """The shared ``data`` or ``models`` folder: ``given``, else ``../shared/<kind>`` next to the
+    repo, else ``/work/shared/<kind>``; the first that is a folder (holding ``need`` when named)."""
+    candidates = [Path(given).expanduser()] if given else [REPO.parent / "shared" / kind, Path("/work/shared") / kind]
+    return next((c.resolve() for c in candidates if c.is_dir() and (not need or (c / need).exists())), None)
+
+
 def row_seeds(name: str, settings: dict[str, Any]) -> list[int]:
     """Seeds of a row: ``base`` one, a row named in ``settings["row_seeds"]`` that many, the
     others ``settings["seeds"]``."""

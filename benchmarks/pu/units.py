@@ -29,6 +29,7 @@ from pfd.data.release_lint import lint_release
 from pfd.distill.claim import new_run_id, write_marker
 from pfd.distill.pipeline import Distillation, distill
 from pfd.embed import Embedder
+from pfd.io import sha256_file
 from pfd.nn.checkpoints import load_backbone, load_checkpoint
 from pfd.train import train
 from pfd.verify import tar_at_far, verification_metrics
@@ -149,7 +150,7 @@ class Bench:
         """``(n, D)`` embeddings of the private or test set (or a tensor's name) by a checkpoint,
         cached by the file's content: the public model's and a shared fine-tune's gallery are
         embedded once, and a downstream model's test embeddings serve utility and MIA alike."""
-        key = (_digest(model_path), which, flip)
+        key = (sha256_file(model_path), which, flip)
         if key not in self._emb:
             if len(self._emb) >= 8:  # a few models at a time; the oldest goes
                 self._emb.pop(next(iter(self._emb)))
@@ -393,14 +394,6 @@ def per_identity(source: np.ndarray, k: int, *, seed: int) -> np.ndarray:
         return np.arange(len(source))
     rng = np.random.default_rng(seed)
     return np.sort(np.concatenate([rng.permutation(np.flatnonzero(source == c))[:k] for c in np.unique(source)]))
-
-
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _toml_roundtrip(d: dict[str, Any]) -> dict[str, Any]:

@@ -55,6 +55,7 @@ def main(verbose: int) -> None:
       pfd train --recipe tiny-cpu --out runs/tiny
       pfd eval --model runs/tiny/model.pt --data synthetic:test
     """
+    from pfd.allocator import tune_allocator
     from pfd.progress import PROGRESS_LOGGER
 
     level = logging.WARNING - 10 * min(verbose, 2)
@@ -62,6 +63,8 @@ def main(verbose: int) -> None:
     # One line per finished stage / loop is shown by default: it replaces the bars where stderr
     # is not a terminal (CI, nohup) or --no-progress was given.
     logging.getLogger(PROGRESS_LOGGER).setLevel(min(level, logging.INFO))
+    # Every command runs repeated CPU steps: keep their buffers mapped (PFD_ALLOCATOR=system opts out).
+    logging.getLogger("pfd").debug("allocator: %s", tune_allocator())
 
 
 def flags(**kw: Any) -> dict[str, Any]:

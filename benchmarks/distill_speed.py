@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pfd.allocator import tune_allocator  # noqa: E402
 from pfd.config import RTAConfig  # noqa: E402
 from pfd.data.shape import image_hw  # noqa: E402
 from pfd.distill.ogp import OGPStep, Rotation, ogp_param_groups  # noqa: E402
@@ -192,6 +193,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    print(f"malloc {tune_allocator()}")
     demo = {"name": "ir18", "width": 0.25, "size": 32, "embedding_dim": 64}
     configs = [("demo ir18 w0.25 32px D64", demo, 60, 24, 10, 48)]
     if args.full:

@@ -10,6 +10,9 @@ MobileFaceNet (112 x 96, D = 128):
 * streamed exact top-1 / one plain GEMM + max over the same gallery, at the backbone's D
   (target >= 0.8) (:func:`attack_speed.top1_ratio`).
 
+The process runs with the allocator the ``pfd`` command uses (:func:`pfd.allocator.tune_allocator`;
+``PFD_ALLOCATOR=system`` measures glibc's defaults instead, recorded in the results).
+
 The functions are those of ``distill_speed.py``, ``embed_throughput.py`` and
 ``attack_speed.py``, imported, so the figures are the same measurements. CPU by default
 (``--threads`` 1: on a shared 2-core machine a second OpenMP thread mostly waits), CUDA when
@@ -42,6 +45,7 @@ from attack_speed import top1_ratio  # noqa: E402
 from distill_speed import bench_ogp, bench_rta  # noqa: E402
 from embed_throughput import embed_ratio  # noqa: E402
 
+from pfd.allocator import tune_allocator  # noqa: E402
 from pfd.io import atomic_write_json, atomic_write_text  # noqa: E402
 from pfd.nn.backbones import create_backbone  # noqa: E402
 
@@ -114,6 +118,7 @@ def markdown(doc: dict[str, Any]) -> str:
             cells.append(f"{r['ratio']:.3f}{ci} ({'ok' if _ok(key, r['ratio']) else 'misses'})")
         lines.append(f"| {LABELS[key]} | {op} {target} | " + " | ".join(cells) + " |")
     lines += ["", f"Device {doc['device']}, torch threads {doc['threads']}, {doc['cores']} cores ({doc['cpu']}); "
+              f"malloc {doc.get('allocator', 'system')}; "
               f"load average {doc['load_start']} at the start, {doc['load_end']} at the end; {doc['date']}; "
               f"{doc['seconds']:.0f} s. RTA/OGP ratios from process CPU time on a CPU (wall time on CUDA): median of the "
               f"per-pair ratios of {doc['repeats']} interleaved pairs [95 % bootstrap interval]; throughput ratios from the "
@@ -136,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep the other backbones' results already in speed.json (with --only: one backbone per run)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    # As the pfd command does: without it, glibc maps and faults the activation buffers in again
+    # every step, and the page faults (7-9 ms of a 63 ms demo step) vary with malloc's history.
+    allocator = tune_allocator()
     device = torch.device(args.device)
     t0, load0 = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
     results = {}
@@ -146,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                 if ln.startswith("model name")), "?") if Path("/proc/cpuinfo").is_file() else "?"
     doc = {"device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device), "threads": torch.get_num_threads(),
            "cores": os.cpu_count(), "cpu": cpu, "load_start": load0, "load_end": [round(x, 2) for x in os.getloadavg()],
-           "date": time.strftime("%Y-%m-%d %H:%M %Z"), "seconds": time.perf_counter() - t0, "repeats": args.repeats,
+           "date": time.strftime("%Y-%m-%d %H:%M %Z"), "allocator": allocator, "seconds": time.perf_counter() - t0, "repeats": args.repeats,
            "results": results}
     if args.merge and args.results and (Path(args.results) / "speed.json").is_file():
         old = json.loads((Path(args.results) / "speed.json").read_text())

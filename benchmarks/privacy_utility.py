@@ -107,6 +107,7 @@ from pu.settings import (  # noqa: E402
     protocol_settings,
     row_seeds,
     settings_hash,
+    unit_hash,
     shared_root,
     slug,
     unit_key,
@@ -207,9 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work).expanduser() if args.work else cache / "bench" / (stem + ("_quick" if args.quick else ""))
     results = work / "results" if args.quick and args.results == str(REPO / "benchmarks" / "results") else Path(args.results)
     json_path, md_path = results / f"{stem}.json", results / f"{stem}.md"
-    key = settings_hash(settings)
+    key, ukey = settings_hash(settings), unit_hash(settings)
     doc: dict[str, Any] = json.loads(json_path.read_text()) if json_path.is_file() else {}
-    if doc.get("settings_hash") != key or doc.get("version") != 2:
+    # A table's units stay when only the seed counts changed: an added seed joins them.
+    if unit_hash(doc.get("settings", {})) != ukey or doc.get("version") != 2:
         doc = {"scenarios": {}}
     names = [r[0] for r in ROWS]
     unknown = sorted(set(args.rows or []) - set(names))
@@ -244,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         save()
     # Units an interrupted run finished in its workers' shards but never merged into the table.
     recovered: set[str] = set()
-    for name, part in read_shards(work, key).items():
+    for name, part in read_shards(work, ukey).items():
         if any(sc.name == name for sc in scenarios):
             units = doc["scenarios"].setdefault(name, {"units": {}, "rows": {}})["units"]
             if any(units.get(k) != u for k, u in part["units"].items()):
@@ -298,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     payloads = []
     for sc_name, seed, group_rows in groups:
         payloads.append({"settings": settings, "scenario": by_name[sc_name], "seed": seed, "rows": group_rows,
-                         "key": key, "data_root": data_root, "work": work, "public": public, "threads": args.threads,
+                         "key": ukey, "data_root": data_root, "work": work, "public": public, "threads": args.threads,
                          "progress": progress and jobs == 1, "curve": sc_name in curve_for})
         curve_for.discard(sc_name)  # one group per scenario measures the curve
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import sys
 from pathlib import Path
 
@@ -188,11 +190,23 @@ def test_target_protocol_presets_keep_their_public_data_and_shift_only_private_a
 def test_row_seeds_spend_the_seeds_where_the_goals_are_decided():
     s = pu_settings.TARGET
     assert pu_settings.row_seeds("base", s) == [0]
-    assert pu_settings.row_seeds("pfd", s) == pu_settings.row_seeds("raw", s) == pu_settings.row_seeds("public-ft", s) == [0, 1]
+    assert pu_settings.row_seeds("raw", s) == pu_settings.row_seeds("public-ft", s) == [0, 1, 2]  # goal (a)
+    assert pu_settings.row_seeds("pfd", s) == [0, 1]
     assert pu_settings.row_seeds("sre2l", s) == [0]
     assert pu_settings.row_seeds("sre2l", {"seeds": 3}) == [0, 1, 2]
     assert pu_settings.model_size(s) == [112, 96]
     assert pu_settings.model_size({"public_model": {"train": {"size": 64}}}) == 64
+
+
+def test_unit_hash_ignores_the_seed_counts_only():
+    """An added seed joins a table's units; anything a unit computes starts it afresh."""
+    s = copy.deepcopy(pu_settings.TARGET)
+    key = pu_settings.unit_hash(s)
+    more = dict(s, seeds=5, row_seeds={"raw": 4})
+    assert pu_settings.unit_hash(more) == key and pu_settings.settings_hash(more) != pu_settings.settings_hash(s)
+    assert pu_settings.unit_hash(dict(s, rta=dict(s["rta"], iterations=61))) != key
+    assert pu_settings.unit_hash(dict(s, downstream=dict(s["downstream"], epochs=2))) != key
+    assert pu_settings.unit_hash({}) != key
 
 
 def test_shared_folders_of_specs():

@@ -24,7 +24,6 @@ whose settings changed is rerun). Run by hand, not in CI.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 import time
@@ -37,7 +36,7 @@ import torch
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
 from pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario
 from pu.runner import make_resolver, read_shards, train_public
-from pu.settings import MIA_STATS, REPO, merge_settings, protocol_settings, settings_hash, shared_root
+from pu.settings import MIA_STATS, REPO, merge_settings, protocol_settings, settings_hash, shared_root, unit_hash
 from pu.stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
 from pu.units import Bench
 
@@ -121,7 +120,7 @@ def variant_settings(name: str, protocol: str = "trained") -> dict[str, Any]:
 def _reference(main_doc: dict[str, Any], main_work: Path, scenario: str) -> dict[str, Any]:
     units = dict(main_doc.get("scenarios", {}).get(scenario, {}).get("units", {}))
     # Units of groups still running are in the main run's shards (same settings only).
-    units.update(read_shards(main_work, main_doc.get("settings_hash", "")).get(scenario, {}).get("units", {}))
+    units.update(read_shards(main_work, unit_hash(main_doc.get("settings", {}))).get(scenario, {}).get("units", {}))
     need = ["base/seed0", "public-ft/seed0"]
     missing = [k for k in need if k not in units]
     scores = main_work / scenario / "rows" / "public-ft" / "seed0" / "scores" / "all.npy"
@@ -312,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         bench = Bench(s, scenario, resolver=resolver, work=work / f"{sc_name}-ablation" / name, public=public,
                       progress=False)
         main_pfd = ref["pfd"]
-        main_same = key == settings_hash({**copy.deepcopy(main_doc["settings"]), "seeds": 1})
+        main_same = unit_hash(s) == unit_hash(main_doc["settings"])
         if name == "default" and main_pfd is not None and main_same:
             unit = main_pfd  # the main run's pfd seed 0 is this variant: reuse it and its scores
             scores = np.load(rows_dir / "pfd" / "seed0" / "scores" / "all.npy")

@@ -20,6 +20,7 @@ from pfd.io import atomic_write_json, atomic_write_text, sha256_file
 from pfd.io import jsonable
 from pfd.nn.checkpoints import load_checkpoint
 from pfd.train import train
+from pfd.allocator import tune_allocator
 from pu.augment import AugmentedFaces
 from pu.data import Scenario, SpecResolver
 from pu.report import markdown
@@ -141,6 +142,7 @@ def run_group(job: dict[str, Any]) -> tuple[str, int]:
     interrupted run loses at most the unit in progress; the parent merges the shards.
     """
     torch.set_num_threads(job["threads"])
+    tune_allocator()  # as the pfd command does (pfd.allocator: no page faults per training step)
     settings, sc, seed, key = job["settings"], job["scenario"], job["seed"], job["key"]
     resolver = make_resolver(settings, job["data_root"])
     bench = Bench(settings, sc, resolver=resolver, work=job["work"] / sc.name, public=job["public"],

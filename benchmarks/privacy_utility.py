@@ -248,10 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     recovered: set[str] = set()
     for name, part in read_shards(work, ukey).items():
         if any(sc.name == name for sc in scenarios):
-            units = doc["scenarios"].setdefault(name, {"units": {}, "rows": {}})["units"]
-            if any(units.get(k) != u for k, u in part["units"].items()):
+            sdoc = doc["scenarios"].setdefault(name, {"units": {}, "rows": {}})
+            if any(sdoc["units"].get(k) != u for k, u in part["units"].items()) or ("data" not in sdoc and part.get("data")):
                 recovered.add(name)
-            units.update(part["units"])
+            sdoc["units"].update(part["units"])
+            if part.get("data") is not None:
+                sdoc.setdefault("data", part["data"])
     todo = {sc.name: [(name, seed) for name, _, _ in rows for seed in row_seeds(name, settings)
                       if args.force or unit_key(name, seed) not in doc["scenarios"].get(sc.name, {}).get("units", {})]
             for sc in scenarios}

@@ -182,11 +182,11 @@ def test_shards_of_an_interrupted_run_are_read_back_only_with_the_same_settings(
     (tmp_path / "shards").mkdir()
     write = lambda name, doc: (tmp_path / "shards" / name).write_text(json.dumps(doc))  # noqa: E731
     write("celeba-seed0.json", {"settings_hash": "k", "scenario": "celeba", "units": {"raw/seed0": {"a": 1}},
-                                "curve": [{"step": 1}]})
+                                "curve": [{"step": 1}], "data": {"private": {"images": 9}}})
     write("celeba-seed1.json", {"settings_hash": "k", "scenario": "celeba", "units": {"raw/seed1": {"a": 2}}, "curve": None})
     write("yaleb-seed0.json", {"settings_hash": "old", "scenario": "yaleb", "units": {"raw/seed0": {}}})
     (tmp_path / "shards" / "junk.json").write_text("{not json")
     got = runner.read_shards(tmp_path, "k")
     assert set(got) == {"celeba"} and set(got["celeba"]["units"]) == {"raw/seed0", "raw/seed1"}
-    assert got["celeba"]["curve"] == [{"step": 1}]
+    assert got["celeba"]["curve"] == [{"step": 1}] and got["celeba"]["data"] == {"private": {"images": 9}}
     assert runner.shard_path(tmp_path, "dp-pix ε=10", 2).name == "dp-pix-eps10-seed2.json"

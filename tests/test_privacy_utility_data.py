@@ -376,6 +376,23 @@ def test_target_goals_are_met_or_missed_by_their_rules():
     bad = target_goals(rows(0.04, 0.01, 0.02, 1, 0.01))
     assert not bad["c"][0] and "proxies public vismatch" in bad["c"][1] and "seed 1 failed public_vismatch" in bad["c"][1]
     assert not bad["d"][0] and "pair_cos" in bad["d"][1]
+    # Just under the 5-point rule: missed, and the line does not round it up to the threshold.
+    near = rows(0.04, 0.01, 0.0, 2, -0.02)
+    near["rows"]["raw"]["utility"]["all"]["accuracy"] = diff(0.04983, 0.026, 0.071)
+    a = target_goals(near)["a"]
+    assert not a[0] and "+4.98 (+2.6, +7.1)" in a[1]
+
+
+def test_the_no_shift_control_is_not_judged_by_the_goals():
+    from pu.table import markdown_v2
+
+    acc = {"diff": 0.003, "ci95": [-0.004, 0.01], "row_mean": 0.9, "row_sd": 0.0}
+    sdoc = {"rows": {"raw": {"row": "raw", "seeds": [0], "utility": {"all": {"accuracy": acc}}}}, "units": {}}
+    doc = {"settings": {"protocol": "target"}, "row_order": ["raw"], "scenarios": {"surveillance": sdoc, "celeba": sdoc}}
+    text = markdown_v2(doc)
+    blocks = {b.split("\n", 1)[0]: b for b in text.split("### ")[1:]}
+    assert "Goals (issue 19):" in blocks["surveillance"] and "(a) MISSED" in blocks["surveillance"]
+    assert "Goals (issue 19)" not in blocks["celeba"] and "no-shift control" in blocks["celeba"]
 
 
 def test_release_dir_depends_on_the_distillation_not_the_downstream(tmp_path):

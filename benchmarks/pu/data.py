@@ -51,7 +51,7 @@ from pfd.data.sources import ACCEPTED_SPECS, open_faces
 from pfd.errors import PfdError
 from pu.yale import N_PRIVATE, YALE_A, YALE_B, split_yale_b, yale_a, yale_b
 
-__all__ = ["CELEBA", "SCENARIOS", "TARGET_SCENARIOS", "Scenario", "celeba_split", "SpecResolver", "adaptive_pairs", "pair_identities", "shared_folders"]
+__all__ = ["CELEBA", "SCENARIOS", "TARGET_SCENARIOS", "TARGET_CONTROLS", "Scenario", "celeba_split", "SpecResolver", "adaptive_pairs", "pair_identities", "shared_folders"]
 
 CELEBA = "celeba-faces"
 #: The CelebA split's defaults: (public = the rest), private, test, minimum images of private/test.
@@ -95,6 +95,8 @@ TARGET_SCENARIOS: dict[str, Scenario] = {
     # No shift: the private and test people are ordinary CelebA photos (the control).
     "celeba": Scenario("celeba", ("celeba:public",), "celeba:private", "celeba:test"),
 }
+#: The target protocol's scenarios without a domain shift: issue 19's goals are not theirs.
+TARGET_CONTROLS = frozenset({"celeba"})
 
 
 def shared_folders(specs: list[str]) -> set[str]:

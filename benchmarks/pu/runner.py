@@ -110,8 +110,8 @@ def shard_path(work: Path, scenario: str, seed: int) -> Path:
 
 
 def read_shards(work: Path, key: str) -> dict[str, dict[str, Any]]:
-    """Units and public-model curves of finished work in ``work/shards`` made with the settings
-    ``key``, by scenario: what an interrupted run has done (shards of other settings are ignored)."""
+    """Units, data summaries and public-model curves of finished work in ``work/shards`` made with
+    the settings ``key``, by scenario: what an interrupted run has done (shards of other settings are ignored)."""
     out: dict[str, dict[str, Any]] = {}
     for p in sorted((work / "shards").glob("*.json")):
         try:
@@ -120,8 +120,10 @@ def read_shards(work: Path, key: str) -> dict[str, dict[str, Any]]:
             continue  # written atomically, so only a foreign file gets here
         if doc.get("settings_hash") != key:
             continue
-        sc = out.setdefault(doc["scenario"], {"units": {}, "curve": None})
+        sc = out.setdefault(doc["scenario"], {"units": {}, "curve": None, "data": None})
         sc["units"].update(doc.get("units", {}))
+        if doc.get("data") is not None:  # the scenario's data summary, for a table made from shards alone
+            sc["data"] = doc["data"]
         if doc.get("curve") is not None:
             sc["curve"] = doc["curve"]
     return out

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from pu.data import TARGET_CONTROLS
+
 __all__ = ["markdown_v2"]
 
 
@@ -109,7 +111,9 @@ def _scenario(name: str, sdoc: Mapping[str, Any], order: list[str], settings: Ma
                          "read Δ vs base." if confounded else "; the LEAKS column's 5 % false-LEAKS bound applies.")]
     goals = target_goals(sdoc)
     if goals and settings.get("protocol") == "target":
-        lines += ["", "Goals (issue 19):", ""] + [f"- ({k}) {'met' if ok else 'MISSED'}: {why}" for k, (ok, why) in goals.items()]
+        head = ("The goals' rules on this no-shift control (not goals here: no release is expected to gain; "
+                "(c) still says whether pfd's release is linkable):" if name in TARGET_CONTROLS else "Goals (issue 19):")
+        lines += ["", head, ""] + [f"- ({k}) {'met' if ok else 'MISSED'}: {why}" for k, (ok, why) in goals.items()]
     return lines + [""]
 
 
@@ -128,7 +132,8 @@ def target_goals(sdoc: Mapping[str, Any]) -> dict[str, tuple[bool, str]]:
     rows = sdoc.get("rows", {})
     acc = {n: rows[n]["utility"]["all"]["accuracy"] for n in rows if n != "public-ft" and "utility" in rows[n]}
     out: dict[str, tuple[bool, str]] = {}
-    pts = lambda d: f"{100 * d['diff']:+.1f} ({100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f})"  # noqa: E731
+    # Two decimals on the estimate: one would print a 4.98 that misses the 5-point rule as "+5.0".
+    pts = lambda d: f"{100 * d['diff']:+.2f} ({100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f})"  # noqa: E731
     if "raw" in acc:
         r = acc["raw"]
         out["a"] = (r["diff"] >= 0.05 and r["ci95"][0] > 0, f"raw {pts(r)} points over public-ft")

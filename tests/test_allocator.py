@@ -17,7 +17,8 @@ from pfd.cli import main
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
 # A demo-size forward + backward to the pixels (the RTA step's allocation pattern); prints the
-# allocator's answer and the minor page faults of the last three steps.
+# allocator's answer and the minor page faults of each of five steps after six warm-up steps (the
+# tuned heap grows for the first few steps until its free blocks fit the pattern, then stays).
 _STEP = """
 import json, resource, sys, torch
 from pfd.allocator import tune_allocator
@@ -29,11 +30,14 @@ x = torch.rand(60, 3, 32, 32)
 def step():
     s = x.clone().requires_grad_(True)
     model(s).sum().backward()
-step(); step()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(3):
+for _ in range(6):
     step()
-print(json.dumps({"state": state, "faults": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 3}))
+faults = []
+for _ in range(5):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    step()
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(json.dumps({"state": state, "faults": sorted(faults)[2]}))
 """
 
 
@@ -50,10 +54,11 @@ def test_tuned_allocator_removes_the_page_faults_of_a_repeated_step():
     system, tuned = _run("system"), _run(None)
     assert system["state"] == "system (PFD_ALLOCATOR=system)"
     assert tuned["state"] == "glibc: mmap 32 MiB, trim 1 GiB"
-    # glibc's defaults map and fault the activations in again every step (about 5,000 faults of
-    # 4 KiB per step here); with the thresholds raised the buffers are reused.
-    assert system["faults"] > 500, system
-    assert tuned["faults"] < 0.05 * system["faults"], (tuned, system)
+    # Median faults per step: glibc's defaults map and fault the activations in again every step
+    # (1,500-11,000 faults of 4 KiB per step measured here, varying with load); with the thresholds raised the
+    # buffers are reused (0 per step once warm).
+    assert system["faults"] > 200, system
+    assert tuned["faults"] < 0.1 * system["faults"], (tuned, system)
 
 
 def test_opt_out_and_other_platforms(monkeypatch):

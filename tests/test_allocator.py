@@ -55,8 +55,8 @@ def test_tuned_allocator_removes_the_page_faults_of_a_repeated_step():
     assert system["state"] == "system (PFD_ALLOCATOR=system)"
     assert tuned["state"] == "glibc: mmap 32 MiB, trim 1 GiB"
     # Median faults per step: glibc's defaults map and fault the activations in again every step
-    # (1,500-11,000 faults of 4 KiB per step measured here, varying with load); with the thresholds raised the
-    # buffers are reused (0 per step once warm).
+    # (1,500-11,000 faults of 4 KiB a step measured here, varying with load); with the thresholds
+    # raised the buffers are reused (0 a step once warm).
     assert system["faults"] > 200, system
     assert tuned["faults"] < 0.1 * system["faults"], (tuned, system)
 

@@ -160,6 +160,29 @@ class PidLock:
     def held(self) -> bool:
         return self._fd is not None
 
+    @staticmethod
+    def holder(path: str | os.PathLike) -> str | None:
+        """The pid of a live process holding the lock at ``path``, else ``None`` (read-only peek).
+
+        Args:
+            path: The lock file; a missing one has no holder.
+        """
+        if fcntl is None:
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return _lock_holder(fd)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
     def release(self) -> None:
         """Drop the lock (idempotent)."""
         if self._fd is not None:

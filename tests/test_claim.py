@@ -226,3 +226,19 @@ def test_claim_run_checks_folders_before_inputs_and_inputs_before_the_lock(tmp_p
     cache_inside = DistillConfig(out=str(tmp_path / "new"), state_dir=str(tmp_path / "s2"), embed_cache=str(tmp_path / "new" / "cache"))
     with pytest.raises(PfdError, match="--embed-cache"):
         claim_run(cache_inside, main=True)
+
+
+def test_a_run_mid_write_is_named_not_taken_for_foreign_files(tmp_path):
+    """The second of two runs started together may look while the first writes its marker
+    (an atomic write's temporary file is in the folder): it must name the run, not call the
+    folder foreign. Without a holder the same folder is foreign."""
+    state = StateDir.at(tmp_path / "state")
+    holder = StateLock(state.root)
+    (state.root / ".pfd-state.json.abc123.tmp").write_text("{")
+    with pytest.raises(PfdError, match=rf"another pfd distill \(pid {os.getpid()}\)"):
+        claim_state_dir(state, tmp_path / "release", resume=False)
+    assert StateLock.holder(state.root / ".pfd-lock") == str(os.getpid())
+    holder.release()
+    assert StateLock.holder(state.root / ".pfd-lock") is None and StateLock.holder(tmp_path / "missing") is None
+    with pytest.raises(PfdError, match="did not write"):
+        claim_state_dir(state, tmp_path / "release", resume=False)

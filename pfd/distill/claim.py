@@ -111,8 +111,12 @@ class StateLock(PidLock):
         self.root.mkdir(parents=True, exist_ok=True)
         if fresh:
             os.chmod(self.root, 0o700)
-        super().__init__(self.root / LOCK_NAME, busy=f"{self.root}: another pfd distill (pid {{pid}}) is using this "
-                                                    "state dir; wait for it to finish or choose another --state-dir")
+        super().__init__(self.root / LOCK_NAME, busy=self.busy_message(self.root))
+
+    @staticmethod
+    def busy_message(root: Path) -> str:
+        """The refusal while another run holds ``root``'s lock (``{pid}`` to fill in)."""
+        return f"{root}: another pfd distill (pid {{pid}}) is using this state dir; wait for it to finish or choose another --state-dir"
 
 
 def _holds_work(state: StateDir, marker: dict[str, Any] | None) -> bool:
@@ -251,7 +255,15 @@ def claim_state_dir(state: StateDir, out: Path, *, resume: bool, main: bool = Tr
     Raises:
         PfdError: Another run holds the lock (its pid is named), or a check fails.
     """
-    check_outputs(out, state, resume=resume)
+    try:
+        check_outputs(out, state, resume=resume)
+    except PfdError:
+        # A run holding the lock may be mid-write (its marker's temporary file, its first stage):
+        # name that run, not "files pfd did not write".
+        pid = StateLock.holder(state.root / LOCK_NAME)
+        if pid is not None:
+            raise PfdError(StateLock.busy_message(state.root).format(pid=pid)) from None
+        raise
     if not main:
         return RunClaim(state, out, None, None)
     lock = StateLock(state.root)

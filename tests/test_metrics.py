@@ -139,3 +139,41 @@ def test_composition_chance_weights_gallery_shares_by_proxy_shares():
     assert composition_chance([0, 0, 1, 1], gallery) == pytest.approx(0.5 * 0.8 + 0.5 * 0.2)
     assert composition_chance([0, 0, 0], gallery) == pytest.approx(0.8)
     assert composition_chance([1], [0, 1, 2, 3]) == pytest.approx(0.25)
+
+
+def test_a_first_success_never_narrows_the_clustered_interval():
+    """Issue 27: 0 of 300 proxies (K = 10) gave [0, 11.6 %] and 1 of 300 gave [0, 1.8 %]."""
+    from pfd.attacks.metrics import MIN_CLUSTERS_FOR_DEFF, clustered_interval
+
+    for n_ids, k in ((30, 10), (24, 5), (150, 10), (10, 3)):
+        cluster = np.repeat(np.arange(n_ids), k)
+        zero = clustered_interval(np.zeros(n_ids * k, bool), cluster)["ci95"][1]
+        for linked in range(1, MIN_CLUSTERS_FOR_DEFF):
+            s = np.zeros(n_ids * k, bool)
+            s[np.arange(linked) * k] = True  # one proxy each of `linked` sources: deff estimates ~1
+            assert clustered_interval(s, cluster)["ci95"][1] >= zero, (n_ids, k, linked)
+    # Successes spread over many sources are evidence against clustering: the estimate is used.
+    cluster = np.repeat(np.arange(30), 10)
+    spread = np.zeros(300, bool)
+    spread[np.arange(20) * 10] = True
+    assert clustered_interval(spread, cluster)["ci95"][1] < clustered_interval(np.zeros(300, bool), cluster)["ci95"][1]
+
+
+def test_clustered_interval_covers_small_clustered_rates():
+    """Null simulation at small counts: sources linked whole or in part with a small probability.
+
+    Each of 30 sources (K = 10) is "linkable" with probability q; a linkable source's proxies link
+    with probability 0.6 each. The true rate is 0.6 q; the 95 % upper end must cover it in >= 95 %
+    of audits for every q, the few-success audits included.
+    """
+    from pfd.attacks.metrics import clustered_interval
+
+    rng = np.random.default_rng(27)
+    cluster = np.repeat(np.arange(30), 10)
+    for q in (0.01, 0.03, 0.1, 0.3):
+        covered = 0
+        for _ in range(400):
+            linkable = np.repeat(rng.random(30) < q, 10)
+            s = linkable & (rng.random(300) < 0.6)
+            covered += clustered_interval(s, cluster)["ci95"][1] >= 0.6 * q
+        assert covered / 400 >= 0.95, (q, covered)

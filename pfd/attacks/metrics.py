@@ -244,6 +244,10 @@ def clopper_pearson(k: float, n: float, *, alpha: float = 0.05) -> tuple[float, 
     return low, high
 
 
+#: Clusters that must hold a success (a failure) before the design effect is estimated from them.
+MIN_CLUSTERS_FOR_DEFF = 5
+
+
 def clustered_interval(success: Any, cluster: Any, *, alpha: float = 0.05) -> dict[str, Any]:
     """Interval of a success rate whose trials come in clusters (the K proxies of one source).
 
@@ -259,6 +263,16 @@ def clustered_interval(success: Any, cluster: Any, *, alpha: float = 0.05) -> di
     where ``V̂`` says nothing), the effective sample size ``n_eff = n / deff`` and the exact
     :func:`clopper_pearson` interval of ``p̂ n_eff`` successes in ``n_eff`` trials. With one
     proxy per cluster this is the plain exact binomial interval.
+
+    A first success does not narrow the interval: with no success at all nothing is known about
+    the clustering, so the upper end is that of perfectly correlated clusters (``n_eff = n /
+    deff_max``); with successes in only one or a few clusters ``V̂`` says "independent" (deff ≈ 1)
+    on almost no evidence, which would put the upper end *below* the zero-success one (0 of 300
+    proxies at K = 10: up to 11.6 %; 1 of 300: up to 1.8 %). So while fewer than
+    :data:`MIN_CLUSTERS_FOR_DEFF` clusters hold a success, the upper end is never below the
+    zero-success upper end of the same design (and, mirrored, while fewer than that hold a
+    failure, the lower end never above the all-success one). A floor of what the audit could say
+    with no success at all only widens the interval, so coverage is at least that of either.
 
     Args:
         success: ``(n,)`` bool, one per trial.
@@ -290,8 +304,13 @@ def clustered_interval(success: Any, cluster: Any, *, alpha: float = 0.05) -> di
     else:
         deff = deff_max
     n_eff = n / deff
-    return {"ci95": clopper_pearson(p * n_eff, n_eff, alpha=alpha), "n_eff": float(n_eff),
-            "design_effect": float(deff), "clusters": int(n_clusters)}
+    lo, hi = clopper_pearson(p * n_eff, n_eff, alpha=alpha)
+    n_min = n / deff_max  # the effective size of perfectly correlated clusters
+    if np.count_nonzero(k_c) < MIN_CLUSTERS_FOR_DEFF:
+        hi = max(hi, clopper_pearson(0.0, n_min, alpha=alpha)[1])
+    if np.count_nonzero(n_c - k_c) < MIN_CLUSTERS_FOR_DEFF:
+        lo = min(lo, clopper_pearson(n_min, n_min, alpha=alpha)[0])
+    return {"ci95": (lo, hi), "n_eff": float(n_eff), "design_effect": float(deff), "clusters": int(n_clusters)}
 
 
 def composition_chance(query_labels: Any, gallery_labels: Any) -> float:

@@ -17,6 +17,12 @@ while a leak of 5x chance passes in <= 2 %.
 
 Usage:
     python benchmarks/gate_power.py [--draws 2000] [--multiples 4 5 6]
+    python benchmarks/gate_power.py --whole-gate [--ids 24] [--ipc 5 10] [--draws 10000]
+
+``--whole-gate`` runs :func:`pfd.distill.gate_null.null_refusals` instead: the whole gate (every
+linkability check of insider, public model and judge, on simulated embeddings with clustered
+proxies) on releases at chance, once with the gate's family-wise level and once with every check
+tested at 95 % on its own (the gate before issue 27), and prints how often each refuses.
 
 Pure simulation (seconds, no data, no model); run by hand.
 """
@@ -58,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ids", type=int, nargs="+", default=[10, 30, 150])
     ap.add_argument("--ipc", type=int, nargs="+", default=[1, 2, 3, 5, 10])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--whole-gate", action="store_true", help="simulate the whole gate on releases at chance")
     args = ap.parse_args(argv)
+    if args.whole_gate:
+        return whole_gate(args)
     cols = ["leaks_only"] + [f"M={m:g}" for m in args.multiples]
     print(f"Share of checks that PASS ({args.draws} simulated releases each); r = true linkage / chance, chance = 1/N")
     print("| N | K | r | median upper / chance | " + " | ".join(cols) + " |")
@@ -68,6 +77,28 @@ def main(argv: list[str] | None = None) -> int:
             for r in (1.0, 2.0, 3.0, 5.0):
                 row = pass_rates(n, k, r, args.multiples, draws=args.draws, seed=args.seed)
                 print(f"| {n} | {k} | {r:g} | {row['median_bound']:.1f} | " + " | ".join(f"{100 * row[c]:.0f} %" for c in cols) + " |")
+    return 0
+
+
+def whole_gate(args: argparse.Namespace) -> int:
+    """Print the whole gate's refusal rate at chance for each (N, K), family-wise and per check."""
+    import time
+
+    from pfd.distill.gate_null import null_refusals
+
+    print(f"Whole gate on releases at chance ({args.draws} simulated audits each; 6 linkability checks with a judge)")
+    print("| N | K | gate | refused | 95 % upper | of which LEAKS | unresolved | seconds |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in args.ids:
+        for k in args.ipc:
+            for label, alpha in (("family-wise 0.1 %", 0.001), ("each check at 95 %", 0.025 * 6)):
+                t0 = time.perf_counter()
+                r = null_refusals(n, k, draws=args.draws, seed=args.seed, alpha=alpha)
+                from pfd.attacks.metrics import clopper_pearson
+
+                hi = clopper_pearson(r.refused, r.draws)[1]
+                print(f"| {n} | {k} | {label} | {r.refused} ({100 * r.rate:.2f} %) | {100 * hi:.2f} % | {r.leaks} | "
+                      f"{r.unresolved} | {time.perf_counter() - t0:.0f} |", flush=True)
     return 0
 
 

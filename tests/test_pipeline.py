@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -19,7 +20,7 @@ import torch
 from click.testing import CliRunner
 
 from pfd.cli import main
-from pfd.config import DistillConfig, build_config, load_recipe
+from pfd.config import DistillConfig, build_config, config_to_dict, load_recipe
 from pfd.data.release import read_proxy_map
 from pfd.data.release_reader import read_release
 from pfd.data.release_lint import lint_release
@@ -437,3 +438,103 @@ def test_recipes_resolve_and_the_demo_is_the_default(name):
     else:
         params = {p.name: p.default for p in main.commands["distill"].params}
         assert params["recipe"] == "demo"
+
+
+# -- the de-linking term and the judge (issue 27: the demo refused on a Xeon) -------------------
+
+
+def test_delink_runs_judge_the_release_with_a_model_no_loss_saw(public, tmp_path):
+    """With --lambda-delink the gate gets judge checks, and the judge is stored as private state."""
+    from tests.distill_public import tiny_train_config
+    from pfd.train import train
+
+    judge = train(tiny_train_config(tmp_path / "judge", seed=5), progress=False)
+    cfg = tiny_distill_config(public, tmp_path, rta={"lambda_delink": 10.0}, release={"judge": str(judge)})
+    res = distill(cfg, progress=False)
+    names = [c["name"] for c in res.summary["gate"]["checks"]]
+    assert names[-2:] == ["judge_vismatch", "judge_reid"] and res.summary["gate"]["passed"]
+    assert (tmp_path / "state" / "judge_model.pt").is_file()
+    assert "delink_last" in res.summary["losses"]["rta"]
+    manifest = json.loads((tmp_path / "release" / "manifest.json").read_text())
+    assert manifest["checks"]["judge_reid"] is True
+    assert not any("judge" in p.name for p in (tmp_path / "release").rglob("*"))  # private state stays private
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"rta": {"lambda_delink": 5.0}}, "pass --judge CKPT"),
+    ({"rta": {"lambda_delink": 5.0}, "release": {"judge": "pretrain"}}, "--judge pretrain pretrains a second model"),
+    ({"release": {"judge": "PUBLIC"}}, "is the public model"),
+])
+def test_a_delink_run_without_an_honest_judge_is_refused_before_any_work(public, tmp_path, change, message):
+    if change.get("release", {}).get("judge") == "PUBLIC":
+        change = {"release": {"judge": str(public)}}
+    with pytest.raises(PfdError, match=message):
+        distill(tiny_distill_config(public, tmp_path, **change), progress=False)
+    assert not (tmp_path / "state").exists()
+
+
+# -- resume verifies the private set (issue 27) -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def folder_run(public, tmp_path_factory):
+    """A finished pfd run on an identity folder (6 people x 8 photos), refused by nothing."""
+    from pfd.data.synthetic import SyntheticFaces, write_synthetic
+
+    root = tmp_path_factory.mktemp("folder-run")
+    write_synthetic(root / "faces", SyntheticFaces("private", identities=6, images_per_identity=8, size=32), progress=False)
+    cfg = tiny_distill_config(public, root, private=str(root / "faces"))
+    distill(cfg, progress=False)
+    return root, cfg
+
+
+def _moved_run(root: Path, dst: Path, cfg: DistillConfig) -> DistillConfig:
+    """The finished run copied to ``dst`` as if it had always been there (its state's settings name ``dst/faces``)."""
+    for name in ("faces", "state", "release"):
+        shutil.copytree(root / name, dst / name)
+    conf = dst / "state" / "config.toml"
+    conf.write_text(conf.read_text().replace(str(root / "faces"), str(dst / "faces")))
+    return build_config(DistillConfig, config_to_dict(cfg), {"private": str(dst / "faces"), "resume": True,
+                                                             "state_dir": str(dst / "state"), "out": str(dst / "release")})
+
+
+def _change(faces: Path, change: str) -> None:
+    people = sorted(p for p in faces.iterdir() if p.is_dir())
+    if change == "renamed":
+        people[0].rename(people[0].with_name("zz-renamed"))
+    elif change == "photo":
+        shutil.copyfile(sorted(people[4].iterdir())[0], sorted(people[2].iterdir())[3])
+    elif change == "added":
+        shutil.copytree(people[1], faces / "zz-new-person")
+    elif change == "removed":
+        shutil.rmtree(people[5])
+
+
+@pytest.mark.parametrize("change, message", [
+    ("renamed", "renamed or replaced by 'zz-renamed'"),
+    ("photo", "changed"),
+    ("added", "1 added ('zz-new-person')"),
+    ("removed", "1 identity gone"),
+])
+def test_resume_refuses_a_private_set_that_changed_since_the_run_started(folder_run, tmp_path, change, message):
+    """Before: a renamed folder published with every source wrong in proxy_map.json, a replaced photo
+    was silent, an added person raised IndexError, a removed one "24 private embeddings but 20 labels"."""
+    root, cfg = folder_run
+    again = _moved_run(root, tmp_path, cfg)
+    (tmp_path / "state" / "summary.json").unlink()  # as if the run had been killed before its release
+    shutil.rmtree(tmp_path / "release")
+    _change(tmp_path / "faces", change)
+    state = tmp_path / "state"
+    before = {p: p.stat().st_mtime_ns for p in state.rglob("*") if p.is_file()}
+    with pytest.raises(PfdError, match=r"the private set changed since this run started \(.*" + re.escape(message)):
+        distill(again, progress=False)
+    assert {p: p.stat().st_mtime_ns for p in state.rglob("*") if p.is_file()} == before  # nothing touched
+    assert not (tmp_path / "release").exists()
+
+
+def test_resume_with_the_same_private_set_publishes_the_same_release(folder_run, tmp_path):
+    root, cfg = folder_run
+    again = _moved_run(root, tmp_path, cfg)
+    shutil.rmtree(tmp_path / "release")
+    distill(again, progress=False)
+    assert _sha(tmp_path / "release") == _sha(root / "release")

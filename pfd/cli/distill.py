@@ -55,7 +55,14 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--rta-lr", type=float, help="[rta] Adam learning rate (0.25 in the paper).")
 @click.option("--lambda-rta", type=float, help="[rta] weight of L_RTA (eq. 10).")
 @click.option("--lambda-bn", type=float, help="[rta] weight of L_bn (eq. 10).")
+@click.option("--lambda-delink", type=float, help="[rta] weight of pfd's de-linking term against the public model "
+              "(the source at a uniformly random rank; 0 = the paper). Needs --judge.")
 @click.option("--label-seed", type=int, help="[release] seed of the arbitrary label permutation.")
+@click.option("--judge", metavar="CKPT|pretrain", help="[release] a face model no loss sees, whose VisMatch and Re-ID "
+              "join the gate: a checkpoint at the release's size, or 'pretrain' (a second model pretrained like the "
+              "demo's public one).")
+@click.option("--gate-alpha", type=float, help="[release] family-wise rate of false refusals of a release at chance "
+              "(the gate's LEAKS tests; default 0.001).")
 @click.option("--allow-linkable", is_flag=True, default=None,
               help="[release] publish even when the publication gate fails (pfd's own attacks link the proxies "
                    "above chance, or OGP missed its margin target). For benchmark baselines, not for publishing.")
@@ -102,9 +109,10 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     ogp["max_steps"] = kw.pop("ogp_steps")
     ogp["min_steps"] = kw.pop("ogp_min_steps")
     ogp.update({k: kw.pop(k) for k in ("rep_margin", "lambda_rep", "lambda_iso")})
-    rta = {k: kw.pop(k) for k in ("ipc", "iterations", "lambda_rta", "lambda_bn")}
+    rta = {k: kw.pop(k) for k in ("ipc", "iterations", "lambda_rta", "lambda_bn", "lambda_delink")}
     rta.update(batch_size=kw.pop("rta_batch_size"), lr=kw.pop("rta_lr"))
-    release = {"label_seed": kw.pop("label_seed"), "allow_linkable": kw.pop("allow_linkable")}
+    release = {"label_seed": kw.pop("label_seed"), "allow_linkable": kw.pop("allow_linkable"), "judge": kw.pop("judge"),
+               "alpha": kw.pop("gate_alpha")}
     baseline = {"epsilon": kw.pop("epsilon"), "cell": kw.pop("dp_cell"), "pixels": kw.pop("dp_pixels"),
                 "blur_sigma": kw.pop("blur_sigma")}
     if seed is not None:

@@ -174,6 +174,7 @@ def _check_rta(cfg: RTAConfig, prefix: str = "rta.", flags: bool = True) -> None
     c.at_least("shift", 0)
     c.at_least("kmeans_n_init", 1)
     c.non_negative("init_std")
+    c.non_negative("lambda_delink")
 
 
 def _check_baseline(cfg: BaselineConfig, prefix: str = "baseline.", flags: bool = True) -> None:
@@ -189,6 +190,8 @@ def _check_release(cfg: ReleaseConfig, prefix: str = "release.", flags: bool = T
     c = _Checker(cfg, prefix, flags)
     c.at_least("label_seed", 0)
     c("rule_out", lambda v: v == 0 or (v >= 1 and math.isfinite(v)), "must be 0 (off) or a multiple of chance >= 1")
+    c("alpha", lambda v: 0 < v < 1, "must be a rate in (0, 1), e.g. 0.001")
+    c.at_least("judge_seed", 0)
 
 
 def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> None:
@@ -209,6 +212,28 @@ def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> 
     _check_rta(cfg.rta, "rta.", flags)
     _check_release(cfg.release, "release.", flags)
     _check_baseline(cfg.baseline, "baseline.", flags)
+    _check_judge(cfg)
+
+
+def _check_judge(cfg: DistillConfig) -> None:
+    """A loss that optimises against the public model needs a judge that no loss sees."""
+    judge = cfg.release.judge
+    if cfg.rta.lambda_delink > 0 and not judge and cfg.method in ("pfd", "rta-only", "sre2l"):
+        raise PfdError(
+            f"--lambda-delink {cfg.rta.lambda_delink:g} trains the proxies against the public model, whose gate checks "
+            "then measure the loss's own target: pass --judge CKPT (a face model no loss sees, at the release's size), "
+            "--judge pretrain (with a pretrained public model), or --lambda-delink 0")
+    if judge == "pretrain":
+        if cfg.public:
+            raise PfdError("--judge pretrain pretrains a second model like the pretrained public one, but --public "
+                           f"{cfg.public} is given: pass --judge CKPT, a face model that no loss sees")
+        if cfg.release.judge_seed == cfg.pretrain.seed:
+            raise PfdError(f"release.judge_seed = {cfg.release.judge_seed} is the public model's seed: the judge would "
+                           "be the public model itself; choose another judge_seed")
+    elif judge:
+        j = Path(judge).expanduser()
+        if cfg.public and j.resolve() == Path(cfg.public).expanduser().resolve():
+            raise PfdError(f"--judge {judge} is the public model (--public): a judge must be a model no loss sees")
 
 
 def _check_attack(cfg: AttackConfig, prefix: str = "", flags: bool = True) -> None:
@@ -253,10 +278,11 @@ _UNUSED_BY_METHOD: dict[str, tuple[str, ...]] = {
     "rta-only": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso"),
     "sre2l": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "lambda_rta"),
     "raw": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "iterations",
-            "rta_lr", "lambda_rta", "lambda_bn"),
-    "dp-pix": ("blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "iterations", "rta_lr", "lambda_rta", "lambda_bn"),
+            "rta_lr", "lambda_rta", "lambda_bn", "lambda_delink"),
+    "dp-pix": ("blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "iterations", "rta_lr", "lambda_rta", "lambda_bn",
+               "lambda_delink"),
     "blur": ("epsilon", "dp_cell", "dp_pixels", "rep_margin", "lambda_rep", "lambda_iso", "iterations", "rta_lr",
-             "lambda_rta", "lambda_bn"),
+             "lambda_rta", "lambda_bn", "lambda_delink"),
 }  # fmt: skip
 
 

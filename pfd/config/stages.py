@@ -207,6 +207,11 @@ class RTAConfig:
             [0, 1] pixel units (SRe2L's ``randn`` in normalised space is ~0.225 in pixels).
         seed: Seed for the noise initialisation and augmentation (each batch draws from
             ``(seed, batch_index)``, so batches are independent and resumable).
+        lambda_delink: Weight of pfd's de-linking term :func:`pfd.distill.delink.delink_loss`
+            (not in the paper; 0 = the paper's eq. 10): the public model an outside attacker
+            holds ranks each proxy's source identity at a rank drawn uniformly at random, so that
+            neither "nearest" nor "farthest" names it. The gate then needs a judge
+            (``release.judge``), a model no loss has seen.
     """
 
     ipc: int = 10
@@ -224,6 +229,7 @@ class RTAConfig:
     kmeans_n_init: int = 10
     init_std: float = 0.2
     seed: int = 0
+    lambda_delink: float = 0.0
 
 
 @dataclass
@@ -239,11 +245,23 @@ class ReleaseConfig:
             linkage rate of this many times chance (their upper end lies above it): "not shown
             above chance" is not "at chance" when the audit is too small to tell (few proxies per
             identity). 5 from the power simulation in docs/distill.md; 0 turns the rule off.
+        alpha: Family-wise rate at which the gate's LEAKS tests refuse a release that is at
+            chance, split evenly over its linkability checks (Bonferroni); 0.001 in the power
+            simulation of docs/distill.md.
+        judge: A face model that no loss of the run sees, whose VisMatch and Re-ID join the gate:
+            a checkpoint at the release's image size, ``"pretrain"`` (a second model pretrained
+            like the demo's public one, with seed ``judge_seed``), or empty (no judge; then
+            ``rta.lambda_delink`` must be 0).
+        judge_seed: Seed of the pretrained judge (``judge = "pretrain"``); it must differ from the
+            public model's.
     """
 
     label_seed: int = 0
     allow_linkable: bool = False
     rule_out: float = 5.0
+    alpha: float = 0.001
+    judge: str = ""
+    judge_seed: int = 1
 
 
 @dataclass

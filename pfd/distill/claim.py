@@ -119,15 +119,19 @@ class StateLock(PidLock):
         return f"{root}: another pfd distill (pid {{pid}}) is using this state dir; wait for it to finish or choose another --state-dir"
 
 
+#: What a run writes before its first stage (a failed one leaves only these).
+_STUB = (MARKER_NAME, "config.toml", "private_set.json")
+
+
 def _holds_work(state: StateDir, marker: dict[str, Any] | None) -> bool:
     """Whether a stage of a pfd run finished in ``state`` (a fresh run would overwrite it).
 
-    The marker and ``config.toml`` alone are what a run that failed before its first stage
-    leaves: they do not count, so the corrected rerun needs no cleaning by hand.
+    The marker, ``config.toml`` and the private-set record alone are what a run that failed
+    before its first stage leaves: they do not count, so the corrected rerun needs no cleaning by hand.
     """
     if marker is None:
         return bool(state.entries())
-    return bool(state.entries() - {MARKER_NAME, "config.toml"})
+    return bool(state.entries() - set(_STUB))
 
 
 def _release_holds_work(out: Path) -> bool:
@@ -224,14 +228,14 @@ class RunClaim:
         """
         if self.lock is None:
             return
-        stub = failed and getattr(self.lock, "created", False) and self.state.entries() <= {MARKER_NAME, "config.toml"}
+        stub = failed and getattr(self.lock, "created", False) and self.state.entries() <= set(_STUB)
         try:
             if read_marker(self.state.root) is not None and not stub:
                 self.secure()
         finally:
             self.lock.release()
         if stub:
-            for name in (MARKER_NAME, "config.toml", LOCK_NAME):
+            for name in (*_STUB, LOCK_NAME):
                 (self.state.root / name).unlink(missing_ok=True)
             try:
                 self.state.root.rmdir()

@@ -168,6 +168,12 @@ class Distillation:
             k = cfg.rta.ipc
             check_min_images(self.faces, k, need=f"K = {k} proxies per class (rta.ipc) need at least {k}", fix="lower --ipc")
             check_min_identities(self.faces, 2, what="a release", where=cfg.private)
+            from pfd.distill.private_set import check_private_set, private_set_record
+
+            # --resume only with the private set the state dir was made from (issue 27: a renamed
+            # identity folder published a proxy map naming the wrong source for every proxy).
+            self.private_record = (check_private_set(self.state.private_set, self.faces, spec=cfg.private)
+                                   if cfg.resume else private_set_record(self.faces))
             if len(self.faces) < cfg.ogp.batch_size:
                 raise PfdError(f"{cfg.private}: {len(self.faces)} private images, fewer than one fine-tuning batch of "
                                f"{cfg.ogp.batch_size}; lower --ogp-batch-size")
@@ -177,6 +183,12 @@ class Distillation:
                 from pfd.nn.checkpoints import read_arch
 
                 check_public_arch(read_arch(Path(cfg.public).expanduser()), cfg.public, size=cfg.size, backbone=cfg.backbone)
+            judge = cfg.release.judge
+            if judge and judge != "pretrain" and not (cfg.resume and self.state.judge_model.is_file()):
+                from pfd.distill.public import check_public_arch
+                from pfd.nn.checkpoints import read_arch
+
+                check_public_arch(read_arch(Path(judge).expanduser()), judge, size=cfg.size)
 
         # Folders, resume settings, the private set, then one writer per state dir (a lock held by
         # the main process until close()), checked again under it.
@@ -191,6 +203,10 @@ class Distillation:
         if self.acc.is_main_process:
             self.claim.begin()  # 0700 and the marker, before anything else
             save_config(cfg, self.state.config, section="distill")
+            if not (cfg.resume and self.state.private_set.is_file()):
+                from pfd.distill.private_set import record_private_set
+
+                record_private_set(self.state.private_set, self.private_record)
         self.acc.wait_for_everyone()
 
     @property
@@ -235,8 +251,33 @@ class Distillation:
             self.acc.wait_for_everyone()
         else:
             check_public_arch(load_backbone(dst), dst, size=cfg.size, backbone=cfg.backbone)
+        self._judge()
         self._timed("public", t0, skip)
         return dst
+
+    def _judge(self) -> None:
+        """``state/judge_model.pt``: the gate's judge (``release.judge``), a model no loss sees."""
+        from pfd.distill.public import check_public_arch, pretrained_public_model
+        from pfd.nn.checkpoints import load_backbone, load_checkpoint, save_checkpoint
+
+        cfg, dst = self.cfg, self.state.judge_model
+        judge = cfg.release.judge
+        if not judge or (cfg.resume and dst.is_file()):
+            return
+        if judge == "pretrain":
+            pre = cfg.pretrain.__class__(**{**config_to_dict(cfg.pretrain), "size": cfg.size, "seed": cfg.release.judge_seed})
+            src = pretrained_public_model(pre, accelerator=self.acc, progress=self.progress)
+        else:
+            src = Path(judge).expanduser()
+        model = load_backbone(src)
+        check_public_arch(model, src, size=cfg.size)
+        if self.acc.is_main_process:
+            try:
+                load_checkpoint(src)
+                atomic_write_bytes(dst, src.read_bytes())
+            except PfdError:
+                save_checkpoint(dst, backbone=model, config={"source": str(src)})
+        self.acc.wait_for_everyone()
 
     # -- stage 1: fine-tuning (OGP for pfd) ----------------------------------------------------
     def adapt(self) -> dict[str, float]:
@@ -379,25 +420,49 @@ class Distillation:
         pid = protos["proto_identity"]
         classes = (pid + self.N if self.rotated else pid).numpy()  # eq. 7's internal class
         P = protos["P"] if cfg.method in ("pfd", "rta-only") else None  # sre2l: no L_RTA
+        public = self._public_view() if cfg.rta.lambda_delink > 0 and cfg.method not in REAL_IMAGE_METHODS and mine else None
         distiller = ProxyDistiller(
             backbone, head, P, size=cfg.size, cfg=cfg.rta, device=self.acc.device,
-            amp=self.acc.mixed_precision == "bf16", progress=False,
+            amp=self.acc.mixed_precision == "bf16", progress=False, public=public,
         )  # fmt: skip
-        bar = progress_bar(mine, desc=f"RTA [{rank}]" if world > 1 else "RTA", enabled=self.progress and self.acc.is_local_main_process)
-        for b in bar:
+        real = cfg.method in REAL_IMAGE_METHODS
+        # Counted in Adam iterations, not batches: a batch can take minutes, and a log (no terminal)
+        # gets its progress line every ~30 s from the bar (pfd.progress).
+        per_batch = 1 if real else cfg.rta.iterations
+        bar = progress_bar(total=len(mine) * per_batch, desc=f"RTA [{rank}]" if world > 1 else "RTA",
+                           enabled=self.progress and self.acc.is_local_main_process, unit="batch" if real else "it")
+        for b in mine:
             rows = batches[b]
-            if cfg.method in REAL_IMAGE_METHODS:
+            if real:
                 x = self.real_images(protos["raw_index"][rows], batch_index=b)
                 hist: dict[str, float] = {}
+                bar.update(1)
             else:
-                res = distiller.distill_batch(rows, classes[rows], batch_index=b)
+                res = distiller.distill_batch(rows, classes[rows], batch_index=b, sources=pid[rows].numpy(),
+                                              on_step=bar.update)
                 x, hist = res.proxies, res.summary()
                 bar.set_postfix(rta=f"{hist.get('rta_last', 0.0):.3f}", cls=f"{hist.get('cls_last', 0.0):.2f}")
             q = to_uint8(x).transpose(0, 3, 1, 2)  # (B, 3, H, W) uint8, exactly the released pixels
             emb = distiller.embed(torch.from_numpy(q).float().div_(255.0))
             save_batch(st, b, rows=rows, proxies=q, embeddings=emb, history=hist)
+        bar.close()
         self.acc.wait_for_everyone()
         self._timed("rta", t0, not mine and bool(done))
+
+    def _embed(self, model: torch.nn.Module, x: Any, cache: Path | None = None) -> torch.Tensor:
+        """Normalised embeddings ``(n, D)`` of a face set or an image batch (``cache``: the embedding cache)."""
+        from pfd.embed import Embedder
+
+        return Embedder(model, batch_size=256, device=self.acc.device, cache_dir=cache)(x)
+
+    def _public_view(self) -> Any:
+        """The public model and its private gallery, for the de-linking term (:mod:`pfd.distill.delink`)."""
+        from pfd.distill.delink import PublicView
+        from pfd.nn.checkpoints import load_backbone
+
+        model = load_backbone(self.state.public_model).to(self.acc.device)
+        gallery = self._embed(model, self.faces, self.embed_cache)  # (m, D), shared with the gate's public check
+        return PublicView(model, gallery, torch.as_tensor(np.asarray(self.faces.labels), dtype=torch.int64), self.N)
 
     @property
     def baseline(self) -> dict[str, float] | None:
@@ -429,27 +494,29 @@ class Distillation:
              protos: dict[str, Any]) -> list[dict[str, Any]]:
         """The publication gate's checks (:mod:`pfd.distill.gate`) on the released pixels."""
         from pfd.distill.gate import publication_checks
-        from pfd.embed import Embedder
         from pfd.nn.checkpoints import load_backbone
 
         proxies = torch.cat([d["proxies"] for d in docs]).float().div_(255.0)  # (NK, 3, H, W)
         labels = np.asarray(self.faces.labels)
+        embed, cache = self._embed, self.embed_cache
         # The private set goes through the embedding cache (its gallery is the same for every run
-        # that shares the model); the proxies are new to every run.
-        embed = lambda model, x, cache=None: Embedder(model, batch_size=256, device=self.acc.device,  # noqa: E731
-                                                      cache_dir=cache)(x)
-        # The private gallery in the adapted model was embedded by the prototypes stage (a state dir
-        # from before it stored them is embedded again).
-        gallery = protos["embeddings"] if "embeddings" in protos else embed(backbone, self.faces, self.embed_cache)
+        # that shares the model); the proxies are new to every run. The private gallery in the
+        # adapted model was embedded by the prototypes stage (a state dir from before it stored
+        # them is embedded again).
+        gallery = protos["embeddings"] if "embeddings" in protos else embed(backbone, self.faces, cache)
         insider = (torch.cat([d["embeddings"] for d in docs]), gallery)
-        public_model = load_backbone(self.state.public_model).to(self.acc.device)
-        public = (embed(public_model, proxies), embed(public_model, self.faces, self.embed_cache))
+
+        def view(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+            model = load_backbone(path).to(self.acc.device)
+            return embed(model, proxies), embed(model, self.faces, cache)
+
+        judge = view(self.state.judge_model) if self.cfg.release.judge else None
         rotated = bool(protos.get("rotated", False))
         below = float((protos["cos_rotated"].abs() < self.cfg.ogp.rep_margin).float().mean()) if rotated else None
         return publication_checks(
-            proxy_source=source, private_labels=labels, insider=insider, public=public,
-            below_margin=below, target=self.cfg.ogp.target_below_margin if rotated else None,
-            rule_out=self.cfg.release.rule_out,
+            proxy_source=source, private_labels=labels, insider=insider, public=view(self.state.public_model),
+            judge=judge, below_margin=below, target=self.cfg.ogp.target_below_margin if rotated else None,
+            rule_out=self.cfg.release.rule_out, alpha=self.cfg.release.alpha,
         )  # fmt: skip
 
     def release(self, protos: dict[str, Any], ogp_losses: dict[str, float],
@@ -524,32 +591,49 @@ class Distillation:
 
 
 def _refusal(failed: list[dict[str, Any]], cfg: DistillConfig, state_dir: Path) -> str:
-    """The one-line reason a release was not published, with the fix."""
+    """The one-line reason a release was not published, with the fix for the cause it measured."""
+    from pfd.distill.gate import failure_cause
+
     parts = []
     for c in failed:
         if c["name"] == "ogp_margin":
             parts.append(f"OGP left {1 - c['value']:.0%} of the private embeddings above the repulsion margin "
                          f"(target {c['target']:.0%} below)")  # fmt: skip
         elif c.get("leaks", True):
-            parts.append(f"{c['name']} links {c['rate']:.1%} of the proxies (95% CI {c['ci95'][0]:.1%}-"
-                         f"{c['ci95'][1]:.1%}, chance {c['chance']:.1%})")  # fmt: skip
+            parts.append(f"{c['name']} links {c['rate']:.1%} of the proxies, above chance {c['chance']:.1%} "
+                         f"(at least {c.get('leak_low', c['ci95'][0]):.1%} at the gate's family-wise level; "
+                         f"95% CI {c['ci95'][0]:.1%}-{c['ci95'][1]:.1%})")  # fmt: skip
         else:
+            cause = failure_cause(c).split(": ", 1)
             parts.append(f"{c['name']} cannot rule out linking {c['ci95'][1]:.1%} of the proxies "
                          f"({c['bound_multiple']:.1f}x chance {c['chance']:.1%}, more than the {c['rule_out']:g}x "
-                         "the release must exclude)")  # fmt: skip
-    if failed and all(not c.get("leaks", True) for c in failed if c["name"] != "ogp_margin") and \
-            all(c["name"] != "ogp_margin" for c in failed):
-        # The audit is too small to show the proxies unlinkable: more proxies per identity fixes it.
-        fix = (f"distill again into a new --state-dir with more proxies per identity (--ipc; K = {cfg.rta.ipc} now, "
-               "the power table in docs/distill.md wants K >= 3), or pass --resume --allow-linkable to publish anyway")
-        return f"not published: {'; '.join(parts)}. The state is kept in {state_dir}: {fix}"
+                         f"the release must exclude{': ' + cause[1] if len(cause) > 1 else ''})")  # fmt: skip
+    links = [c for c in failed if c["name"] != "ogp_margin"]
+    keep = f"The state is kept in {state_dir}"
+    if links and len(links) == len(failed) and all(not c.get("leaks", True) for c in links):
+        if any(c.get("hub") for c in links):
+            fix = ("one private identity draws most matches (a hub, docs/distill.md#hubs): check it for duplicates "
+                   "or a broken image, or pass --resume --allow-linkable to publish anyway")
+        elif any(c.get("hit_sources", 9) <= 2 and c.get("top_hit_share", 0) >= 0.5 for c in links) and cfg.method == "pfd":
+            fix = ("the links come from one or two people: distill again into a new --state-dir with the de-linking term "
+                   "(--lambda-delink, with a --judge) or more proxies per identity (--ipc), or pass --resume "
+                   "--allow-linkable to publish anyway")
+        else:
+            # The audit is too small to show the proxies unlinkable: more proxies per identity fixes it.
+            fix = (f"distill again into a new --state-dir with more proxies per identity (--ipc; K = {cfg.rta.ipc} now, "
+                   "the power table in docs/distill.md wants K >= 3), or pass --resume --allow-linkable to publish anyway")
+        return f"not published: {'; '.join(parts)}. {keep}: {fix}"
     if cfg.method == "pfd":
+        public_leak = any(c["name"].startswith("public_") and c.get("leaks", True) for c in links)
         fix = ("rerun with --resume and a longer OGP schedule (--ogp-steps, e.g. twice counts.ogp_steps of "
                "summary.json), or pass --allow-linkable to publish anyway")
+        if public_leak and not cfg.rta.lambda_delink:
+            fix = ("distill again into a new --state-dir with the de-linking term against the public model "
+                   "(--lambda-delink 10 --judge CKPT), or " + fix)
     else:
         fix = (f"--method {cfg.method} does not decouple the proxies from their sources (it is an ablation or "
                "baseline row): use --method pfd, or pass --resume --allow-linkable to publish it anyway")
-    return f"not published: {'; '.join(parts)}. The state is kept in {state_dir}: {fix}"
+    return f"not published: {'; '.join(parts)}. {keep}: {fix}"
 
 
 def distill(

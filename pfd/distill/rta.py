@@ -6,6 +6,7 @@
   -> :func:`kmeans_prototypes`
 * eq. 9  ``L_RTA`` with separate diagonal / off-diagonal normalisation -> :func:`rta_loss`
 * eq. 10 ``L_distill = L_cls^RTA + λ_RTA L_RTA + λ_bn L_bn`` -> :func:`distill_loss`
+* pfd's addition, off by default: ``+ λ_dl L_dl`` against the public model -> :mod:`pfd.distill.delink`
 
 L_RTA is a sum over proxy rows (row i of ``A_syn`` depends only on proxy i), so any batch of
 proxies can be optimised on its own: :class:`ProxyDistiller` owns the loop for one batch, seeded
@@ -32,6 +33,7 @@ from tqdm.auto import tqdm
 
 from pfd.data.shape import ImageSize, canonical_size, image_hw
 from pfd.distill.augment import augment_proxies
+from pfd.distill.delink import PublicView, target_ranks
 from pfd.errors import PfdError
 from pfd.nn.bn_hooks import BNStatistics
 
@@ -276,6 +278,8 @@ class ProxyDistiller:
         include_bn1d: Also match BatchNorm1d statistics (see :mod:`pfd.nn.bn_hooks`).
         amp: bf16 autocast for the backbone forward on CUDA.
         progress: Show a per-batch tqdm bar.
+        public: The public model and its private gallery for pfd's de-linking term
+            (:mod:`pfd.distill.delink`, weight ``cfg.lambda_delink``); ``None`` or a zero weight: eq. 10 alone.
     """
 
     def __init__(
@@ -290,8 +294,13 @@ class ProxyDistiller:
         include_bn1d: bool = False,
         amp: bool = False,
         progress: bool = False,
+        public: PublicView | None = None,
     ) -> None:
         self.backbone = backbone.eval().requires_grad_(False)
+        lam = float(getattr(cfg, "lambda_delink", 0.0) or 0.0)
+        self.public = public if public is not None and lam > 0 else None
+        if self.public is not None:
+            self.public.model.eval().requires_grad_(False)
         if isinstance(head, nn.Module):
             head.eval().requires_grad_(False)
         self.head = head
@@ -313,7 +322,8 @@ class ProxyDistiller:
         return (0.5 + float(self.cfg.init_std) * z).clamp_(0.0, 1.0)
 
     def distill_batch(
-        self, rows: torch.Tensor | np.ndarray | None, classes: torch.Tensor | np.ndarray | None, *, batch_index: int
+        self, rows: torch.Tensor | np.ndarray | None, classes: torch.Tensor | np.ndarray | None, *, batch_index: int,
+        sources: torch.Tensor | np.ndarray | None = None, on_step: Callable[[], Any] | None = None,
     ) -> DistillResult:
         """Distill one batch.
 
@@ -321,6 +331,8 @@ class ProxyDistiller:
             rows: Prototype row of each proxy ``(B,)`` (ignored without prototypes).
             classes: Internal proxy class of each proxy in the head's label space ``(B,)``.
             batch_index: The batch's index (seeds the noise and augmentation).
+            sources: Source identity of each proxy ``(B,)`` in ``[0, N)``, for the de-linking term.
+            on_step: Called after every Adam iteration (a progress bar's ``update``).
 
         Returns:
             The proxies and the loss history.
@@ -338,6 +350,15 @@ class ProxyDistiller:
         use_bn = cfg.lambda_bn != 0
         hooks = BNStatistics(self.backbone, first_multiplier=cfg.first_bn_multiplier, include_bn1d=self.include_bn1d) if use_bn else None
         history: dict[str, list[float]] = {"cls": [], "rta": [], "bn": [], "total": []}
+        public = self.public
+        if public is not None:
+            if sources is None:
+                raise PfdError("the de-linking term needs each proxy's source identity (sources=)")
+            src_t = torch.as_tensor(np.asarray(sources), dtype=torch.int64, device=self.device)
+            if rows is None:
+                raise PfdError("the de-linking term needs each proxy's prototype row (rows=)")
+            rank_t = target_ranks(np.asarray(rows), public.n_ids, int(cfg.ipc), seed=cfg.seed).to(self.device)
+            history["delink"] = []
         try:
             for it in tqdm(range(cfg.iterations), desc=f"RTA batch {batch_index}", leave=False, disable=not self.progress):
                 for g in opt.param_groups:
@@ -358,6 +379,10 @@ class ProxyDistiller:
                     lambda_rta=cfg.lambda_rta,
                     lambda_bn=cfg.lambda_bn,
                 )
+                if public is not None:
+                    l_dl = public.loss(x, src_t, rank_t)
+                    total = total + cfg.lambda_delink * l_dl
+                    comps["delink"] = l_dl.detach()
                 value = float(total.detach())
                 if not math.isfinite(value):
                     parts = ", ".join(f"L_{k}={float(v):.4g}" for k, v in comps.items())
@@ -373,6 +398,8 @@ class ProxyDistiller:
                 opt.step()
                 with torch.no_grad():
                     s.clamp_(0.0, 1.0)
+                if on_step is not None:
+                    on_step()
         finally:
             if hooks is not None:
                 hooks.remove()

@@ -5,6 +5,8 @@ Layout (a contract: the attacks read it; the names are fixed)::
     state/                      mode 0700, never inside the release
       config.toml               the resolved DistillConfig ([distill] with nested tables; a recipe)
       public_model.pt           the public starting checkpoint (pfd format; the attacker's model)
+      judge_model.pt            the gate's judge, a model no loss sees (release.judge; only with one)
+      private_set.json          identities and per-image pixel digests of the private set (resume checks it)
       adapted.pt                adapted backbone + head (2N classes for pfd, N otherwise) + config
       rotation.pt               {"M": (D, D), "A": (D, D) | None}; the identity for non-pfd methods
       prototypes.pt             {"P": (NK, D), "proto_identity": (NK,), "identities": [...], ...}
@@ -60,6 +62,14 @@ class StateDir:
     @property
     def public_model(self) -> Path:
         return self.root / "public_model.pt"
+
+    @property
+    def judge_model(self) -> Path:
+        return self.root / "judge_model.pt"
+
+    @property
+    def private_set(self) -> Path:
+        return self.root / "private_set.json"
 
     @property
     def adapted(self) -> Path:

@@ -149,7 +149,9 @@ def format_summary(summary: dict[str, Any], *, private: str = "SPEC", skip_bad: 
         lines.append(
             f"RTA         L_cls {_f(rta.get('cls_first'))} -> {_f(rta.get('cls_last'))}, "
             f"L_RTA {_f(rta.get('rta_first'))} -> {_f(rta.get('rta_last'))}, "
-            f"L_bn {_f(rta.get('bn_first'), '.1f')} -> {_f(rta.get('bn_last'), '.1f')} (mean over batches)"
+            f"L_bn {_f(rta.get('bn_first'), '.1f')} -> {_f(rta.get('bn_last'), '.1f')}"
+            + (f", L_dl {_f(rta.get('delink_first'))} -> {_f(rta.get('delink_last'))}" if "delink_last" in rta else "")
+            + " (mean over batches)"
         )
     lines.append(
         f"rates       own prototype {_f(r['own_prototype'])}, own identity {_f(r['own_identity'])}"

@@ -1,0 +1,158 @@
+"""De-linking against the public model: the source identity at a uniformly random rank.
+
+Not part of the PFD paper. RTA's teacher is fine-tuned from the public model, and where the
+public model already knows the private domain it keeps a residual link to pfd's proxies (the
+no-shift control of ``benchmarks/privacy_utility.py`` and the demo: public Re-ID about 2x chance,
+while a model that RTA never descended from links them at chance). The publisher holds the same
+public model as the outside attacker, so RTA can optimise against it, as Fawkes and LowKey
+optimise against a list of extractors.
+
+The target is a *uniform* rank, not the last one: an attacker who ranks the private identities
+by similarity to a proxy wins whenever the source sits at a predictable rank, first (nearest) or
+last (farthest) alike. Each proxy ``i`` gets a target rank ``r_i`` in ``{0, ..., N-1}``, every rank
+exactly ``K`` times over the release (:func:`target_ranks`; a balanced design, so that the target
+draws add no sampling noise of their own to the public model's figures), and
+
+.. math::
+    L_{dl} = \\frac{1}{B} \\sum_i \\sum_{a \\in \\{\\text{Re-ID}, \\text{VisMatch}\\}}
+             (s^a_{i, y_i} - \\tau^a_i)^2,
+
+where ``s^a_{i, c}`` is attack ``a``'s score of identity ``c`` for proxy ``i`` in the public model
+(Re-ID: cosine to the identity's template; VisMatch: the largest cosine to one of its images) and
+``τ^a_i`` (no gradient) is the middle of the gap between the ``r_i``-th and ``(r_i+1)``-th largest
+score of the *other* identities: the value that puts the source at rank ``r_i``. A release whose
+source ranks are uniform is linked by top-1 at exactly chance (``1/N``), and so by any rank.
+
+Because the loss sees the public model, the public model's gate checks measure the loss's own
+target; the gate then needs a judge that no loss sees (``release.judge``, :mod:`pfd.distill.gate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["PublicView", "rank_target", "identity_scores", "delink_loss", "target_ranks"]
+
+#: How far above the best (below the worst) other score the extreme ranks aim, in cosine.
+EDGE_GAP = 0.05
+
+
+def rank_target(scores: torch.Tensor, source: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+    """The score that puts each row's source identity at ``rank`` among all ``N`` identities.
+
+    Args:
+        scores: ``(B, N)`` identity scores (higher = more similar).
+        source: ``(B,)`` the source identity of each row.
+        rank: ``(B,)`` target rank in ``[0, N)``; 0 = first (the highest score).
+
+    Returns:
+        ``(B,)`` the midpoint of the gap between the other identities' ``rank``-th and
+        ``(rank+1)``-th highest scores (:data:`EDGE_GAP` beyond the extremes), detached.
+    """
+    b, n = scores.shape
+    s = scores.detach()
+    keep = torch.ones_like(s, dtype=torch.bool)
+    keep[torch.arange(b), source] = False
+    others = s[keep].view(b, n - 1).sort(dim=1, descending=True).values  # (B, N-1)
+    above = torch.cat([others[:, :1] + EDGE_GAP, others], dim=1)  # (B, N): the score just above rank r
+    below = torch.cat([others, others[:, -1:] - EDGE_GAP], dim=1)  # (B, N): the score just below it
+    r = rank.view(-1, 1)
+    return 0.5 * (above.gather(1, r) + below.gather(1, r)).squeeze(1)
+
+
+def identity_scores(emb: torch.Tensor, gallery: torch.Tensor, gallery_id: torch.Tensor, n_ids: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Re-ID and VisMatch identity scores of normalised embeddings against a private gallery.
+
+    Args:
+        emb: ``(B, D)`` normalised proxy embeddings.
+        gallery: ``(m, D)`` normalised private embeddings (the same model).
+        gallery_id: ``(m,)`` identity of each gallery row in ``[0, n_ids)``.
+        n_ids: N.
+
+    Returns:
+        ``(reid (B, N), vismatch (B, N))``: cosine to each identity's template
+        ``norm(Σ e)`` (:func:`pfd.attacks.linkability.matching.rank1_reid`), and the largest
+        cosine to one of its images (:func:`~pfd.attacks.linkability.matching.visual_matching`).
+    """
+    templates = torch.zeros(n_ids, gallery.shape[1], dtype=gallery.dtype, device=gallery.device)
+    templates.index_add_(0, gallery_id, gallery)
+    templates = templates / templates.norm(dim=1, keepdim=True).clamp_min(1e-12)  # (N, D)
+    reid = emb @ templates.T  # (B, N)
+    sims = emb @ gallery.T  # (B, m)
+    idx = gallery_id.view(1, -1).expand_as(sims)
+    vis = sims.new_full((emb.shape[0], n_ids), -2.0).scatter_reduce(1, idx, sims, reduce="amax")  # (B, N)
+    return reid, vis
+
+
+def delink_loss(scores: tuple[torch.Tensor, ...], source: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+    """``L_dl``: squared distance of each source score to its rank target, summed over attacks, mean over rows.
+
+    Args:
+        scores: One ``(B, N)`` score matrix per attack (:func:`identity_scores`).
+        source: ``(B,)`` source identities.
+        rank: ``(B,)`` target ranks.
+
+    Returns:
+        Scalar tensor.
+    """
+    rows = torch.arange(source.shape[0], device=source.device)
+    total = scores[0].new_zeros(())
+    for s in scores:
+        total = total + ((s[rows, source] - rank_target(s, source, rank)) ** 2).mean()
+    return total
+
+
+def target_ranks(rows: np.ndarray | torch.Tensor, n_ids: int, k: int, *, seed: int) -> torch.Tensor:
+    """Target rank of each prototype row: every rank exactly ``K`` times over the release.
+
+    Row ``r`` is proxy ``j = r mod K`` of identity ``c = r // K`` (P is identity-major, eq. 8).
+    For each ``j`` a permutation ``π_j`` of the ``N`` identities, drawn from ``(seed, j)``, gives
+    identity ``c`` the rank ``π_j(c)``: over the release each rank is the target of exactly ``K``
+    proxies (top-1 at exactly chance, ``1/N``), and the ``K`` proxies of one identity get
+    independent ranks. A pure function of ``(seed, row)``, so batches stay independent and
+    resumable, and the paper's noise and augmentation draws are untouched.
+
+    Args:
+        rows: ``(B,)`` prototype rows.
+        n_ids: N.
+        k: Proxies per identity K.
+        seed: The RTA seed.
+
+    Returns:
+        ``(B,)`` int64 ranks in ``[0, N)``.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.empty(rows.size, dtype=np.int64)
+    for j in np.unique(rows % k):
+        perm = np.random.default_rng(np.random.SeedSequence([int(seed), int(j), 1])).permutation(n_ids)
+        sel = rows % k == j
+        out[sel] = perm[rows[sel] // k]
+    return torch.from_numpy(out)
+
+
+@dataclass
+class PublicView:
+    """What the de-linking term needs of the public model: the model and its private gallery.
+
+    Attributes:
+        model: The public backbone, frozen in eval mode by :class:`~pfd.distill.rta.ProxyDistiller`.
+        gallery: ``(m, D)`` normalised public embeddings of the private images.
+        gallery_id: ``(m,)`` their identities in ``[0, n_ids)``.
+        n_ids: Number of private identities N.
+    """
+
+    model: nn.Module
+    gallery: torch.Tensor
+    gallery_id: torch.Tensor
+    n_ids: int
+
+    def loss(self, x: torch.Tensor, source: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+        """``L_dl`` of images ``x`` ``(B, 3, H, W)`` whose sources are ``source`` ``(B,)``."""
+        emb = F.normalize(self.model(x).float(), dim=1)  # (B, D)
+        g = self.gallery.to(emb.device, emb.dtype)
+        return delink_loss(identity_scores(emb, g, self.gallery_id.to(emb.device), self.n_ids), source, rank)

@@ -186,3 +186,87 @@ def test_pfd_attack_mia_takes_an_onnx_model(exported, tmp_path):
         "--nonmembers", f"synthetic:test,ids=8,imgs=3,size={SIZE}", "--folds", "2"])
     assert res.exit_code == 0, res.output
     assert "verdict" in res.output and "members 8 identities" in res.output
+
+
+# -- broken or odd attacker models (issue 27) -------------------------------------------------------
+
+
+def test_an_attacker_with_constant_or_zero_embeddings_is_refused_not_read_as_chance():
+    faces = torch.rand(6, 3, SIZE, SIZE)
+    for fn, what in ((lambda t: torch.zeros(t.shape[0], 8), "all-zero"), (lambda t: torch.ones(t.shape[0], 8), "the same")):
+        att = load_outside_attacker(AttackerSpec(model=fn, name="broken", convention=InputConvention(size=SIZE)))
+        with pytest.raises(PfdError, match=f"broken.*returns {what} embedding for all 6 images"):
+            att.embed(faces)
+    # The same image six times may share one embedding: that is the model working.
+    ok = load_outside_attacker(AttackerSpec(model=lambda t: t.mean(dim=(2, 3)), name="fine",
+                                            convention=InputConvention(size=SIZE)))
+    assert ok.embed(faces[:1].repeat(6, 1, 1, 1)).shape == (6, 3)
+
+
+def test_a_nan_attacker_names_the_model():
+    att = load_outside_attacker(AttackerSpec(model=lambda t: torch.full((t.shape[0], 4), float("nan")), name="nanny",
+                                             convention=InputConvention(size=SIZE)))
+    with pytest.raises(PfdError, match=r"\(nanny\): model produced NaN/inf"):
+        att.embed(torch.rand(3, 3, SIZE, SIZE))
+
+
+def test_an_attacker_that_raises_is_not_told_to_change_its_size():
+    def boom(t):
+        raise ValueError("my model is broken")
+
+    with pytest.raises(PfdError, match="model raised ValueError on a batch of 2 images .my model is broken.") as e:
+        load_outside_attacker(AttackerSpec(model=boom, name="boom"))
+    assert "size" not in str(e.value).split("(my model is broken)")[1]
+
+
+def test_onnx_attackers_with_two_inputs_or_one_number_per_image_are_refused(tmp_path):
+    class Two(torch.nn.Module):
+        def forward(self, a, b):
+            return a.flatten(1) + b.flatten(1)
+
+    class Scalar(torch.nn.Module):
+        def forward(self, x):
+            return x.mean(dim=(1, 2, 3))  # (B,)
+
+    ex = torch.rand(2, 3, 8, 8)
+    torch.onnx.export(Two(), (ex, ex), str(tmp_path / "two.onnx"), input_names=["a", "b"], dynamo=False,
+                      dynamic_axes={"a": {0: "n"}, "b": {0: "n"}})
+    torch.onnx.export(Scalar(), (ex,), str(tmp_path / "scalar.onnx"), input_names=["x"], dynamo=False,
+                      dynamic_axes={"x": {0: "n"}})
+    with pytest.raises(PfdError, match="the ONNX graph has 2 inputs"):
+        load_outside_attacker(str(tmp_path / "two.onnx"))
+    with pytest.raises(PfdError, match=r"returned \(2,\) for a batch of 2 images"):
+        load_outside_attacker(str(tmp_path / "scalar.onnx"), size=8)
+
+
+def test_pad_sees_the_releases_own_aspect():
+    """Issue 27: --attacker-resize pad did nothing, the faces were stretched to the square side first."""
+    seen = {}
+
+    def record(t):
+        seen["x"] = t.clone()
+        return t.mean(dim=(2, 3))
+
+    att = load_outside_attacker(AttackerSpec(model=record, name="rec",
+                                             convention=InputConvention(size=(32, 32), resize="pad", mean=0, std=255)))
+    assert att.input_size((32, 16)) == (32, 16)  # the scorecard opens faces at the release's size
+    att.embed(torch.ones(3, 3, 32, 16))  # a 32 x 16 (H x W) face, letterboxed into 32 x 32
+    x = seen["x"]
+    assert torch.all(x[..., :8] == 0) and torch.all(x[..., 24:] == 0) and torch.all(x[..., 8:24] == 1)
+
+
+def test_probing_names_the_model_and_warns_when_it_hangs(caplog, monkeypatch):
+    import time
+
+    import pfd.attacks.models.loading as loading
+
+    monkeypatch.setattr(loading, "PROBE_PATIENCE", 0.05)
+
+    def slow(t):
+        time.sleep(0.3)
+        return t.mean(dim=(2, 3))
+
+    with caplog.at_level("INFO", logger="pfd.attacks"):
+        load_outside_attacker(AttackerSpec(model=slow, name="sloth", convention=InputConvention(size=SIZE)))
+    text = caplog.text
+    assert "probing slow" in text and "has not answered a batch of 2 images" in text

@@ -100,3 +100,27 @@ def test_dataset_membership_errors():
         dataset_membership({"a": (e, l), "b": (e, l), "c": (e[:, :4], l)})
     with pytest.raises(PfdError, match="'c'.*do not match"):
         dataset_membership({"a": (e, l), "b": (e, l), "c": (e, l[:3])})
+
+
+def test_byte_identical_candidates_score_identically_and_are_flagged():
+    """Issue 27: `--candidates A A_copy B` gave A and its copy different scores (the sample was
+    seeded by the name) and named the copy the training set at z = -7.24."""
+    from pfd.attacks.membership.dataset import dataset_caveats
+
+    rng = np.random.default_rng(4)
+    bias_dir = np.eye(16)[0]
+    a = _dataset(rng, ids=40, imgs=3, dim=16, bias=0.2, bias_dir=bias_dir)
+    b = _dataset(rng, ids=40, imgs=3, dim=16, bias=0.2, bias_dir=bias_dir)
+    rows = dataset_membership({"A": a, "A_copy": (a[0].copy(), a[1].copy()), "B": b}, n=500, seed=0)
+    by = {r["name"]: r for r in rows}
+    assert by["A"]["x"] == by["A_copy"]["x"] and by["A"]["z"] == by["A_copy"]["z"]
+    assert by["A"]["duplicate_of"] == "A_copy" and by["B"]["duplicate_of"] is None
+    caveats = dataset_caveats(rows)
+    assert any("A and A_copy hold identical embeddings" in c for c in caveats)
+    assert any("only 3 candidates" in c for c in caveats)
+    # A renamed candidate keeps its score: the sample follows the data, not the name.
+    renamed = dataset_membership({"first": a, "second": b, "third": _dataset(rng, ids=40, imgs=3, dim=16, bias=0.2,
+                                                                           bias_dir=bias_dir)}, n=500, seed=0)
+    assert {r["name"]: r["x"] for r in renamed}["first"] == by["A"]["x"]
+    five = {f"c{i}": _dataset(rng, ids=30, imgs=3, dim=16, bias=0.2, bias_dir=bias_dir) for i in range(5)}
+    assert dataset_caveats(dataset_membership(five, n=500)) == []

@@ -38,6 +38,7 @@ import torch
 from pfd.errors import PfdError
 
 __all__ = [
+    "dataset_caveats",
     "identity_templates",
     "probe_centroid_similarity",
     "robust_z",
@@ -145,9 +146,16 @@ def robust_z(values: Any) -> tuple[np.ndarray, list[str]]:
     return z, scale
 
 
-def _rng(seed: int, name: str) -> np.random.Generator:
-    # Seeded per candidate by name, so a candidate's sample does not depend on the others' order.
-    return np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
+def _content_key(templates: np.ndarray) -> int:
+    """A 32-bit key of a candidate's identity templates: the same data, the same key, whatever its name."""
+    return zlib.crc32(np.ascontiguousarray(templates, dtype=np.float64).tobytes())
+
+
+def _rng(seed: int, key: int) -> np.random.Generator:
+    # Seeded per candidate by its content (not its name or position): a candidate's sample does not
+    # depend on the others, and two byte-identical candidates draw the same sample (issue 27: a
+    # copy of a folder under another name scored differently and was named the training set).
+    return np.random.default_rng([seed, key])
 
 
 def dataset_membership(
@@ -182,7 +190,8 @@ def dataset_membership(
     templates: dict[str, np.ndarray] = {}
     for name, (emb, labels) in candidates.items():
         try:
-            templates[name] = identity_templates(emb, labels, per_identity=per_identity, rng=_rng(seed + 1, name))
+            key = _content_key(identity_templates(emb, labels))
+            templates[name] = identity_templates(emb, labels, per_identity=per_identity, rng=_rng(seed + 1, key))
         except PfdError as err:
             raise PfdError(f"candidate {name!r}: {err}") from None
         if len(templates[name]) < 2:
@@ -193,9 +202,10 @@ def dataset_membership(
     n_used = min(n, min(len(t) // 2 for t in templates.values()))
 
     names = list(templates)
+    keys = {name: _content_key(t) for name, t in templates.items()}
     x = np.empty(len(names))
     for k, name in enumerate(names):
-        pick = _rng(seed, name).choice(len(templates[name]), size=2 * n_used, replace=False)
+        pick = _rng(seed, keys[name]).choice(len(templates[name]), size=2 * n_used, replace=False)
         gallery, probe = templates[name][pick[:n_used]], templates[name][pick[n_used:]]  # disjoint
         x[k] = probe_centroid_similarity(gallery, probe)
     z, scale = robust_z(x)
@@ -213,6 +223,9 @@ def dataset_membership(
             "scale": scale[k],
             "n": n_used,
             "identities": len(templates[name]),
+            # Another candidate with the very same embeddings: the z-score counts it as a second dataset.
+            "duplicate_of": next((o for o in names if o != name and keys[o] == keys[name]
+                                  and np.array_equal(templates[o], templates[name])), None),
         })
     rows.sort(key=lambda r: (r["z"], r["name"]))
     for rank, row in enumerate(rows, 1):
@@ -230,3 +243,29 @@ def most_likely(rows: list[dict[str, Any]]) -> str:
         The name of the rank-1 row.
     """
     return min(rows, key=lambda r: (r["z"], r["name"]))["name"]
+
+
+#: Fewer candidates than this leave the robust z-score with too few "others" to read a low z as a finding.
+FEW_CANDIDATES = 5
+
+
+def dataset_caveats(rows: list[dict[str, Any]]) -> list[str]:
+    """What a reader must know before naming rank 1 the training set (one sentence each).
+
+    Args:
+        rows: Output of :func:`dataset_membership`.
+
+    Returns:
+        Caveats: duplicate candidates (identical embeddings), and few candidates (``< 5``: the
+        median and MAD of 2-3 other values; a model trained on none of them still has a rank 1).
+    """
+    out = []
+    dups = sorted({tuple(sorted((r["name"], r["duplicate_of"]))) for r in rows if r.get("duplicate_of")})
+    for a, b in dups:
+        out.append(f"{a} and {b} hold identical embeddings (the same data twice): they score alike and the z-score "
+                   "counts them as two datasets; list each dataset once")
+    if len(rows) < FEW_CANDIDATES:
+        out.append(f"only {len(rows)} candidates: each z-score rests on {len(rows) - 1} other values, and a model trained "
+                   f"on none of them still has a rank 1; read the ranking as a hint, with {FEW_CANDIDATES} or more "
+                   "candidates as evidence")
+    return out

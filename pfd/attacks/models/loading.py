@@ -49,7 +49,11 @@ from pfd.attacks.models.torchscript import first_line, is_torchscript, load_torc
 from pfd.data.shape import canonical_size, image_hw, same_size, size_text
 from pfd.errors import PfdError
 
-__all__ = ["Attacker", "load_attacker", "load_outside_attacker", "is_torchscript", "resize_images", "checkpoint_head"]
+__all__ = ["Attacker", "load_attacker", "load_outside_attacker", "is_torchscript", "resize_images", "checkpoint_head",
+           "check_not_constant"]
+
+#: Seconds a model may take on its first batch of 2 images before a warning names it.
+PROBE_PATIENCE = 60.0
 
 def resize_images(x: torch.Tensor, size: Any) -> torch.Tensor:
     """Resize ``(n, 3, h, w)`` images to ``size`` (``S`` or ``(H, W)``; bilinear, antialiased); no-op if equal."""
@@ -94,16 +98,35 @@ class Attacker:
         Raises:
             PfdError: If a FaceSet's image size is not :attr:`size`, or the model fails on the batch.
         """
-        if isinstance(x, torch.Tensor):
+        if self.convention is not None:
+            pass  # an outside attacker's adapter resizes (stretch or letterbox) from any size itself
+        elif isinstance(x, torch.Tensor):
             x = resize_images(x, self.size)
         elif not same_size(x.size, self.size):
             raise PfdError(f"{self.path}: model takes {size_text(self.size)} faces but the set is {size_text(x.size)}; "
                            f"open it with size={self.size}")
         try:
-            return self.embedder(x)
+            out = self.embedder(x)
         except RuntimeError as e:  # a TorchScript model that rejects the input
-            raise PfdError(f"{self.path}: model failed on {size_text(self.size)} images ({first_line(e)}); "
-                           "check --public-model-size and the input convention in docs/attacks.md") from None
+            raise PfdError(f"{self.path} ({self.role}): model failed on {size_text(self.size)} images ({first_line(e)}); "
+                           f"check {self.size_flag} and the input convention in docs/attacks.md") from None
+        except PfdError as e:
+            if str(e).startswith("Embedder:"):  # NaN / inf: say which model
+                raise PfdError(f"{self.path} ({self.role}): {str(e).removeprefix('Embedder: ')}") from None
+            raise
+        check_not_constant(out, where=f"{self.path} ({self.role})", images=x)
+        return out
+
+    @property
+    def size_flag(self) -> str:
+        """The option that sets this attacker's input size."""
+        return {"public": "--public-model-size"}.get(self.role, "--attacker-size" if self.convention is not None
+                                                     else "--model-size")
+
+    def input_size(self, release_size: Any) -> Any:
+        """The size to open faces at for this attacker: its own, or for an outside attacker (whose
+        adapter stretches or letterboxes) the release's, so that ``resize = "pad"`` sees the real aspect."""
+        return self.size if self.convention is None or not release_size else release_size
 
     @property
     def has_batchnorm(self) -> bool:
@@ -123,15 +146,75 @@ class Attacker:
         return d
 
 
-def _probe_dim(model: nn.Module, size: Any, path: Path) -> int:
-    """Run a (2, 3, H, W) batch through the model; return D or raise a one-line PfdError."""
+def check_not_constant(emb: torch.Tensor, *, where: str, images: Any = None) -> None:
+    """Refuse embeddings that are the same for every image (a broken model, not a clean release).
+
+    An attacker that returns all-zero or constant embeddings links nothing, and its rows read
+    "≈ chance" exactly as an unlinkable release would. Three or more different images with one
+    embedding mean the model ignores its input (identical images may share one, of course).
+
+    Args:
+        emb: ``(n, D)`` embeddings.
+        where: The model, for the message.
+        images: The images embedded (a tensor or a FaceSet), to tell identical inputs apart.
+
+    Raises:
+        PfdError: Naming the model.
+    """
+    if emb.ndim != 2 or emb.shape[0] < 3:
+        return
+    e = emb.detach().float()
+    spread = float((e - e[0]).abs().max())
+    if spread <= 1e-6 * max(1.0, float(e.abs().max())) and not _identical_inputs(images, e.shape[0]):
+        what = "all-zero" if float(e.abs().max()) == 0 else "the same"
+        raise PfdError(f"{where}: returns {what} embedding for all {e.shape[0]} images, whatever the face; a broken "
+                       "attacker model would read as a clean release: check the model file and its input convention")
+
+
+def _identical_inputs(images: Any, n: int) -> bool:
+    """Whether the embedded images are all one image (checked on the first, middle and last)."""
+    if images is None:
+        return False
+    pick = sorted({0, n // 2, n - 1})
+    try:
+        x = [images[i] if isinstance(images, torch.Tensor) else images.load(i) for i in pick]
+    except Exception:  # noqa: BLE001 - cannot tell: assume they differ
+        return False
+    return all(torch.equal(x[0], y) for y in x[1:])
+
+
+_SIZE_WORDS = ("size", "shape", "dimension", "expected", "mat1", "mismatch", "got input", "invalid dimensions")
+
+
+def _probe_dim(model: nn.Module, size: Any, path: Path, *, size_flag: str = "--model-size") -> int:
+    """Run a (2, 3, H, W) batch through the model; return D or raise a one-line PfdError.
+
+    A line is logged first (a model that hangs is then named in the log), and a warning when it has
+    not answered after :data:`PROBE_PATIENCE` seconds.
+    """
+    import logging
+    import threading
+
+    log = logging.getLogger("pfd.attacks")
     h, w = image_hw(size)
+    log.info("probing %s with a (2, 3, %d, %d) batch", path, h, w)
+    timer = threading.Timer(PROBE_PATIENCE, lambda: log.warning(
+        "%s has not answered a batch of 2 images in %.0f s; if it hangs, stop pfd (Ctrl-C) and check the model",
+        path, PROBE_PATIENCE))
+    timer.daemon = True
+    timer.start()
     try:
         with torch.inference_mode():
             out = model(torch.full((2, 3, h, w), 0.5))
     except Exception as e:  # noqa: BLE001 - the model rejected the input; say what it needs
-        raise PfdError(f"{path}: model does not accept (B, 3, {h}, {w}) images in [0, 1] ({first_line(e)}); "
-                       "pass the model's input size with --public-model-size") from None
+        why = first_line(e)
+        if any(word in str(e).lower() for word in _SIZE_WORDS):
+            raise PfdError(f"{path}: model does not accept (B, 3, {h}, {w}) images in [0, 1] ({why}); "
+                           f"pass the model's input size with {size_flag}") from None
+        raise PfdError(f"{path}: model raised {type(e).__name__} on a batch of 2 images ({why}); fix the model or "
+                       "its entry point") from None
+    finally:
+        timer.cancel()
     if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != 2:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise PfdError(f"{path}: model returned {shape} for a batch of 2 images; an attacker model must return "
@@ -194,7 +277,7 @@ def load_attacker(
         if size is not None and not same_size(size, side):
             raise PfdError(f"{p}: this {model.arch['name']} takes {size_text(side)} images, not {size_text(size)}; drop the size "
                            "option or pass the matching model")
-    dim = _probe_dim(model, side, p)
+    dim = _probe_dim(model, side, p, size_flag="--public-model-size" if role == "public" else "--model-size")
     embedder = Embedder(model, batch_size=batch_size, flip=flip, device=device, cache_dir=cache_dir, progress=progress)
     return Attacker(role=role, path=str(p), kind=kind, model=model, size=side, embedding_dim=dim, embedder=embedder)
 
@@ -256,7 +339,7 @@ def load_outside_attacker(
     model = ConventionAdapter(raw, conv)
     side = max(conv.size)  # type: ignore[arg-type]
     name = role or spec.name or (Path(str(spec.model)).stem if kind != "python" else desc.rsplit(":", 1)[-1])
-    dim = _probe_dim(model, side, Path(desc))
+    dim = _probe_dim(model, side, Path(desc), size_flag="--attacker-size" if role is None or role != "model" else "--model-size")
     embedder = Embedder(model, batch_size=batch_size, flip=flip, device="cpu" if kind == "onnx" else device,
                         progress=progress, normalize=conv.distance == "cosine")
     return Attacker(role=name, path=desc, kind=kind, model=model, size=side, embedding_dim=dim, embedder=embedder,

@@ -174,7 +174,12 @@ class OnnxModel(nn.Module):
             self.session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
         except Exception as e:  # noqa: BLE001 - any load failure is a bad file
             raise PfdError(f"{path}: cannot load as ONNX ({_first_line(e)}); re-export it") from None
-        inp = self.session.get_inputs()[0]
+        inputs = self.session.get_inputs()
+        if len(inputs) != 1:
+            names = ", ".join(f"{i.name} {list(i.shape)}" for i in inputs)
+            raise PfdError(f"{path}: the ONNX graph has {len(inputs)} inputs ({names}); an attacker model takes one "
+                           "image batch (B, 3, H, W): re-export it with a single input")
+        inp = inputs[0]
         self.input_name = inp.name
         shape = list(inp.shape)
         self.fixed_batch = shape[0] if isinstance(shape[0], int) else None
@@ -185,10 +190,13 @@ class OnnxModel(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = x.detach().to("cpu", torch.float32).contiguous().numpy()
         if self.fixed_batch == 1 and a.shape[0] != 1:  # a graph exported for one image at a time
-            outs = [self.session.run(None, {self.input_name: a[i:i + 1]})[0] for i in range(a.shape[0])]
-            return torch.cat([torch.from_numpy(o) for o in outs]).reshape(a.shape[0], -1).to(x.device)
-        out = self.session.run(None, {self.input_name: a})[0]
-        return torch.from_numpy(out).reshape(a.shape[0], -1).to(x.device)
+            outs = [torch.from_numpy(self.session.run(None, {self.input_name: a[i:i + 1]})[0]) for i in range(a.shape[0])]
+            out = torch.cat(outs)
+            return (out.reshape(a.shape[0], -1) if out.ndim > 2 else out).to(x.device)
+        out = torch.from_numpy(self.session.run(None, {self.input_name: a})[0])
+        # (B, D, 1, 1) and the like flatten to (B, D); (B,) stays (B,), which the probe refuses as a
+        # Python model's would be (it is one number per image, not an embedding).
+        return (out.reshape(a.shape[0], -1) if out.ndim > 2 else out).to(x.device)
 
 
 class _Function(nn.Module):

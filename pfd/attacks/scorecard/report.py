@@ -182,7 +182,9 @@ def _num(v: Any) -> str:
 def _linkability_section(data: Mapping[str, Any]) -> list[str]:
     out = ["", "## Linkability", "",
            "VisMatch: is a proxy's nearest private image of its source identity? Rank-1 Re-ID: is the "
-           "nearest identity template (normalised mean embedding) its source? The public attacker holds a "
+           "nearest identity template its source (cosine attackers: the normalised sum of the unit embeddings of "
+           "the identity's images; Euclidean attackers: the plain mean of their raw embeddings, compared by "
+           "distance)? The public attacker holds a "
            "public model and the private gallery; the insider also holds the publisher's adapted model "
            "(worst case); other rows are the auditor's own models. Intervals: exact, at the effective sample "
            "size of proxies clustered by source identity (report.json: n_eff, design_effect)."]

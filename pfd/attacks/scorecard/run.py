@@ -180,8 +180,9 @@ class _Run:
 def _linkability(run: _Run) -> None:
     """Stage 1: every attacker embeds the private set and the proxies, then links them."""
     for a in run.attackers:
-        run.emb[a.role] = run.clock.run("embed", lambda a=a: {"private": a.embed(run.sets.private(a.size)),
-                                                              "proxies": a.embed(run.sets.proxies(a.size))})
+        size = a.input_size(run.state.image_size)
+        run.emb[a.role] = run.clock.run("embed", lambda a=a, size=size: {"private": a.embed(run.sets.private(size)),
+                                                                          "proxies": a.embed(run.sets.proxies(size))})
         run.link("proxies", a, run.emb[a.role]["proxies"], run.source)
 
 

@@ -461,10 +461,10 @@ def test_a_fifo_named_like_an_image_is_an_error_not_a_hang(tmp_path):
     """Issue 20: a FIFO called x.png in an identity folder hung pfd distill forever with no output."""
     import os
 
-    for ident in ("ann", "bob"):
+    for ident in ("ann", "bob"):  # each its own photos (the same photo under two names is an error)
         (tmp_path / ident).mkdir()
         for k in range(2):
-            Image.new("RGB", (16, 16), (k * 40, 10, 10)).save(tmp_path / ident / f"{k}.png")
+            Image.new("RGB", (16, 16), (k * 40, 10 + 50 * (ident == "bob"), 10)).save(tmp_path / ident / f"{k}.png")
     os.mkfifo(tmp_path / "ann" / "x.png")
     with pytest.raises(PfdError, match=r"ann/x\.png: not a regular file .*FIFO"):
         FaceFolder(tmp_path, size=16)
@@ -474,3 +474,46 @@ def test_a_fifo_named_like_an_image_is_an_error_not_a_hang(tmp_path):
 
     with pytest.raises(ImageDecodeError, match="not a regular file"):
         ImageDecoder(16)(tmp_path / "ann" / "x.png")
+
+
+# -- one person under two labels, dangling links (issue 27) -----------------------------------------
+
+
+@pytest.mark.parametrize("how", ["copy", "hardlink"])
+def test_two_identity_folders_with_the_same_photos_are_an_error(tmp_path, how):
+    import os
+    import shutil
+
+    make_folder(tmp_path / "set", {"alice": 3, "bob": 3})
+    twin = tmp_path / "set" / "alice2"
+    twin.mkdir()
+    for f in (tmp_path / "set" / "alice").iterdir():
+        (shutil.copyfile if how == "copy" else os.link)(f, twin / f.name)
+    with pytest.raises(PfdError, match=r"alice2: 3 of 'alice2''s 3 photos are also in identity 'alice'.*one person "
+                                       r"under two labels"):
+        FaceFolder(tmp_path / "set", size=8)
+
+
+def test_a_few_shared_photos_are_a_warning_naming_them(tmp_path, caplog):
+    import shutil
+
+    make_folder(tmp_path / "set", {"alice": 4, "bob": 4})
+    one = sorted((tmp_path / "set" / "alice").iterdir())[0]
+    shutil.copyfile(one, tmp_path / "set" / "bob" / "stray.png")
+    with caplog.at_level(logging.WARNING, logger="pfd.data.faces"):
+        faces = FaceFolder(tmp_path / "set", size=8)
+    assert len(faces) == 9 and "1 of 'bob''s 5 photos are also in identity 'alice'" in caplog.text
+
+
+def test_names_equal_after_unicode_normalisation_are_one_identity_twice(tmp_path):
+    make_folder(tmp_path / "set", {"Jos\u00e9": 2, "bob": 2})  # NFC
+    make_folder(tmp_path / "set", {"Jose\u0301": 2})  # NFD: the same name, other bytes
+    with pytest.raises(PfdError, match="the same name as identity .* once Unicode-normalised"):
+        FaceFolder(tmp_path / "set", size=8)
+
+
+def test_a_dangling_symlink_is_named_as_such(tmp_path):
+    make_folder(tmp_path / "set", {"alice": 2, "bob": 2})
+    (tmp_path / "set" / "alice" / "gone.png").symlink_to(tmp_path / "nowhere.png")
+    with pytest.raises(PfdError, match=r"gone.png: a symbolic link to nothing \(it points at .*nowhere.png"):
+        FaceFolder(tmp_path / "set", size=8)

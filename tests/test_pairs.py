@@ -218,3 +218,35 @@ def test_verification_pairs_validates():
         VerificationPairs(faces, [0], [1, 2], [True])
     with pytest.raises(ValueError):
         VerificationPairs(faces, [0], [4], [True])
+
+
+# -- inconsistent or odd pair files (issue 27) --------------------------------------------------------
+
+
+def test_a_bin_with_more_images_than_pair_labels_is_an_error_not_a_dropped_pair(tmp_path):
+    obj = ([encode_png(img(i)) for i in range(8)], [True, False, True])  # 8 images = 4 pairs, 3 labels
+    with open(tmp_path / "x.bin", "wb") as f:
+        pickle.dump(obj, f)
+    with pytest.raises(PfdError, match="8 images for 3 pair labels .4 pairs need 4 labels.; the file is inconsistent"):
+        read_bin(tmp_path / "x.bin", size=8)
+
+
+def test_an_empty_bin_says_it_holds_no_pairs(tmp_path):
+    with open(tmp_path / "e.bin", "wb") as f:
+        pickle.dump(([], []), f)
+    with pytest.raises(PfdError, match="holds no pairs"):
+        read_bin(tmp_path / "e.bin", size=8)
+
+
+def test_a_pairs_file_that_is_not_utf8_names_its_line(tmp_path):
+    root = lfw_root(tmp_path, {"Ann": 2, "Bo": 1})
+    (tmp_path / "pairs.txt").write_bytes(b"Ann 1 2\nJos\xe9 1 Bo 1\n")  # Latin-1 'e acute'
+    with pytest.raises(PfdError, match=r"pairs.txt:2: not UTF-8 text \(byte 0xe9"):
+        read_pairs_txt(tmp_path / "pairs.txt", root=root, size=8)
+
+
+def test_an_impostor_line_naming_one_identity_twice_is_refused(tmp_path):
+    root = lfw_root(tmp_path, {"Ann": 3, "Bo": 1})
+    (tmp_path / "pairs.txt").write_text("Ann 1 2\nAnn 1 Ann 3\n")
+    with pytest.raises(PfdError, match=r"pairs.txt:2: the impostor pair 'Ann 1 Ann 3' names 'Ann' twice"):
+        read_pairs_txt(tmp_path / "pairs.txt", root=root, size=8)

@@ -203,3 +203,29 @@ def test_reader_survives_pickling(tmp_path):
     faces[0]  # opens the file
     clone = pickle.loads(pickle.dumps(faces))
     assert torch.equal(clone[1][0], faces[1][0])
+
+
+# -- a damaged index (issue 27) --------------------------------------------------------------------
+
+
+def test_swapped_index_offsets_are_caught_by_the_records_own_labels(tmp_path):
+    arrs = [img(i) for i in range(6)]
+    write_recordio(tmp_path, arrs, [0, 0, 0, 1, 1, 1])
+    idx = tmp_path / "train.idx"
+    rows = [line.split("\t") for line in idx.read_text().splitlines()]
+    rows[2][1], rows[5][1] = rows[5][1], rows[2][1]  # key 2 (identity 0) <-> key 5 (identity 1)
+    idx.write_text("".join(f"{k}\t{o}\n" for k, o in rows))
+    faces = RecordIOFaces(tmp_path, size=8)
+    with pytest.raises(PfdError, match="carries identity label .* in its header, but the index puts it in identity"):
+        for i in range(len(faces)):
+            faces[i]
+
+
+def test_a_negative_index_offset_is_a_one_line_error(tmp_path):
+    write_recordio(tmp_path, [img(i) for i in range(3)], [0, 1, 1])
+    idx = tmp_path / "train.idx"
+    lines = idx.read_text().splitlines()
+    lines[1] = lines[1].split("\t")[0] + "\t-40"
+    idx.write_text("\n".join(lines) + "\n")
+    with pytest.raises(PfdError, match=r"train.idx:2: negative offset"):
+        RecordIOFaces(tmp_path, size=8)

@@ -32,7 +32,7 @@ import random
 import re
 import zlib
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -199,6 +199,9 @@ class FaceFolder(FaceSet):
                     if e.is_dir():
                         self._bad(rel, "folder inside an identity folder (identities are one level deep)",
                                   f"move its images up into {ident}/ or remove it")
+                    elif is_image_name(e.name) and e.is_symlink() and not os.path.exists(root / rel):
+                        self._bad(rel, f"a symbolic link to nothing (it points at {os.readlink(root / rel)!r}, which "
+                                  "does not exist)", "fix or remove the link")
                     elif is_image_name(e.name) and not e.is_file():  # reading a FIFO would wait forever
                         self._bad(rel, "not a regular file (a FIFO, socket or device named like an image)",
                                   "replace it with the image file or remove it")
@@ -209,6 +212,7 @@ class FaceFolder(FaceSet):
                         self._bad(rel, f"not an image file ({ext}; accepted: {_ACCEPTED})",
                                   "convert or remove it")
             listing[ident] = sorted(files, key=natural_key)
+        _check_shared_photos(root, listing)
         return listing
 
     def _validate(self, listing: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -269,12 +273,23 @@ class FaceFolder(FaceSet):
 
 
 def _check_symlinked_identities(root: Path, ids: list[str]) -> None:
-    """A symlinked identity folder that resolves to another listed identity would count one
-    person twice under two labels.
+    """A symlinked identity folder that resolves to another listed identity, or two names that are
+    one name once Unicode-normalised (``José`` as NFC and as NFD), would count one person twice
+    under two labels.
 
     Raises:
         PfdError: Naming both folders.
     """
+    import unicodedata
+
+    spelled: dict[str, str] = {}
+    for ident in sorted(ids, key=natural_key):
+        key = unicodedata.normalize("NFC", ident)
+        if key in spelled:
+            raise PfdError(f"{root / ident}: the same name as identity {spelled[key]!r} once Unicode-normalised "
+                           f"({ident.encode('unicode_escape').decode()} vs {spelled[key].encode('unicode_escape').decode()}: "
+                           "one person under two labels); merge or rename one of the folders")
+        spelled[key] = ident
     seen: dict[Path, str] = {}
     for ident in sorted(ids, key=lambda n: ((root / n).is_symlink(), natural_key(n))):  # real folders first
         target = (root / ident).resolve()
@@ -283,6 +298,44 @@ def _check_symlinked_identities(root: Path, ids: list[str]) -> None:
             raise PfdError(f"{root / link}: a symlink to the same folder as identity {other!r} (one person under two "
                            f"labels); remove the link")
         seen[target] = ident
+
+
+def _check_shared_photos(root: Path, listing: dict[str, list[str]]) -> None:
+    """The same photo (a hard link or a byte-identical copy) in two identity folders is one person
+    under two labels, or a mislabelled photo: either way the release would be wrong.
+
+    Only files whose sizes collide across identities are read (hard links need no reading at all).
+
+    Raises:
+        PfdError: Naming both identities, one shared photo and how many they share.
+    """
+    import hashlib
+
+    by_size: dict[int, list[tuple[str, str, tuple[int, int]]]] = {}
+    for ident, files in listing.items():
+        for f in files:
+            st = (root / ident / f).stat()
+            by_size.setdefault(st.st_size, []).append((ident, f, (st.st_dev, st.st_ino)))
+    shared: dict[tuple[str, str], list[str]] = {}
+    for group in by_size.values():
+        if len({ident for ident, _, _ in group}) < 2:
+            continue
+        keys: dict[Any, tuple[str, str]] = {}
+        for ident, f, inode in group:
+            for key in (("inode", inode), ("sha", hashlib.sha256((root / ident / f).read_bytes()).hexdigest())):
+                first = keys.setdefault(key, (ident, f))
+                if first[0] != ident:
+                    shared.setdefault((first[0], ident), []).append(f"{ident}/{f} = {first[0]}/{first[1]}")
+                    break
+    for (a, b), pairs in sorted(shared.items(), key=lambda kv: -len(kv[1])):
+        n = len(set(pairs))
+        smaller = min(len(listing[a]), len(listing[b]))
+        what = (f"{n} of {b!r}'s {len(listing[b])} photos are also in identity {a!r} (hard links or byte-identical "
+                f"copies, e.g. {pairs[0]})")
+        if n * 2 >= smaller:  # most of a folder: one person under two labels
+            raise PfdError(f"{root / b}: {what}: one person under two labels; merge the two folders or remove one")
+        # A few shared photos are mislabelled data (public sets have them: CelebA holds some).
+        logger.warning("%s: %s: mislabelled photos, each used under two labels; remove the duplicates", root, what)
 
 
 def _read_attributes(path: Path, identities: list[str]) -> dict[str, dict[str, int]] | None:

@@ -153,24 +153,32 @@ def read_pairs_txt(path: str | os.PathLike, *, root: str | os.PathLike, size: Im
 
     pairs: list[tuple[tuple[str, str], tuple[str, str], bool]] = []
     seen_content = False
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            tok = line.split("#", 1)[0].split()
-            if not tok:
-                continue
-            if not seen_content and len(tok) <= 2 and all(_is_int(t) for t in tok):
-                seen_content = True  # header: folds [pairs per fold]
-                continue
-            seen_content = True
-            if len(tok) == 3 and _is_int(tok[1]) and _is_int(tok[2]):
-                pairs.append((lfw_file(tok[0], tok[1], lineno), lfw_file(tok[0], tok[2], lineno), True))
-            elif len(tok) == 4 and _is_int(tok[1]) and _is_int(tok[3]):
-                pairs.append((lfw_file(tok[0], tok[1], lineno), lfw_file(tok[2], tok[3], lineno), False))
-            elif len(tok) == 3 and tok[2] in ("0", "1"):
-                pairs.append((plain_file(tok[0], lineno), plain_file(tok[1], lineno), tok[2] == "1"))
-            else:
-                raise PfdError(f"{path}:{lineno}: cannot parse {line.strip()[:60]!r}; expected 'name i j', "
-                               "'name1 i name2 j' or 'path1 path2 0|1'")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        lineno = path.read_bytes()[: e.start].count(b"\n") + 1
+        raise PfdError(f"{path}:{lineno}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); a pairs "
+                       "file is UTF-8 text: re-save it as UTF-8") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        tok = line.split("#", 1)[0].split()
+        if not tok:
+            continue
+        if not seen_content and len(tok) <= 2 and all(_is_int(t) for t in tok):
+            seen_content = True  # header: folds [pairs per fold]
+            continue
+        seen_content = True
+        if len(tok) == 3 and _is_int(tok[1]) and _is_int(tok[2]):
+            pairs.append((lfw_file(tok[0], tok[1], lineno), lfw_file(tok[0], tok[2], lineno), True))
+        elif len(tok) == 4 and _is_int(tok[1]) and _is_int(tok[3]):
+            if tok[0] == tok[2]:
+                raise PfdError(f"{path}:{lineno}: the impostor pair {line.strip()[:60]!r} names {tok[0]!r} twice; an "
+                               f"impostor pair joins two people (a genuine pair is '{tok[0]} {tok[1]} {tok[3]}')")
+            pairs.append((lfw_file(tok[0], tok[1], lineno), lfw_file(tok[2], tok[3], lineno), False))
+        elif len(tok) == 3 and tok[2] in ("0", "1"):
+            pairs.append((plain_file(tok[0], lineno), plain_file(tok[1], lineno), tok[2] == "1"))
+        else:
+            raise PfdError(f"{path}:{lineno}: cannot parse {line.strip()[:60]!r}; expected 'name i j', "
+                           "'name1 i name2 j' or 'path1 path2 0|1'")
     if not pairs:
         raise PfdError(f"{path}: no pairs found; expected lines 'name i j' and 'name1 i name2 j'")
 
@@ -243,6 +251,8 @@ def read_bin(path: str | os.PathLike, *, size: ImageSize = 112) -> VerificationP
                        "is this an insightface verification .bin?")
     bins, issame_raw = obj
     issame = np.asarray(issame_raw).reshape(-1)
+    if issame.size == 0:
+        raise PfdError(f"{path}: holds no pairs ({len(bins)} images, an empty issame_list); pass a .bin with pairs")
     if issame.dtype != bool and not (np.issubdtype(issame.dtype, np.integer) and np.isin(issame, (0, 1)).all()):
         raise PfdError(f"{path}: issame_list holds {issame.dtype} values, not booleans; is this an insightface .bin?")
     issame = issame.astype(bool)
@@ -251,7 +261,8 @@ def read_bin(path: str | os.PathLike, *, size: ImageSize = 112) -> VerificationP
         raise PfdError(f"{path}: {len(bins)} images for {n} pairs (need {2 * n}); the file is incomplete, "
                        "re-download it")
     if len(bins) > 2 * n:
-        logger.warning("%s: %d images for %d pairs; the last %d are unused", path, len(bins), n, len(bins) - 2 * n)
+        raise PfdError(f"{path}: {len(bins)} images for {n} pair labels ({len(bins) // 2} pairs need {len(bins) // 2} "
+                       "labels); the file is inconsistent, re-download or re-export it")
     sources: list[bytes] = []
     for i in range(2 * n):
         b = bins[i]

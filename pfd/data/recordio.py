@@ -140,6 +140,9 @@ def read_index(idx_path: str | os.PathLike) -> dict[int, int]:
             except (ValueError, IndexError):
                 raise PfdError(f"{idx_path}:{lineno}: not a 'key<TAB>offset' index line ({line.strip()[:40]!r}); "
                                "rebuild the index with pfd.data.recordio.build_index") from None
+            if off < 0 or key < 0:
+                raise PfdError(f"{idx_path}:{lineno}: negative {'offset' if off < 0 else 'key'} in {line.strip()[:40]!r}; "
+                               "the index is damaged: rebuild it with pfd.data.recordio.build_index")
             index[key] = off
     return index
 
@@ -339,8 +342,33 @@ class RecordIOFaces(FaceSet):
 
     def load(self, index: int) -> torch.Tensor:
         key = int(self.keys[index])
-        _, img = self.reader.header(key)
+        head, img = self.reader.header(key)
+        if self.layout == "insightface":
+            self._check_label(key, int(self.labels[index]), head)
         return self._decoder(img, name=f"{self.reader.rec_path} record {key}")
+
+    def _check_label(self, key: int, label: int, head: IRHeader) -> None:
+        """An image record's own header label must be that of its identity's other records.
+
+        In the insightface layout the identity comes from the identity record's key range, so an
+        ``.idx`` whose offsets were swapped would hand out another identity's image under this
+        label without a word; each image record also carries its identity in its header, which
+        must be one and the same label for every record of an identity (and differ between
+        identities).
+
+        Raises:
+            PfdError: Naming the record and the fix (rebuild the index).
+        """
+        raw = float(head.label[0]) if head.flag > 0 else float(head.label)
+        if not hasattr(self, "_raw"):
+            self._raw: dict[int, float] = {}
+            self._owner: dict[float, int] = {}
+        expected = self._raw.setdefault(label, raw)
+        owner = self._owner.setdefault(raw, label)
+        if expected != raw or owner != label:
+            raise PfdError(f"{self.reader.rec_path}: record {key} carries identity label {raw:g} in its header, but the "
+                           f"index puts it in identity {label}'s range (whose records carry {expected:g}); the .idx does "
+                           "not match the .rec (offsets swapped or stale): rebuild it with pfd.data.recordio.build_index")
 
     def name(self, index: int) -> str:
         return f"{self.identities[self.labels[index]]}/{int(self.keys[index])}"

@@ -345,3 +345,37 @@ def test_more_threads_than_cores_are_capped(monkeypatch, caplog):
         assert torch.get_num_threads() == os.cpu_count() and "more than the" in caplog.text
     finally:
         torch.set_num_threads(before)
+
+
+# -- issue 27: tracebacks that became one-line errors ---------------------------------------------------
+
+
+@pytest.mark.parametrize("size", ["8192", "99999984", "1040x96"])
+def test_an_absurd_size_is_refused_before_any_image_is_allocated(tmp_path, size):
+    from pfd.data.synthetic import SyntheticFaces, write_synthetic
+
+    write_synthetic(tmp_path / "faces", SyntheticFaces("private", identities=2, images_per_identity=2, size=16),
+                    progress=False)
+    res = _run("distill", "--private", str(tmp_path / "faces"), "--size", size, "--out", str(tmp_path / "r"),
+               "--state-dir", str(tmp_path / "s"))
+    _is_clean_error(res, "--size (size)", "up to 1024")
+    _is_clean_error(_run("train", "--data", str(tmp_path / "faces"), "--size", size, "--out", str(tmp_path / "t")),
+                    "up to 1024")
+
+
+def test_mia_with_one_fold_and_an_attacker_spec_with_a_word_for_a_size(tmp_path):
+    res = _run("attack", "mia", "--model", "x.pt", "--members", PRIVATE, "--nonmembers", "synthetic:test", "--folds", "1")
+    _is_clean_error(res, "--folds")
+    from pfd.attacks.membership.audit import run_mia
+
+    with pytest.raises(PfdError, match="at least 2 folds"):
+        run_mia("x.pt", PRIVATE, "synthetic:test", folds=1)
+    (tmp_path / "a.toml").write_text('model = "m.onnx"\nsize = "abc"\n')
+    (tmp_path / "m.onnx").write_bytes(b"")
+    from pfd.attacks.models.outside import read_attacker_spec
+
+    with pytest.raises(PfdError, match="size must be S or \\[H, W\\] with positive whole sides, got 'abc'"):
+        read_attacker_spec(tmp_path / "a.toml")
+    (tmp_path / "a.toml").write_text('model = "m.onnx"\nmean = "grey"\n')
+    with pytest.raises(PfdError, match="mean must be one number or three"):
+        read_attacker_spec(tmp_path / "a.toml")

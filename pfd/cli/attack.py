@@ -132,7 +132,8 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
 @click.option("--scale", type=float, help="Head scale s (default: the checkpoint's, else 64).")
 @click.option("--margin", type=float, help="Head margin m (default: the checkpoint's, else the head's usual).")
 @click.option("--model-size", type=int, help="Input size of a TorchScript, ONNX or Python model.")
-@click.option("--folds", type=int, default=5, show_default=True, help="Cross-validation folds of the fused classifier.")
+@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
+              help="Cross-validation folds of the fused classifier (at least 2).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--batch-size", type=int, default=256, show_default=True)
 @click.option("--report", help="Folder for membership.json and the ROC / density plots.")

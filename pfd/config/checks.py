@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pfd.config.stages import AttackConfig, BaselineConfig, DistillConfig, EvalConfig, OGPConfig, ReleaseConfig, RTAConfig, TrainConfig
-from pfd.data.shape import image_hw
+from pfd.data.shape import MAX_SIDE, image_hw
 from pfd.errors import PfdError
 
 __all__ = ["check_config", "ignored_options", "validate_config"]
@@ -44,9 +44,10 @@ def _path_ok(v: Any) -> bool:
 
 
 def _size_ok(v: Any) -> bool:
-    """An image size whose sides are positive multiples of 16 (the backbones halve them four times)."""
+    """An image size whose sides are positive multiples of 16 (the backbones halve them four times),
+    at most :data:`~pfd.data.shape.MAX_SIDE`."""
     try:
-        return all(s >= 16 and s % 16 == 0 for s in image_hw(v))
+        return all(16 <= s <= MAX_SIDE and s % 16 == 0 for s in image_hw(v))
     except PfdError:
         return False
 
@@ -102,7 +103,7 @@ def _check_train(cfg: TrainConfig, prefix: str = "", flags: bool = True) -> None
     c.choice("head_init", ("random", "class_means"))
     c.at_least("seed", 0)  # numpy generators take no negative seed
     c.paths("data", "init", "out")
-    c("size", lambda v: v == 0 or _size_ok(v), "must be a side or HxW, each a positive multiple of 16")  # 0: set later (the scorecard's release size)
+    c("size", lambda v: v == 0 or _size_ok(v), f"must be a side or HxW, each a positive multiple of 16 up to {MAX_SIDE}")  # 0: set later (the scorecard's release size)
     c.positive("width")
     c.at_least("embedding_dim", 1)
     c.positive("scale")
@@ -198,7 +199,7 @@ def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> 
     c = _Checker(cfg, prefix, flags)
     c.paths("private", "public", "out", "state_dir", "embed_cache")
     c.choice("method", _METHODS)
-    c("size", _size_ok, "must be a side or HxW, each a positive multiple of 16")
+    c("size", _size_ok, f"must be a side or HxW, each a positive multiple of 16 up to {MAX_SIDE}")
     c.at_least("min_images", 0)
     c.choice("mixed_precision", _CHOICES["mixed_precision"])
     c.at_least("workers", 0)

@@ -30,6 +30,10 @@ ImageSize = Union[int, tuple[int, int], list[int], str]
 #: ``--size 112x96`` becomes ``[112, 96]``). 0 may mean "decided later" where a config says so.
 ImageSizeSetting = Union[int, list[int]]
 
+#: The largest side a face crop may have: far above every FR model's input (112-224 px), and far below
+#: what a mistyped ``--size 8192`` would allocate per image (800 MB of float32 at 8192 x 8192 x 3 x 4).
+MAX_SIDE = 1024
+
 _TEXT = re.compile(r"^\s*(\d+)\s*[xX×,]\s*(\d+)\s*$")
 
 

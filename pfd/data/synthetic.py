@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 from pfd.data.faceset import FaceSet
 from pfd.data.synthetic_params import DOMAINS, IdentityParams, identity_attributes, identity_params, image_rng
 from pfd.data.synthetic_render import render_face
-from pfd.data.shape import ImageSize, canonical_size, image_hw, pil_size, size_text
+from pfd.data.shape import MAX_SIDE, ImageSize, canonical_size, image_hw, pil_size, size_text
 from pfd.errors import PfdError
 from pfd.io import atomic_open, atomic_write_bytes
 
@@ -71,7 +71,7 @@ _SPLIT_BLOCK = 1_000_000
 #: Attribute name -> number of classes (ground truth in :attr:`SyntheticFaces.attributes`).
 ATTRIBUTES: dict[str, int] = {"tone": 4, "hair": 2, "age": 6}
 DEFAULT_SIZE = 112
-_MIN_SIZE, _MAX_SIZE = 16, 1024
+_MIN_SIZE, _MAX_SIZE = 16, MAX_SIDE
 _MAX_IMAGES = 100_000
 _SPEC_KEYS = ("ids", "imgs", "domain", "seed", "size")
 _PREFIX = "synthetic"

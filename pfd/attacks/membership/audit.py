@@ -250,6 +250,8 @@ def run_mia(
     Returns:
         The membership report (plus ``members``/``nonmembers`` specs and ``head_source``).
     """
+    if folds < 2:
+        raise PfdError(f"--folds {folds}: the fused classifier's cross-validation needs at least 2 folds")
     if report:
         check_report_folder(report)  # the folder's errors first: they name what the user typed last
     if same_path(members, nonmembers):

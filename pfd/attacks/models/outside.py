@@ -76,17 +76,30 @@ class InputConvention:
 
     def checked(self, where: str) -> "InputConvention":
         """Validated, with sizes and colour statistics as tuples; raises a one-line PfdError."""
+        def number(x: Any) -> float:
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise TypeError
+            return float(x)
+
         def triple(v: Any, what: str) -> tuple[float, float, float]:
-            vals = [float(v)] * 3 if isinstance(v, (int, float)) else [float(x) for x in v]
+            try:
+                vals = [number(v)] * 3 if not isinstance(v, (list, tuple)) else [number(x) for x in v]
+            except TypeError:
+                vals = []
             if len(vals) != 3:
                 raise PfdError(f"{where}: {what} must be one number or three (R, G, B), got {v!r}")
             return (vals[0], vals[1], vals[2])
 
         size = self.size
         if size is not None:
-            hw = (int(size), int(size)) if isinstance(size, (int, float)) else tuple(int(x) for x in size)
-            if len(hw) != 2 or min(hw) < 1:
-                raise PfdError(f"{where}: size must be S or [H, W] with positive sides, got {size!r}")
+            try:
+                raw = [size, size] if not isinstance(size, (list, tuple)) else list(size)
+                hw = tuple(int(number(x)) for x in raw)
+                whole = all(number(x) == int(number(x)) for x in raw)
+            except TypeError:
+                hw, whole = (), False
+            if len(hw) != 2 or not whole or min(hw) < 1:
+                raise PfdError(f"{where}: size must be S or [H, W] with positive whole sides, got {size!r}")
             size = hw
         std = triple(self.std, "std")
         if min(abs(s) for s in std) == 0:

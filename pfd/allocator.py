@@ -29,7 +29,7 @@ import sys
 
 __all__ = ["tune_allocator", "ALLOCATOR_ENV"]
 
-#: Environment variable: ``system`` leaves malloc untouched.
+#: Environment variable: ``system`` leaves malloc untouched, ``tune`` (or unset) tunes it; anything else is an error.
 ALLOCATOR_ENV = "PFD_ALLOCATOR"
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's <malloc.h>
 #: glibc refuses mmap thresholds above HEAP_MAX_SIZE / 2 (32 MiB on 64-bit).
@@ -48,12 +48,21 @@ def tune_allocator(*, env: dict[str, str] | None = None) -> str:
     Returns:
         What malloc does now, for logs and benchmark records: ``"glibc: mmap 32 MiB, trim 1 GiB"``,
         ``"system (PFD_ALLOCATOR=system)"``, or ``"system (not glibc)"``.
+
+    Raises:
+        PfdError: ``PFD_ALLOCATOR`` holds something else than ``system`` or ``tune``.
     """
     global _applied
+    env = os.environ if env is None else env
+    choice = env.get(ALLOCATOR_ENV, "").strip().lower()
+    if choice not in ("", "tune", "system"):
+        from pfd.errors import PfdError
+
+        raise PfdError(f"{ALLOCATOR_ENV}={env[ALLOCATOR_ENV]!r}: not a setting; use 'system' (leave malloc as it is), "
+                       f"'tune' (the default), or unset it")
     if _applied is not None:
         return _applied
-    env = os.environ if env is None else env
-    if env.get(ALLOCATOR_ENV, "").strip().lower() == "system":
+    if choice == "system":
         return f"system ({ALLOCATOR_ENV}=system)"
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return "system (not glibc)"

@@ -77,3 +77,18 @@ def test_idempotent_and_the_cli_applies_it(monkeypatch, tmp_path):
     assert res.exit_code != 0  # the command itself fails: the allocator is set before it runs
     assert allocator._applied == "glibc: mmap 32 MiB, trim 1 GiB"
     assert allocator.tune_allocator() == allocator._applied
+
+
+def test_an_unknown_allocator_setting_is_an_error_not_a_silent_tune(monkeypatch):
+    """Issue 27: PFD_ALLOCATOR=garbage silently meant "tune"."""
+    import pfd.allocator as allocator
+    from pfd.errors import PfdError
+
+    with pytest.raises(PfdError, match="PFD_ALLOCATOR='garbage': not a setting"):
+        allocator.tune_allocator(env={"PFD_ALLOCATOR": "garbage"})
+    from click.testing import CliRunner
+
+    from pfd.cli import main
+
+    res = CliRunner().invoke(main, ["synth", "--out", "x", "--split", "test"], env={"PFD_ALLOCATOR": "garbage"})
+    assert res.exit_code == 2 and "not a setting" in res.output and "Traceback" not in res.output

@@ -242,3 +242,23 @@ def test_a_run_mid_write_is_named_not_taken_for_foreign_files(tmp_path):
     assert StateLock.holder(state.root / ".pfd-lock") is None and StateLock.holder(tmp_path / "missing") is None
     with pytest.raises(PfdError, match="did not write"):
         claim_state_dir(state, tmp_path / "release", resume=False)
+
+
+def test_a_read_only_out_is_refused_before_any_work(tmp_path, monkeypatch):
+    """Issue 27: a read-only --out was found only after the whole pipeline ran (52 s). The suite runs
+    as root, for whom every folder is writable, so the permission answer is simulated."""
+    import os
+
+    import pfd.distill.claim as claim
+    from pfd.config import DistillConfig
+    from pfd.errors import PfdError
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(claim.os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode))
+    for out, state, option in ((locked / "release", tmp_path / "st", "--out"), (tmp_path / "rel", locked, "--state-dir")):
+        cfg = DistillConfig(private="synthetic:private,ids=3,imgs=4,size=16", out=str(out), state_dir=str(state), size=16)
+        with pytest.raises(PfdError, match=f"not writable by this user; choose an {option}"):
+            claim.claim_run(cfg, main=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["locked"]  # nothing made

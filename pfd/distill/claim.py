@@ -324,6 +324,23 @@ def check_same_settings(state: StateDir, cfg: DistillConfig) -> None:
         )
 
 
+def check_writable(path: Path, option: str) -> None:
+    """Refuse an output folder this process cannot write (itself, or the nearest folder that exists
+    above it) before any work: a read-only ``--out`` used to fail only after the whole pipeline ran.
+
+    Raises:
+        PfdError: Naming the folder and the option.
+    """
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            return
+        probe = probe.parent
+    if probe.is_dir() and not os.access(probe, os.W_OK | os.X_OK):
+        where = "is" if probe == path else f"would be made in {probe}, which is"
+        raise PfdError(f"{path}: {where} not writable by this user; choose an {option} you can write to")
+
+
 def _check_apart_from_private(cfg: DistillConfig, out: Path, state_root: Path) -> None:
     """Neither the release nor the state dir may lie in the private identity folder, nor contain it.
 
@@ -373,6 +390,8 @@ def claim_run(cfg: DistillConfig, *, main: bool | None = None, check_inputs: Cal
     if cfg.embed_cache:  # cached private embeddings are private state: never inside the release
         check_outside_release(Path(cfg.embed_cache).expanduser(), out, what="the embedding cache", option="--embed-cache")
     _check_apart_from_private(cfg, out, state.root)
+    for path, option in ((out, "--out"), (state.root, "--state-dir")):
+        check_writable(path, option)
     check_outputs(out, state, resume=cfg.resume)
     if cfg.resume:
         check_same_settings(state, cfg)

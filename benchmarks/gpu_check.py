@@ -420,8 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text, flush=True)
     results = args.results if args.results is not None else (str(HERE / "results") if cuda and not args.tiny else "")
     if results:
-        atomic_write_json(Path(results) / "gpu_check.json", doc)
-        atomic_write_text(Path(results) / "gpu_check.md", text)
+        atomic_write_json(Path(results) / "gpu_check.json", doc, shared=True)
+        atomic_write_text(Path(results) / "gpu_check.md", text, shared=True)
         print(f"wrote {Path(results) / 'gpu_check.json'} and gpu_check.md")
     return 0
 

@@ -104,6 +104,7 @@ from pu.settings import (  # noqa: E402
     ROWS,
     load_average,
     machine_info,
+    apply_seeds,
     protocol_settings,
     row_seeds,
     settings_hash,
@@ -160,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", help="folder for models, releases, state dirs and scores (outside the repo)")
     ap.add_argument("--results", default=str(REPO / "benchmarks" / "results"), help="where the .json and .md go")
     ap.add_argument("--rows", nargs="+", help="only these rows (names as in the table)")
-    ap.add_argument("--seeds", type=int, help="seeds per row except base (default 3; part of the settings)")
+    ap.add_argument("--seeds", type=int, help="seeds per row except base, at most (the target protocol's default: "
+                    "2 for pfd; its row_seeds give public-ft and raw 3 and the baselines 1, each capped at --seeds: "
+                    "--seeds 1 runs every row once)")
     ap.add_argument("--force", action="store_true", help="recompute units already in the results")
     ap.add_argument("--public-only", action="store_true", help="train (or reuse) the public model and measure base")
     ap.add_argument("--quick", action="store_true", help="smoke test on tiny synthetic settings (results in the work dir)")
@@ -174,13 +177,44 @@ def main(argv: list[str] | None = None) -> int:
                     "same settings (e.g. a scenario run in a second process with --results DIR) into this one, and exit")
     ap.add_argument("--summarise", action="store_true", help="recompute the row summaries and checks from the units "
                     "and the work dir's scores (after a change to how they are summarised), train nothing")
+    ap.add_argument("--export", nargs=2, metavar=("SPEC", "DIR"), help="write a scenario spec's images (e.g. "
+                    "celeba:private+lowres, which lives only in memory) to DIR as an identity folder, so that pfd attack "
+                    "--private DIR can audit a release of it, and exit")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
+    try:
+        return _main(ap, args)
+    except PfdError as e:  # bad input: one line, not a traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _check_specs(scenarios: list[Scenario], resolver: Any) -> None:
+    """Open every scenario's private and test specs now (a bad one fails before any work) and refuse
+    a scenario whose test people are its private people."""
+    from pfd.io import same_path
+
+    for sc in scenarios:
+        for spec, what in ((sc.private, "--private"), (sc.test, "--test")):
+            try:
+                resolver(spec)
+            except PfdError as e:
+                raise PfdError(f"{what} {spec}: {e}") from None
+        if sc.private == sc.test or same_path(sc.private, sc.test):
+            raise PfdError(f"{sc.private}: given as both the private and the test people; the test people must be "
+                           "others of the same domain (utility is measured on people the release does not hold)")
+
+
+def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from pfd.io import check_writable
+
+    if args.seeds is not None and args.seeds < 1:
+        ap.error(f"--seeds {args.seeds}: at least 1")
     torch.set_num_threads(args.threads)
     settings = protocol_settings(args.protocol, quick=args.quick)
     if args.seeds is not None:
-        settings["seeds"] = args.seeds
+        settings = apply_seeds(settings, args.seeds)
     if args.public and "train" in settings["public_model"] and not args.quick:
         # The trained protocol: the publisher's public data trains the public model too.
         settings["public_model"]["train"]["data"] = list(args.public)
@@ -189,6 +223,14 @@ def main(argv: list[str] | None = None) -> int:
     except PfdError as e:
         ap.error(str(e))
     data_root = shared_root("data", args.data_root)
+    if args.export:
+        from pfd.data.synthetic import write_synthetic
+
+        spec, out = args.export
+        faces = make_resolver(settings, data_root)(spec)
+        write_synthetic(out, faces, progress=not args.no_progress and None)
+        print(f"wrote {len(faces)} images of {faces.num_classes} identities ({spec}) to {out}")
+        return 0
     needed = shared_folders([s for sc in scenarios for s in (*sc.public, sc.private, sc.test)])
     missing = sorted(n for n in needed if data_root is None or not (data_root / n).is_dir())
     if missing:
@@ -208,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work).expanduser() if args.work else cache / "bench" / (stem + ("_quick" if args.quick else ""))
     results = work / "results" if args.quick and args.results == str(REPO / "benchmarks" / "results") else Path(args.results)
     json_path, md_path = results / f"{stem}.json", results / f"{stem}.md"
+    for folder, option in ((work, "--work"), (results, "--results")):  # before any work, not after it
+        check_writable(folder, option)
     key, ukey = settings_hash(settings), unit_hash(settings)
     doc: dict[str, Any] = json.loads(json_path.read_text()) if json_path.is_file() else {}
     # A table's units stay when only the seed counts changed: an added seed joins them.
@@ -220,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for r in ROWS if not args.rows or r[0] in args.rows]
     progress = not args.no_progress and sys.stderr.isatty()
     resolver = make_resolver(settings, data_root)
+    if not args.merge_from:
+        _check_specs(scenarios, resolver)
     doc.update(format="pfd-privacy-utility", version=2, settings=settings, settings_hash=key, machine=machine_info(),
                row_order=names)
     if args.public_only:
@@ -233,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     def save() -> None:
         doc["date"] = time.strftime("%Y-%m-%d %H:%M %Z")
-        atomic_write_json(json_path, jsonable(doc))
-        atomic_write_text(md_path, markdown(doc))
+        atomic_write_json(json_path, jsonable(doc), shared=True)
+        atomic_write_text(md_path, markdown(doc), shared=True)
 
     if args.force and not args.rows:
         # A full --force run starts these scenarios afresh (their finished shards too), at once, so

@@ -362,8 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.results:
         out = Path(args.results)
-        atomic_write_json(out / "scaling.json", doc)
-        atomic_write_text(out / "scaling.md", text)
+        atomic_write_json(out / "scaling.json", doc, shared=True)
+        atomic_write_text(out / "scaling.md", text, shared=True)
         plot(doc, out / "scaling.png")
         print(f"wrote {out / 'scaling.json'}, scaling.md, scaling.png")
     return 0

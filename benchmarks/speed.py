@@ -166,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.results:
         out = Path(args.results)
-        atomic_write_json(out / "speed.json", doc)
-        atomic_write_text(out / "speed.md", text)
+        atomic_write_json(out / "speed.json", doc, shared=True)
+        atomic_write_text(out / "speed.md", text, shared=True)
     return 0
 
 

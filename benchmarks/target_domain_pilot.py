@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         diff = f"  diff vs public-ft {100 * d['diff']:+.1f} ({100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f})" if d else ""
         print(f"{name:10s} accuracy {100 * r['accuracy']:.1f} %  AUC {r['auc']:.3f}{diff}")
     name = "pilot.json" if args.pfd_seed == 0 else f"pilot-pfd-seed{args.pfd_seed}.json"
-    atomic_write_json(work / name, json.loads(json.dumps(doc, default=float)))
+    atomic_write_json(work / name, json.loads(json.dumps(doc, default=float)), shared=True)
     print(f"total {time.perf_counter() - t0:.0f} s; {work / name}")
     return 0
 

@@ -14,6 +14,7 @@ import io
 import json
 import math
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +31,7 @@ except ImportError:  # pragma: no cover - Windows
 
 __all__ = [
     "atomic_open",
+    "check_writable",
     "atomic_write_bytes",
     "atomic_write_text",
     "atomic_write_json",
@@ -44,12 +46,15 @@ __all__ = [
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[io.IOBase]:
+def atomic_open(path: str | os.PathLike, mode: str = "wb", *, shared: bool = False) -> Iterator[io.IOBase]:
     """Open a temporary file next to ``path``; on clean exit rename it onto ``path``.
 
     Args:
         path: Final destination. Its parent folder is created if missing.
         mode: ``"wb"`` or ``"w"``.
+        shared: Give the file the mode a plain ``open`` would (``0666 & ~umask``, or an existing
+            file's own), for what is meant to be read by others (benchmark results). Otherwise it
+            keeps ``mkstemp``'s 0600: pfd writes private state (embeddings, checkpoints, maps) by default.
 
     Yields:
         The open temporary file. If the block raises, the temporary file is removed and
@@ -59,6 +64,12 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[io.IOBase
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        if shared:
+            try:
+                mode_bits = stat.S_IMODE(os.stat(path).st_mode)
+            except OSError:
+                mode_bits = 0o666 & ~_umask()
+            os.fchmod(fd, mode_bits)
     except OSError as e:
         raise (os_error(e, path) or e) from None
     try:
@@ -75,20 +86,34 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[io.IOBase
         raise
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically."""
-    with atomic_open(path, "wb") as f:
+def _umask() -> int:
+    """The process umask: from /proc on Linux, else by setting it and back (there is no getter)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, shared: bool = False) -> None:
+    """Write ``data`` to ``path`` atomically (``shared``: see :func:`atomic_open`)."""
+    with atomic_open(path, "wb", shared=shared) as f:
         f.write(data)
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+def atomic_write_text(path: str | os.PathLike, text: str, *, shared: bool = False) -> None:
     """Write UTF-8 ``text`` to ``path`` atomically."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"), shared=shared)
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> None:
+def atomic_write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2, shared: bool = False) -> None:
     """Write ``obj`` as pretty JSON (sorted keys, trailing newline) atomically."""
-    atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=True, allow_nan=False) + "\n")
+    atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=True, allow_nan=False) + "\n", shared=shared)
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
@@ -229,3 +254,20 @@ def same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
         return os.path.samefile(os.path.expanduser(a), os.path.expanduser(b))
     except (OSError, ValueError):
         return False
+
+
+def check_writable(path: Path, option: str) -> None:
+    """Refuse an output folder this process cannot write (itself, or the nearest folder that exists
+    above it) before any work: a read-only ``--out`` used to fail only after the whole pipeline ran.
+
+    Raises:
+        PfdError: Naming the folder and the option.
+    """
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            return
+        probe = probe.parent
+    if probe.is_dir() and not os.access(probe, os.W_OK | os.X_OK):
+        where = "is" if probe == path else f"would be made in {probe}, which is"
+        raise PfdError(f"{path}: {where} not writable by this user; choose an {option} you can write to")

@@ -190,3 +190,38 @@ def test_shards_of_an_interrupted_run_are_read_back_only_with_the_same_settings(
     assert set(got) == {"celeba"} and set(got["celeba"]["units"]) == {"raw/seed0", "raw/seed1"}
     assert got["celeba"]["curve"] == [{"step": 1}] and got["celeba"]["data"] == {"private": {"images": 9}}
     assert runner.shard_path(tmp_path, "dp-pix ε=10", 2).name == "dp-pix-eps10-seed2.json"
+
+
+# -- issue 27: the privacy-utility runner on a publisher's own data ---------------------------------
+
+
+@pytest.mark.parametrize("private, message", [
+    ("/nonexistent-private", "--private /nonexistent-private: /nonexistent-private: no such file or folder"),
+    ("synthetic:private,ids=abc", "ids='abc' is not an integer"),
+    ("synthetic:test,ids=4,imgs=3,size=32", "given as both the private and the test people"),
+])
+def test_a_bad_private_set_is_one_line_before_any_work(bench_modules, tmp_path, capsys, private, message):
+    pu, _ = bench_modules
+    argv = ["--quick", "--private", private, "--test", "synthetic:test,ids=4,imgs=3,size=32", "--work", str(tmp_path / "w")]
+    assert pu.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and err.count("\n") == 1
+    assert not (tmp_path / "w").exists()
+
+
+def test_seeds_caps_every_row_and_the_table_says_what_ran(bench_modules):
+    settings = importlib.import_module("pu.settings")
+    table = importlib.import_module("pu.table")
+    s = settings.protocol_settings("target")
+    capped = settings.apply_seeds(s, 1)
+    assert all(len(settings.row_seeds(n, capped)) == 1 for n in ("public-ft", "raw", "pfd", "blur"))
+    assert len(settings.row_seeds("raw", settings.apply_seeds(s, 5))) == 3  # the protocol's own count stays
+    sdoc = {"units": {"base/seed0": {}, "pfd/seed0": {}, "pfd/seed1": {}, "raw/seed0": {}}}
+    assert table._seeds_text(sdoc, ["base", "public-ft", "raw", "pfd"]) == "base 1, raw 1, pfd 2"
+    assert table._pts({"diff": None, "ci95": [None, None]}) == "–"  # TAR@1e-2 of a test set too small to resolve it
+
+
+def test_lint_findings_are_counted_by_kind(bench_modules):
+    _, report = bench_modules
+    assert report._lint_text({}) == "pass" and report._lint_text(["private-image"] * 3) == "private-image x3"
+    assert report._lint_text({"link": 1, "private-image": 300}) == "link x1, private-image x300"

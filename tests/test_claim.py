@@ -250,13 +250,14 @@ def test_a_read_only_out_is_refused_before_any_work(tmp_path, monkeypatch):
     import os
 
     import pfd.distill.claim as claim
+    import pfd.io as pfd_io
     from pfd.config import DistillConfig
     from pfd.errors import PfdError
 
     locked = tmp_path / "locked"
     locked.mkdir()
     real = os.access
-    monkeypatch.setattr(claim.os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode))
+    monkeypatch.setattr(pfd_io.os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode))
     for out, state, option in ((locked / "release", tmp_path / "st", "--out"), (tmp_path / "rel", locked, "--state-dir")):
         cfg = DistillConfig(private="synthetic:private,ids=3,imgs=4,size=16", out=str(out), state_dir=str(state), size=16)
         with pytest.raises(PfdError, match=f"not writable by this user; choose an {option}"):

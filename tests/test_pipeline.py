@@ -96,6 +96,8 @@ def test_non_rotating_method_has_identity_rotation_and_n_classes(runs):
     assert torch.equal(rot["M"], torch.eye(32)) and rot["A"] is None
     assert load_head(st / "adapted.pt").weight.shape == (6, 32)
     assert json.loads((runs["rta-only"].release / "manifest.json").read_text())["method"] == "rta-only"
+    counts = runs["rta-only"].summary["counts"]  # it fine-tunes, but runs no OGP (issue 27: ogp_steps 8 was reported)
+    assert counts["finetune_steps"] > 0 and "ogp_steps" not in counts
 
 
 # -- invariants (issue 4 acceptance) ----------------------------------------------------------

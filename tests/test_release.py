@@ -269,3 +269,22 @@ def test_a_full_disk_under_the_state_dir_is_a_one_line_error(tmp_path, monkeypat
                                     "--state-dir", str(tmp_path / "st"), "--no-progress"])
     assert res.exit_code == 2 and "no space left on the device" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "rel").exists()
+
+
+def test_atomic_writes_are_private_by_default_and_shared_results_are_readable(tmp_path):
+    """Issue 27: the benchmark's results files were written 0600 (mkstemp's mode)."""
+    import os
+
+    from pfd.io import atomic_write_json
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_json(tmp_path / "private.json", {"a": 1})
+        atomic_write_json(tmp_path / "results.json", {"a": 1}, shared=True)
+        (tmp_path / "kept.json").write_text("{}")
+        os.chmod(tmp_path / "kept.json", 0o640)
+        atomic_write_json(tmp_path / "kept.json", {"a": 2}, shared=True)  # an existing file keeps its mode
+    finally:
+        os.umask(old)
+    mode = lambda name: (tmp_path / name).stat().st_mode & 0o777  # noqa: E731
+    assert (mode("private.json"), mode("results.json"), mode("kept.json")) == (0o600, 0o644, 0o640)

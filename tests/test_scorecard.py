@@ -181,3 +181,15 @@ def test_external_reconstructor_hook_replaces_the_inversion(world, tmp_path):
     assert not (tmp_path / "bad-report").exists()  # refused before the report folder was made
     empty = CliRunner().invoke(main, ["attack"])
     assert empty.exit_code == 2 and "pass --release RELEASE --state-dir STATE" in empty.output
+
+
+def test_a_recorded_private_set_that_cannot_be_opened_says_to_pass_private(world, tmp_path):
+    from pfd.errors import PfdError
+
+    """Issue 27: a release of the benchmark's in-memory `celeba:private+lowres` failed with
+    "... (in memory): no such file or folder" and did not say what to do."""
+    release, state = _layout(tmp_path, world, *_raw(world), private="celeba:private+lowres (in memory)")
+    with pytest.raises(PfdError, match=r"records the private set as 'celeba:private\+lowres \(in memory\)'.*pass "
+                                       r"--private with those images .*--export SPEC DIR"):
+        run_scorecard(AttackConfig(release=str(release), state_dir=str(state), reconstruct=False, attributes=False),
+                      progress=False)

@@ -158,7 +158,7 @@ def summarise(bench: Bench, unit: dict[str, Any], ref: dict[str, Any], scores: n
     d = unit.get("distill", {})
     out["below_margin"] = (d.get("rates") or {}).get("below_margin")
     out["own_prototype"] = (d.get("rates") or {}).get("own_prototype")
-    out["ogp_steps"] = (d.get("counts") or {}).get("ogp_steps")
+    out["ogp_steps"] = (d.get("counts") or {}).get("ogp_steps")  # pfd only: the other methods run no OGP
     out["seconds"] = unit["times_s"]["total"]
     return out
 
@@ -184,8 +184,8 @@ def _store(doc: dict[str, Any], name: str, key: str, summary: dict[str, Any], re
     if scores is not None:  # a reference for the variants of its group
         doc["variants"][name]["scores"] = scores.tolist()
     doc["date"] = time.strftime("%Y-%m-%d %H:%M %Z")
-    atomic_write_json(json_path, jsonable(doc))
-    atomic_write_text(md_path, markdown(doc))
+    atomic_write_json(json_path, jsonable(doc), shared=True)
+    atomic_write_text(md_path, markdown(doc), shared=True)
     a = summary["accuracy"]
     print(f"[ablation {name}] Δacc {100 * a['diff']:+.1f} pts, links above chance "
           f"{sum(x['above_chance'] for x in summary['links'].values())}/{len(summary['links'])}, "

@@ -54,6 +54,14 @@ def _fused(row: Mapping[str, Any]) -> Any:
     return fusion.get("auc_mean", fusion.get("auc"))
 
 
+def _lint_text(findings: Any) -> str:
+    """``pass`` or ``private-image x300, link x1``: findings by kind (a list of kinds in older units)."""
+    if not findings:
+        return "pass"
+    counts = findings if isinstance(findings, dict) else {k: list(findings).count(k) for k in sorted(set(findings))}
+    return ", ".join(f"{k} x{n}" for k, n in counts.items())
+
+
 @lru_cache(maxsize=None)
 def _mann_whitney_counts(n1: int, n2: int) -> tuple[int, ...]:
     """Number of orderings of n1 members and n2 non-members with each value of U (no ties)."""
@@ -215,7 +223,7 @@ def markdown(doc: Mapping[str, Any]) -> str:
         param = ", ".join(f"{k} {v:g}" for k, v in base.items() if k != "method" and isinstance(v, (int, float)))
         best = r.get("membership", {}).get("best_single", {})
         t = r["times_s"]
-        lint = "–" if "lint_findings" not in r else ("pass" if not r["lint_findings"] else ", ".join(r["lint_findings"]))
+        lint = "–" if "lint_findings" not in r else _lint_text(r["lint_findings"])
         lines.append(
             f"| {r['row']} | {_pct(rates.get('own_prototype'))} | {_pct(rates.get('source_top1'))} | {param or '–'} | {lint} | "
             f"{best.get('statistic', '–')} {_auc(best.get('auc'))} | {t.get('distill', 0):.0f} / {t.get('downstream', 0):.0f} |"
@@ -236,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     path = Path(args[0] if args else Path(__file__).resolve().parents[1] / "results" / "privacy_utility_v1.json")
     doc = rescore(json.loads(path.read_text()))
-    atomic_write_json(path, doc)
-    atomic_write_text(path.with_suffix(".md"), markdown(doc))
+    atomic_write_json(path, doc, shared=True)
+    atomic_write_text(path.with_suffix(".md"), markdown(doc), shared=True)
     print("\n".join(verdict_table(doc)))
     return 0
 

@@ -160,7 +160,7 @@ def run_group(job: dict[str, Any]) -> tuple[str, int]:
         shard["curve"] = bench.public_curve(job["public"].parent)
         print(f"[{sc.name}] public model on the test pairs by step: " + ", ".join(
             f"{c['step']}: {100 * c['accuracy']:.1f} %" for c in shard["curve"]), flush=True)
-        atomic_write_json(path, jsonable(shard))
+        atomic_write_json(path, jsonable(shard), shared=True)
     plain: tuple[Path, float] | None = None
     for name in job["rows"]:
         method, baseline = ROW_BY_NAME[name]
@@ -169,10 +169,12 @@ def run_group(job: dict[str, Any]) -> tuple[str, int]:
             plain = bench.plain_finetune(seed)
         print(f"[{sc.name} {k}] start, load {load_average()}", flush=True)
         shard["units"][k] = res = jsonable(bench.unit(name, method, baseline, seed, plain))
-        atomic_write_json(path, jsonable(shard))
+        atomic_write_json(path, jsonable(shard), shared=True)
         u = res["utility"]["all"]
+        tar = u.get("tar@far=0.01")
+        tar_text = "n/a (too few impostor pairs)" if tar is None else f"{tar:.3f}"
         print(f"[{sc.name} {k}] done in {res['times_s']['total']:.0f}s: acc {u['accuracy']:.3f}, "
-              f"TAR@1e-2 {u['tar@far=0.01']:.3f}, load {res['load_end']}", flush=True)
+              f"TAR@1e-2 {tar_text}, load {res['load_end']}", flush=True)
     return sc.name, seed
 
 
@@ -190,8 +192,8 @@ def merge_results(json_path: Path, other_path: Path, key: str) -> int:
             doc.setdefault("public_model", {}).setdefault("verification_curve", {})[name] = curve
         print(f"merged scenario {name} ({len(sdoc.get('units', {}))} units) from {other_path}")
     doc.setdefault("merged_runs_s", {})[str(other_path)] = other.get("last_run_s")
-    atomic_write_json(json_path, jsonable(doc))
-    atomic_write_text(json_path.with_suffix(".md"), markdown(doc))
+    atomic_write_json(json_path, jsonable(doc), shared=True)
+    atomic_write_text(json_path.with_suffix(".md"), markdown(doc), shared=True)
     return 0
 
 

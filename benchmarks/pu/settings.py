@@ -191,6 +191,13 @@ def shared_root(kind: str, given: str | None, *, need: str = "") -> Path | None:
     return next((c.resolve() for c in candidates if c.is_dir() and (not need or (c / need).exists())), None)
 
 
+def apply_seeds(settings: dict[str, Any], seeds: int) -> dict[str, Any]:
+    """``settings`` with ``--seeds N``: every row at most ``N`` seeds (``row_seeds`` capped too)."""
+    out = dict(settings, seeds=int(seeds))
+    out["row_seeds"] = {k: min(int(v), int(seeds)) for k, v in settings.get("row_seeds", {}).items()}
+    return out
+
+
 def row_seeds(name: str, settings: dict[str, Any]) -> list[int]:
     """Seeds of a row: ``base`` one, a row named in ``settings["row_seeds"]`` that many, the
     others ``settings["seeds"]``."""

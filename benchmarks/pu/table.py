@@ -21,8 +21,8 @@ def _pct(x: Any, digits: int = 1) -> str:
 
 def _pts(d: Mapping[str, Any] | None) -> str:
     """``+2.1 (−0.4, +4.6)`` in percentage points."""
-    if not d:
-        return "–"
+    if not d or d.get("diff") is None:
+        return "–"  # not measurable (e.g. TAR@1e-2 with fewer than 100 impostor pairs)
     lo, hi = d["ci95"]
     return f"{100 * d['diff']:+.1f} ({100 * lo:+.1f}, {100 * hi:+.1f})"
 
@@ -42,6 +42,15 @@ def _link(row: Mapping[str, Any], target: str, role: str, attack: str) -> str:
     return f"{_pct(r['rate_mean'])}{sd} [{_pct(min(los))}–{_pct(max(his))}]"
 
 
+def _seeds_text(sdoc: Mapping[str, Any], order: list[str]) -> str:
+    """``base 1, public-ft 3, pfd 2, ...``: the seeds each row was run with (its units), in table order."""
+    counts: dict[str, int] = {}
+    for key in sdoc.get("units", {}):
+        row = key.rsplit("/seed", 1)[0]
+        counts[row] = counts.get(row, 0) + 1
+    return ", ".join(f"{n} {counts[n]}" for n in order if n in counts) or "none yet"
+
+
 def _scenario(name: str, sdoc: Mapping[str, Any], order: list[str], settings: Mapping[str, Any]) -> list[str]:
     rows = [sdoc["rows"][n] for n in order if n in sdoc.get("rows", {})]
     data = sdoc.get("data", {})
@@ -52,8 +61,7 @@ def _scenario(name: str, sdoc: Mapping[str, Any], order: list[str], settings: Ma
              f"{len(test.get('identities', []))} identities ({test.get('images', '?')} images); pairs: "
              + "; ".join(f"{k} {v['used']} genuine + {v['used']} impostor" + (" (every genuine pair)" if v.get("all_genuine") else "")
                          for k, v in pairs.items())
-             + f". Seeds per row (base: 1): {settings.get('seeds')}"
-             + "".join(f", {k}: {v}" for k, v in (settings.get("row_seeds") or {}).items())
+             + ". Seeds per row: " + _seeds_text(sdoc, order)
              + ". Utility: row − public-ft in points with a 95 % "
              "identity-bootstrap interval; absolute values mean ± sd over seeds.", ""]
     if not rows:

@@ -272,7 +272,10 @@ class Bench:
                               "baseline": summary.get("baseline"), "reused_release": reused,
                               "shared_finetune_s": plain[1] if shared is not None else None}
             release = root / "release"
-            res["lint_findings"] = [f.kind for f in lint_release(release, private=self.private, state_dir=root / "state")]
+            # The real folders, not the unit's symlinks to them (a symlinked release is a lint finding of
+            # its own); findings counted by kind (raw, dp-pix and blur release private photos by design).
+            kinds = [f.kind for f in lint_release(droot / "release", private=self.private, state_dir=droot / "state")]
+            res["lint_findings"] = {k: kinds.count(k) for k in sorted(set(kinds))}
         if name == "base":
             model = self.public
         else:

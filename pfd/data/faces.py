@@ -300,6 +300,9 @@ def _check_symlinked_identities(root: Path, ids: list[str]) -> None:
         seen[target] = ident
 
 
+_WARNED_SHARED: set[tuple[str, str, str]] = set()
+
+
 def _check_shared_photos(root: Path, listing: dict[str, list[str]]) -> None:
     """The same photo (a hard link or a byte-identical copy) in two identity folders is one person
     under two labels, or a mislabelled photo: either way the release would be wrong.
@@ -334,8 +337,11 @@ def _check_shared_photos(root: Path, listing: dict[str, list[str]]) -> None:
                 f"copies, e.g. {pairs[0]})")
         if n * 2 >= smaller:  # most of a folder: one person under two labels
             raise PfdError(f"{root / b}: {what}: one person under two labels; merge the two folders or remove one")
-        # A few shared photos are mislabelled data (public sets have them: CelebA holds some).
-        logger.warning("%s: %s: mislabelled photos, each used under two labels; remove the duplicates", root, what)
+        # A few shared photos are mislabelled data (public sets have them: CelebA holds some); said
+        # once per process, however often the set is opened.
+        if (str(root), a, b) not in _WARNED_SHARED:
+            _WARNED_SHARED.add((str(root), a, b))
+            logger.warning("%s: %s: mislabelled photos, each used under two labels; remove the duplicates", root, what)
 
 
 def _read_attributes(path: Path, identities: list[str]) -> dict[str, dict[str, int]] | None:

@@ -125,6 +125,10 @@ def encode_png(image: Any) -> bytes:
     return buf.getvalue()
 
 
+#: (dataset folder, source width, height, output size) already warned about in this process.
+_WARNED_NONSQUARE: set[tuple[str, int, int, tuple[int, int]]] = set()
+
+
 class ImageDecoder:
     """Decode images to ``(3, H, W)`` float32 RGB tensors in ``[0, 1]``.
 
@@ -183,8 +187,13 @@ class ImageDecoder:
         """Warn (once per decoder) that a source's aspect ratio differs from the output's: it is stretched."""
         w, h = img.size
         out_h, out_w = self.hw
-        if w * out_h != h * out_w and not self.warned_nonsquare:
+        # Once per dataset and process: the dataset is the folder above the identity folder (a set
+        # opened again, at another size or by another stage, said it already).
+        where = os.path.dirname(os.path.dirname(str(name))) if name else ""
+        key = (where, w, h, self.hw)
+        if w * out_h != h * out_w and not self.warned_nonsquare and key not in _WARNED_NONSQUARE:
             self.warned_nonsquare = True
+            _WARNED_NONSQUARE.add(key)
             # logging, not warnings.warn: Python's warning registry would show it once per
             # process (per code location), but each dataset should say it once.
             shape = "not square" if out_h == out_w else f"not {out_h}:{out_w} (height:width)"

@@ -42,7 +42,7 @@ from pfd.data.release import (
 )
 from pfd.distill.state import LOCK_NAME, MARKER_NAME, StateDir
 from pfd.errors import PfdError
-from pfd.io import PidLock, atomic_write_json, path_within, same_path
+from pfd.io import PidLock, atomic_write_json, check_writable, path_within, same_path
 
 __all__ = [
     "MARKER_FORMAT",
@@ -322,23 +322,6 @@ def check_same_settings(state: StateDir, cfg: DistillConfig) -> None:
             f"{state.config}: --resume with other settings than the run in this state dir ({'; '.join(diff[:3])}{more}); "
             "use the same settings or a new --state-dir"
         )
-
-
-def check_writable(path: Path, option: str) -> None:
-    """Refuse an output folder this process cannot write (itself, or the nearest folder that exists
-    above it) before any work: a read-only ``--out`` used to fail only after the whole pipeline ran.
-
-    Raises:
-        PfdError: Naming the folder and the option.
-    """
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            return
-        probe = probe.parent
-    if probe.is_dir() and not os.access(probe, os.W_OK | os.X_OK):
-        where = "is" if probe == path else f"would be made in {probe}, which is"
-        raise PfdError(f"{path}: {where} not writable by this user; choose an {option} you can write to")
 
 
 def _check_apart_from_private(cfg: DistillConfig, out: Path, state_root: Path) -> None:

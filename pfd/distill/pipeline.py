@@ -266,7 +266,7 @@ class Distillation:
             return
         if judge == "pretrain":
             pre = cfg.pretrain.__class__(**{**config_to_dict(cfg.pretrain), "size": cfg.size, "seed": cfg.release.judge_seed})
-            src = pretrained_public_model(pre, accelerator=self.acc, progress=self.progress)
+            src = pretrained_public_model(pre, accelerator=self.acc, progress=self.progress, desc="pretrain judge")
         else:
             src = Path(judge).expanduser()
         model = load_backbone(src)
@@ -576,7 +576,11 @@ class Distillation:
             if st.adapted.is_file():
                 from pfd.nn.checkpoints import load_checkpoint
 
-                summary["counts"]["ogp_steps"] = int(load_checkpoint(st.adapted).get("step") or 0)
+                steps = int(load_checkpoint(st.adapted).get("step") or 0)
+                # Every method fine-tunes; only pfd's fine-tuning is OGP (the others train a plain head).
+                summary["counts"]["finetune_steps"] = steps
+                if self.rotated:
+                    summary["counts"]["ogp_steps"] = steps
             if self.baseline is not None:
                 summary["baseline"] = {"method": cfg.method, **self.baseline}
             atomic_write_json(st.summary, summary)

@@ -61,13 +61,15 @@ def pretrain_key(cfg: TrainConfig, faces: FaceSet | None = None) -> str:
     return h.hexdigest()[:16]
 
 
-def pretrained_public_model(cfg: TrainConfig, *, accelerator: Any | None = None, progress: bool = True) -> Path:
+def pretrained_public_model(cfg: TrainConfig, *, accelerator: Any | None = None, progress: bool = True,
+                            desc: str = "pretrain public") -> Path:
     """The cached public model for ``cfg``, pretraining it first if needed.
 
     Args:
         cfg: Pretraining settings (``out`` is ignored: the cache folder is used).
         accelerator: Shared ``accelerate.Accelerator`` (multi-process runs pretrain data-parallel).
         progress: Show a progress bar.
+        desc: The progress bar's (and log lines') label.
 
     Returns:
         Path of ``model.pt`` in the cache.
@@ -81,6 +83,7 @@ def pretrained_public_model(cfg: TrainConfig, *, accelerator: Any | None = None,
     if final.is_file():
         return final
     trainer = Trainer(dataclasses.replace(cfg, out=str(out)), faces=to_memory(faces), accelerator=accelerator, progress=progress)
+    trainer.desc = desc
     trainer.resume()
     return trainer.fit()
 

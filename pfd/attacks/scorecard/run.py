@@ -308,7 +308,16 @@ def run_scorecard(
     attackers = own + outside
     sets = _Sets(private_spec, state.release, skip_bad=cfg.skip_bad)
     size = attackers[0].size
-    private0 = clock.run("load", lambda: sets.private(size))
+    try:
+        private0 = clock.run("load", lambda: sets.private(size))
+    except PfdError as e:
+        if cfg.private:
+            raise
+        # The spec the state dir recorded, not one the auditor typed: a benchmark's in-memory set
+        # ("celeba:private+lowres (in memory)") or a folder that moved.
+        raise PfdError(f"the state dir {state.state_dir} records the private set as {private_spec!r}, which cannot be "
+                       f"opened here ({e}); pass --private with those images (a benchmark's set: write it out with "
+                       "python benchmarks/privacy_utility.py --export SPEC DIR)") from None
     source = proxy_sources(state, clock.run("load", lambda: sets.proxies(size)).names, private0,
                            private_spec=private_spec)
     run = _Run(cfg=cfg, state=state, sets=sets, attackers=attackers, source=source, labels=private0.labels,

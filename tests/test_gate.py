@@ -147,7 +147,10 @@ def test_a_hub_refusal_names_the_hub_not_too_few_proxies():
     spread = {**c, "hub": False, "hit_sources": 8, "top_hit_share": 0.2}
     assert "too few proxies per identity" in failure_cause(spread)
     clustered = {**c, "hub": False, "hit_sources": 1, "top_hit_share": 1.0}
-    assert "from 1 source identity" in failure_cause(clustered)
+    assert "10 links from 1 source identity, clustered by source" in failure_cause(clustered)
+    # The demo without the de-linking term: 26 links spread over several sources but with design effect 3.
+    several = {**c, "hub": False, "count": 26, "hit_sources": 9, "top_hit_share": 0.3, "design_effect": 3.1}
+    assert "26 links from 9 source identities, clustered by source (design effect 3.1)" in failure_cause(several)
     # An ordinary spread of predictions is no hub.
     rng = np.random.default_rng(0)
     assert not link_diagnostics(rng.integers(0, n_ids, 300), source, np.zeros(300, bool))["hub"]

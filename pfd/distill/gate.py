@@ -81,6 +81,8 @@ def margin_check(below_margin: float, target: float) -> dict[str, Any]:
 RULE_OUT = 5.0
 #: Default family-wise rate at which the gate's LEAKS tests refuse a release at chance (``ReleaseConfig.alpha``).
 ALPHA = 0.001
+#: A design effect from this on says the links cluster by source (the K proxies of a linked source link together).
+CLUSTERED_DEFF = 2.0
 #: A private identity that is the nearest match of at least this share of all proxies is a hub.
 HUB_SHARE = 0.25
 
@@ -117,7 +119,7 @@ def linkability_check(
     low = clustered_interval(r.success, src, alpha=2 * leak_alpha)["ci95"][0]  # one-sided leak_alpha
     return {"name": name, "rate": float(r.rate), "count": int(r.count), "n": int(r.n),
             **interval_verdict(r.ci95, r.chance, rule_out=rule_out, leak_low=low), "leak_alpha": float(leak_alpha),
-            **link_diagnostics(r.predicted, src, r.success)}  # fmt: skip
+            "design_effect": float(r.design_effect), **link_diagnostics(r.predicted, src, r.success)}  # fmt: skip
 
 
 def link_diagnostics(predicted: np.ndarray, source: np.ndarray, success: np.ndarray) -> dict[str, Any]:
@@ -223,10 +225,16 @@ def failure_cause(c: dict[str, Any]) -> str:
     if c.get("hub"):
         return (f"{why}: a hub, one private identity the nearest match of {c['hub_share']:.0%} of all proxies, "
                 "links its own proxies by construction")
-    if c.get("count", 0) and c.get("top_hit_share", 0.0) >= 0.5 and c.get("hit_sources", 0) <= 2:
-        return (f"{why}: {c['count']} links from {c['hit_sources']} source identit{'y' if c['hit_sources'] == 1 else 'ies'}"
-                ", clustered, not spread")
+    if c.get("count", 0) and (clustered(c) or c.get("design_effect", 1.0) >= CLUSTERED_DEFF):
+        n = c["hit_sources"]
+        return (f"{why}: {c['count']} links from {n} source identit{'y' if n == 1 else 'ies'}, clustered by source "
+                f"(design effect {c.get('design_effect', 1.0):.1f}), not spread as chance would")
     return f"{why}: too few proxies per identity"
+
+
+def clustered(c: dict[str, Any]) -> bool:
+    """Whether a check's links come from one or two sources (most of them from one)."""
+    return bool(c.get("count", 0)) and c.get("top_hit_share", 0.0) >= 0.5 and c.get("hit_sources", 9) <= 2
 
 
 def format_checks(checks: list[dict[str, Any]]) -> str:

@@ -618,9 +618,9 @@ def _refusal(failed: list[dict[str, Any]], cfg: DistillConfig, state_dir: Path) 
         if any(c.get("hub") for c in links):
             fix = ("one private identity draws most matches (a hub, docs/distill.md#hubs): check it for duplicates "
                    "or a broken image, or pass --resume --allow-linkable to publish anyway")
-        elif any(c.get("hit_sources", 9) <= 2 and c.get("top_hit_share", 0) >= 0.5 for c in links) and cfg.method == "pfd":
-            fix = ("the links come from one or two people: distill again into a new --state-dir with the de-linking term "
-                   "(--lambda-delink, with a --judge) or more proxies per identity (--ipc), or pass --resume "
+        elif cfg.method == "pfd" and any("clustered by source" in failure_cause(c) for c in links):
+            fix = ("the links cluster by source, a residual link rather than too small an audit: distill again into a "
+                   "new --state-dir with the de-linking term (--lambda-delink 10 --judge CKPT), or pass --resume "
                    "--allow-linkable to publish anyway")
         else:
             # The audit is too small to show the proxies unlinkable: more proxies per identity fixes it.

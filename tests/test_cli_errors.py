@@ -216,7 +216,7 @@ def _random_public(path, size):
     return save_checkpoint(path, backbone=create_backbone("ir18", width=0.125, size=size, embedding_dim=16))
 
 
-def test_distill_takes_the_size_from_the_public_checkpoint(tmp_path):
+def test_distill_takes_the_size_from_the_public_checkpoint(tmp_path, caplog):
     """Issue 20: `pfd distill --public model_64px.pt` on default settings stopped asking for --size 64."""
     import json
 
@@ -226,6 +226,13 @@ def test_distill_takes_the_size_from_the_public_checkpoint(tmp_path):
                "--allow-linkable", "--out", str(tmp_path / "rel"), "--state-dir", str(tmp_path / "st"), "--no-progress")
     assert res.exit_code == 0, res.output[-1500:]
     assert json.loads((tmp_path / "rel" / "manifest.json").read_text())["image_size"] == 64
+    # The demo recipe's pretrained judge and the de-linking term it vouches for step aside for a given --public.
+    assert "the recipe's pretrained judge does not apply" in caplog.text
+    summary = json.loads((tmp_path / "st" / "summary.json").read_text())
+    assert [c["name"] for c in summary["gate"]["checks"] if c["name"].startswith("judge")] == []
+    asked = _run("distill", "--public", str(public), "--private", "synthetic:private,ids=4,imgs=4", "--lambda-delink", "5",
+                 "--out", str(tmp_path / "rel2"), "--state-dir", str(tmp_path / "st2"))
+    _is_clean_error(asked, "--lambda-delink 5 trains the proxies against the public model", "--judge CKPT")
 
 
 def test_a_public_checkpoint_of_another_size_fails_before_a_state_dir_exists(tmp_path):

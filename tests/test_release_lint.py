@@ -277,14 +277,19 @@ def test_mirrored_shifted_or_cropped_private_photo_is_a_near_duplicate(face_rele
     assert "near-duplicate" in f[0].detail and private.names[6] in f[0].detail  # names the private photo
 
 
-def test_embedding_check_catches_a_copy_the_hash_misses(face_release):
-    """An upside-down copy reverses every gradient (no hash variant has it); an invariant model does not miss it."""
+def test_embedding_check_catches_a_copy_the_hash_misses(face_release, monkeypatch):
+    """An upside-down copy reverses every gradient (no hash variant has it); an invariant model does not miss
+    it, and since issue 27 neither does the aligned pixel match (switched off here to test the model alone)."""
+    import pfd.data.aligned_copies as aligned
     from pfd.data.private_copies import cosine_threshold, find_private_copies
 
     rel, private, w = face_release
     upside_down = _private_pixels(private, 5)[::-1].copy()
     _plant(rel, w.files[2], upside_down)
-    assert lint_release(rel, private=private) == []  # pixels alone: not caught
+    f = lint_release(rel, private=private)
+    assert [(x.kind, x.path) for x in f] == [("private-image", w.files[2])] and "an edited copy" in f[0].detail
+    monkeypatch.setattr(aligned, "find_aligned_copies", lambda released, private: [])
+    assert lint_release(rel, private=private) == []  # hash alone: not caught
 
     def model(x):  # (B, 3, H, W) -> (B, D), invariant to a vertical flip, centred
         return (x + x.flip(-2) - 1.0).flatten(1)

@@ -125,6 +125,15 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     # of the model its [train] table pretrains, unless the recipe names the public model itself).
     if public and kw.get("size") is None and (kw.get("public") or "size" not in table):
         kw["size"] = checkpoint_size(public)
+    if public and (table.get("release") or {}).get("judge") == "pretrain" and release["judge"] is None:
+        # The demo's judge is pretrained like its public model, which a given --public replaces: with
+        # it go the de-linking term it vouches for (unless asked for); the gate says if it is needed.
+        release["judge"] = ""
+        if rta["lambda_delink"] is None:
+            rta["lambda_delink"] = 0.0
+        logging.getLogger("pfd.cli").warning(
+            "--public %s: the recipe's pretrained judge does not apply; running without the de-linking term (pass "
+            "--lambda-delink 10 --judge CKPT, a face model no loss sees, to use it)", public)
     cfg = build_config(
         DistillConfig, {"pretrain": r.get("train", {})}, table,
         flags(**kw), _nested(ogp=ogp, rta=rta, release=release, baseline=baseline),

@@ -8,6 +8,9 @@ copies a private photo into a release and updates the manifest passes every file
   size) or a perceptual near-duplicate (:func:`pfd.data.phash.dhash` within 12.5 % of its bits
   of the private image or of one of its 80 :func:`~pfd.data.phash.copy_variants`: a re-encoded,
   brightened, resized, mirrored, shifted or cropped copy);
+* **aligned pixels** (:mod:`pfd.data.aligned_copies`): a private photo rotated, shifted, cropped,
+  turned upside down or into its negative, or pasted or tiled into a released image, found by
+  warping candidate photos onto the image (or a window of it) and correlating their edges;
 * **embeddings** (with a model, normally the publisher's public model): the cosine of each
   released image to its nearest private image, flagged above a threshold calibrated on the
   release itself (:func:`cosine_threshold`): genuine proxies form the bulk of that distribution,
@@ -45,8 +48,11 @@ class PrivateCopy:
     Attributes:
         file: The released file (relative to the release).
         private: The private image's name.
-        how: ``exact``, ``near-duplicate`` or ``embedding``.
-        score: Hash distance in bits (``exact``/``near-duplicate``) or the cosine (``embedding``).
+        how: ``exact``, ``near-duplicate``, ``transformed`` (rotated, shifted, cropped, upside down, negative:
+            :mod:`pfd.data.aligned_copies`), ``pasted`` (a window of the image: a pasted or tiled face)
+            or ``embedding``.
+        score: Hash distance in bits (``exact``/``near-duplicate``), the aligned correlation
+            (``transformed``/``pasted``) or the cosine (``embedding``).
         threshold: The threshold it crossed.
         bits: Bits of the hash (``near-duplicate``).
     """
@@ -130,6 +136,16 @@ def find_private_copies(
             found[k] = PrivateCopy(f, names[j], "exact", 0.0, 0.0)
         elif dist[k] <= limit:
             found[k] = PrivateCopy(f, names[int(idx[k])], "near-duplicate", float(dist[k]), float(limit), grid * grid)
+    # Rotated, shifted, cropped, upside-down, negative, pasted or tiled copies: aligned pixel matching.
+    from pfd.data.aligned_copies import find_aligned_copies
+
+    rel_t = torch.stack([torch.from_numpy(img.copy()).permute(2, 0, 1).float().div(255.0) for _, img in released])
+    todo = [k for k in range(len(released)) if k not in found]
+    if todo:
+        priv_t = torch.stack([_resize(private.load(i), size) for i in range(len(private))])  # (m, 3, H, W)
+        for m in find_aligned_copies(rel_t[todo], priv_t):
+            k = todo[m.index]
+            found[k] = PrivateCopy(released[k][0], names[m.private], m.how, m.score, m.threshold)
     if model is not None:
         from pfd.embed import Embedder
 

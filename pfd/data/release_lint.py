@@ -7,7 +7,8 @@ whose IDAT data is exactly one zlib stream of exactly the image's pixel rows (no
 it, nothing after IEND). Every file is listed in the manifest with a matching sha256; the manifest
 holds the documented keys only (:data:`~pfd.data.release.MANIFEST_KEYS`) with consistent counts;
 no name of a source identity or source file appears anywhere. With ``private``, no released
-image may be a private photo, exact or near-duplicate (:mod:`pfd.data.private_copies`). With
+image may be a private photo, exact, near-duplicate or edited (rotated, cropped, pasted...:
+:mod:`pfd.data.private_copies`). With
 the state dir, labels must not follow the source identity order, and the state dir must be
 outside the release with every folder 0700 and every file 0600.
 
@@ -455,7 +456,11 @@ def _check_private_images(root: Path, images: list[str], private: FaceSet, model
     for c in find_private_copies(released, private, model=model):
         how = {"exact": "an exact copy", "near-duplicate": f"a near-duplicate (dHash distance {c.score:.0f} of {c.bits} bits "
                f"<= {c.threshold:.0f})", "embedding": f"a near-duplicate (embedding cosine {c.score:.3f} > {c.threshold:.3f}, "
-               "calibrated on this release)"}[c.how]  # fmt: skip
+               "calibrated on this release)",
+               "transformed": f"an edited copy (rotated, shifted, cropped, turned or inverted: aligned edge correlation "
+               f"{c.score:.2f} > {c.threshold:.2f}, calibrated on this release)",
+               "pasted": f"a photo pasted or tiled into it (aligned edge correlation of a window {c.score:.2f} > "
+               f"{c.threshold:.2f}, calibrated on this release)"}[c.how]  # fmt: skip
         findings.append(Finding("private-image", c.file, f"{how} of private image {c.private}; remove it and distill again"))
 
 

@@ -126,9 +126,10 @@ def test_the_family_wise_level_splits_alpha_over_the_checks():
     checks = publication_checks(proxy_source=source, private_labels=labels, insider=(noise, private),
                                 public=(noise, private), judge=(noise, private), alpha=0.003)  # fmt: skip
     assert [c["name"] for c in checks][-2:] == ["judge_vismatch", "judge_reid"]
-    assert all(c["leak_alpha"] == pytest.approx(0.003 / 6) for c in checks)
+    links = [c for c in checks if c["name"] != "judge_competence"]
+    assert len(links) == 6 and all(c["leak_alpha"] == pytest.approx(0.003 / 6) for c in links)
     # A one-sided 0.05 % lower end lies below the 95 % interval's 2.5 % one.
-    assert all(c["leak_low"] <= c["ci95"][0] for c in checks)
+    assert all(c["leak_low"] <= c["ci95"][0] for c in links)
 
 
 def test_a_hub_refusal_names_the_hub_not_too_few_proxies():
@@ -154,3 +155,19 @@ def test_a_hub_refusal_names_the_hub_not_too_few_proxies():
     # An ordinary spread of predictions is no hub.
     rng = np.random.default_rng(0)
     assert not link_diagnostics(rng.integers(0, n_ids, 300), source, np.zeros(300, bool))["hub"]
+
+
+def test_a_judge_that_recognises_nobody_fails_its_competence_check():
+    """Own hostile case: `--judge` a model trained for two steps linked nothing, so its checks read "at
+    chance" and vouched for the release."""
+    from pfd.distill.gate import competence_check
+
+    private, labels, source = _world(4)
+    good = competence_check("judge_competence", private, labels)
+    assert good["passed"] and good["rate"] > 0.5 and good["chance"] == pytest.approx((PER - 1) / (N * PER - 1))
+    blind = F.normalize(torch.randn(len(labels), D, generator=torch.Generator().manual_seed(9)), dim=1)
+    bad = competence_check("judge_competence", blind, labels)
+    assert not bad["passed"] and "needs > 3x" in format_checks([bad])
+    checks = publication_checks(proxy_source=source, private_labels=labels, insider=(blind[: len(source)], private),
+                                public=None, judge=(blind[: len(source)], blind))
+    assert [c["name"] for c in failed_checks(checks)] == ["judge_competence"]

@@ -17,7 +17,7 @@ the mean face and the lighting cancel and what is left is where this photo's edg
    the score is the largest absolute normalised cross-correlation of the structures (absolute:
    a negative correlates at −1). A genuine proxy, distilled from noise, shares no edge layout with
    any private photo; an edited copy keeps most of it.
-3. **Threshold**, calibrated on the release itself as for the embedding test: median + 6 robust SDs
+3. **Threshold**, calibrated on the release itself as for the embedding test: median + 5 robust SDs
    of the releases' scores, never below :data:`SCORE_FLOOR`.
 
 Blends below about a third of the photo and JPEG at quality 5 keep too little of the structure to
@@ -43,7 +43,7 @@ THUMB = 8
 #: The calibrated threshold is never below this absolute correlation.
 SCORE_FLOOR = 0.5
 #: Robust standard deviations above the release's median score.
-SIGMAS = 6.0
+SIGMAS = 5.0
 #: Candidate private images per released image (direct, and again by their crops), and (window,
 #: private image) pairs verified per released image.
 CANDIDATES, WINDOW_PAIRS = 6, 8
@@ -168,8 +168,8 @@ def _offsets(angles: Sequence[float], scales: Sequence[float], shifts: Sequence[
 #: Whole-image search, coarse: mirror, rotations, scales (a crop enlarges), shifts (a half turn is a
 #: view of the released image, :func:`find_aligned_copies`; a negative correlates at −1); then fine
 #: steps around the best.
-_WHOLE = _grid([-15.0, -10.0, -5.0, 0.0, 5.0, 10.0, 15.0], [0.8, 1.0, 1.2, 1.4], [-3.0, 0.0, 3.0])
-_WHOLE_FINE = _offsets([-2.5, 0.0, 2.5], [-0.05, 0.0, 0.05], [-1.5, 0.0, 1.5])
+_WHOLE = _grid([-15.0, -10.0, -5.0, 0.0, 5.0, 10.0, 15.0], [0.8, 1.0, 1.2, 1.4], [-4.0, 0.0, 4.0])
+_WHOLE_FINE = _offsets([-2.5, 0.0, 2.5], [-0.05, 0.0, 0.05], [-2.0, -1.0, 0.0, 1.0, 2.0])
 #: Window search: smaller rotations and scales around the window.
 _WINDOW = _grid([-10.0, 0.0, 10.0], [0.9, 1.1], [-2.0, 0.0, 2.0])
 _WINDOW_FINE = _offsets([-5.0, 0.0, 5.0], [-0.05, 0.0, 0.05], [-1.0, 0.0, 1.0])

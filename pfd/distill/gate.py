@@ -12,6 +12,8 @@ A release is the last thing a run writes, and only when the pipeline's own attac
   must not link proxies to their source identity above chance.
 * ``public_vismatch`` / ``public_reid``: the same with the public model an outside attacker has.
 
+* ``judge_competence``: the judge recognises the private people (leave-one-out identification
+  clearly above chance), or its checks below would vouch for nothing;
 * ``judge_vismatch`` / ``judge_reid``: the same with a judge, a face model that no loss of the run
   has seen (``release.judge``). When RTA optimises against the public model (``rta.lambda_delink``)
   the public checks measure the loss's own target, so the judge is what vouches for them.
@@ -50,7 +52,7 @@ import torch
 from pfd.errors import PfdError
 
 __all__ = ["RULE_OUT", "ALPHA", "HUB_SHARE", "PublicationRefused", "interval_verdict", "linkability_check", "link_diagnostics",
-           "margin_check", "publication_checks", "failed_checks", "failure_cause", "format_checks"]
+           "margin_check", "competence_check", "publication_checks", "failed_checks", "failure_cause", "format_checks"]
 
 
 class PublicationRefused(PfdError):
@@ -171,6 +173,42 @@ def interval_verdict(ci95: Any, chance: float, *, rule_out: float = RULE_OUT, le
             "rule_out": float(rule_out), "unresolved": bool(unresolved), "passed": not leaks and not unresolved}
 
 
+#: A judge must identify the private people (leave one out) at this many times chance, the lower end of its
+#: 95 % interval: a model that recognises nobody links nothing, and its checks would read "at chance".
+JUDGE_COMPETENCE = 3.0
+
+
+def competence_check(name: str, private_emb: torch.Tensor, private_labels: np.ndarray, *,
+                     multiple: float = JUDGE_COMPETENCE) -> dict[str, Any]:
+    """Whether a model recognises the private people: leave-one-out rank-1 identification of every
+    private image among the others (its nearest other image's identity), against chance.
+
+    Args:
+        name: Check name (``judge_competence``).
+        private_emb: ``(m, D)`` normalised private embeddings by the model.
+        private_labels: ``(m,)`` identities.
+        multiple: The lower end of the 95 % interval must exceed this many times chance.
+
+    Returns:
+        ``name``, ``rate``, ``count``, ``n``, ``chance`` (of naming the right identity by a random
+        other image), ``ci95``, ``multiple`` and ``passed``.
+    """
+    from pfd.attacks.metrics import wilson_interval
+
+    e = private_emb.double()
+    labels = np.asarray(private_labels)
+    sims = e @ e.T
+    sims.fill_diagonal_(-float("inf"))
+    nearest = sims.argmax(1).numpy()
+    hit = labels[nearest] == labels
+    m = labels.size
+    _, counts = np.unique(labels, return_counts=True)
+    chance = float(((counts - 1) * counts).sum() / max(m * (m - 1), 1))  # a random other image of the same person
+    lo, hi = wilson_interval(int(hit.sum()), m)
+    return {"name": name, "rate": float(hit.mean()), "count": int(hit.sum()), "n": int(m), "chance": chance,
+            "ci95": [lo, hi], "multiple": float(multiple), "passed": bool(lo > multiple * chance)}
+
+
 def publication_checks(
     *,
     proxy_source: np.ndarray,
@@ -205,6 +243,8 @@ def publication_checks(
         checks.append(margin_check(below_margin, target))
     models = [(who, pair) for who, pair in (("insider", insider), ("public", public), ("judge", judge)) if pair is not None]
     leak_alpha = alpha / (2 * len(models)) if models else alpha
+    if judge is not None:
+        checks.append(competence_check("judge_competence", judge[1], private_labels))
     for who, pair in models:
         for attack in ("vismatch", "reid"):
             checks.append(linkability_check(f"{who}_{attack}", attack, pair[0], proxy_source, pair[1], private_labels,
@@ -248,6 +288,9 @@ def format_checks(checks: list[dict[str, Any]]) -> str:
         verdict = "passed" if c["passed"] else "FAILED"
         if c["name"] == "ogp_margin":
             lines.append(f"{c['name']:<17} {c['value']:.3f} below the repulsion margin (target {c['target']:.2f}) {verdict}")
+        elif c["name"] == "judge_competence":
+            lines.append(f"{c['name']:<17} identifies {100 * c['rate']:.1f}% of the private images (CI {100 * c['ci95'][0]:.1f}-"
+                         f"{100 * c['ci95'][1]:.1f}%, chance {100 * c['chance']:.1f}%; needs > {c['multiple']:g}x) {verdict}")
         else:
             lo, hi = c["ci95"]
             bound = c.get("bound_multiple")

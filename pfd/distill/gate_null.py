@@ -100,7 +100,7 @@ def null_refusals(
             proxy_source=source, private_labels=labels, insider=views[0], public=views[1],
             judge=views[2] if judge else None, rule_out=rule_out, alpha=alpha,
         )  # fmt: skip
-        failed = failed_checks(checks)
+        failed = [c for c in failed_checks(checks) if "leaks" in c]  # the linkability checks (not the judge's competence)
         refused += bool(failed)
         leaks += any(c["leaks"] for c in failed)
         unresolved += any(c["unresolved"] and not c["leaks"] for c in failed)

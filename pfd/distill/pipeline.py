@@ -184,7 +184,7 @@ class Distillation:
 
                 check_public_arch(read_arch(Path(cfg.public).expanduser()), cfg.public, size=cfg.size, backbone=cfg.backbone)
             judge = cfg.release.judge
-            if judge and judge != "pretrain" and not (cfg.resume and self.state.judge_model.is_file()):
+            if judge and judge != "pretrain":
                 from pfd.distill.public import check_public_arch
                 from pfd.nn.checkpoints import read_arch
 
@@ -262,8 +262,10 @@ class Distillation:
 
         cfg, dst = self.cfg, self.state.judge_model
         judge = cfg.release.judge
-        if not judge or (cfg.resume and dst.is_file()):
+        if not judge:
+            dst.unlink(missing_ok=True)  # a resumed run may have dropped its judge
             return
+        # Copied again on --resume too: the judge may have changed (it touches no stage but the gate).
         if judge == "pretrain":
             pre = cfg.pretrain.__class__(**{**config_to_dict(cfg.pretrain), "size": cfg.size, "seed": cfg.release.judge_seed})
             src = pretrained_public_model(pre, accelerator=self.acc, progress=self.progress, desc="pretrain judge")
@@ -600,7 +602,10 @@ def _refusal(failed: list[dict[str, Any]], cfg: DistillConfig, state_dir: Path) 
 
     parts = []
     for c in failed:
-        if c["name"] == "ogp_margin":
+        if c["name"] == "judge_competence":
+            parts.append(f"the judge identifies only {c['rate']:.1%} of the private images (chance {c['chance']:.1%}), so its "
+                         "checks would vouch for nothing; pass a --judge that recognises these faces")
+        elif c["name"] == "ogp_margin":
             parts.append(f"OGP left {1 - c['value']:.0%} of the private embeddings above the repulsion margin "
                          f"(target {c['target']:.0%} below)")  # fmt: skip
         elif c.get("leaks", True):
@@ -612,8 +617,11 @@ def _refusal(failed: list[dict[str, Any]], cfg: DistillConfig, state_dir: Path) 
             parts.append(f"{c['name']} cannot rule out linking {c['ci95'][1]:.1%} of the proxies "
                          f"({c['bound_multiple']:.1f}x chance {c['chance']:.1%}, more than the {c['rule_out']:g}x "
                          f"the release must exclude{': ' + cause[1] if len(cause) > 1 else ''})")  # fmt: skip
-    links = [c for c in failed if c["name"] != "ogp_margin"]
+    links = [c for c in failed if c["name"] not in ("ogp_margin", "judge_competence")]
     keep = f"The state is kept in {state_dir}"
+    if all(c["name"] == "judge_competence" for c in failed):
+        return (f"not published: {'; '.join(parts)}. {keep}: rerun with --resume and another --judge (a face model "
+                "no loss sees that recognises the private people), or --allow-linkable to publish anyway")
     if links and len(links) == len(failed) and all(not c.get("leaks", True) for c in links):
         if any(c.get("hub") for c in links):
             fix = ("one private identity draws most matches (a hub, docs/distill.md#hubs): check it for duplicates "

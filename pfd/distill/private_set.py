@@ -94,6 +94,11 @@ def check_private_set(path: Path, faces: FaceSet, *, spec: str) -> dict[str, Any
     """
     new = private_set_record(faces)
     if not path.is_file():
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "%s: no record of the private set this run started from (a state dir of an older pfd); recording %s now, "
+            "unchecked", path.parent, spec)
         return new
     try:
         old = json.loads(path.read_text(encoding="utf-8"))

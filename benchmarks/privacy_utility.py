@@ -227,6 +227,8 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from pfd.data.synthetic import write_synthetic
 
         spec, out = args.export
+        if Path(out).exists() and (not Path(out).is_dir() or any(Path(out).iterdir())):
+            raise PfdError(f"{out}: exists and is not an empty folder; --export writes into a new or empty folder")
         faces = make_resolver(settings, data_root)(spec)
         write_synthetic(out, faces, progress=not args.no_progress and None)
         print(f"wrote {len(faces)} images of {faces.num_classes} identities ({spec}) to {out}")

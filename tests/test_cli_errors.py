@@ -91,10 +91,10 @@ def test_every_face_reading_command_takes_skip_bad_and_no_progress():
 def test_skip_bad_skips_and_lists_unreadable_images(tmp_path, caplog):
     from PIL import Image
 
-    for ident in ("a", "b"):
+    for j, ident in enumerate(("a", "b")):  # each person's own photos (one photo under two names is an error)
         (tmp_path / "faces" / ident).mkdir(parents=True)
         for k in range(3):
-            Image.fromarray(np.full((32, 32, 3), 40 * k, np.uint8)).save(tmp_path / "faces" / ident / f"{k}.png")
+            Image.fromarray(np.full((32, 32, 3), 40 * k + 7 * j, np.uint8)).save(tmp_path / "faces" / ident / f"{k}.png")
     (tmp_path / "faces" / "b" / "9.png").write_bytes(b"not a png")
     with pytest.raises(PfdError, match="9.png.*--skip-bad"):
         open_training_data([str(tmp_path / "faces")], size=32, min_images=1, skip_bad=False).verify()
@@ -327,6 +327,8 @@ def test_the_same_training_data_twice_and_the_same_mia_groups_are_refused(tmp_pa
     from pfd.nn.checkpoints import save_checkpoint
 
     model = save_checkpoint(tmp_path / "m.pt", backbone=create_backbone("ir18", width=0.125, size=32, embedding_dim=8))
+    dataset = _run("attack", "dataset", "--model", str(model), "--candidates", str(faces), f"{faces}/.", "synthetic:test")
+    _is_clean_error(dataset, "is given twice")  # own hostile case: two spellings of one folder
     res = _run("attack", "mia", "--model", str(model), "--members", str(faces), "--nonmembers", f"{faces}/.")
     _is_clean_error(res, "both the members and the non-members")
 

@@ -250,3 +250,9 @@ def test_an_impostor_line_naming_one_identity_twice_is_refused(tmp_path):
     (tmp_path / "pairs.txt").write_text("Ann 1 2\nAnn 1 Ann 3\n")
     with pytest.raises(PfdError, match=r"pairs.txt:2: the impostor pair 'Ann 1 Ann 3' names 'Ann' twice"):
         read_pairs_txt(tmp_path / "pairs.txt", root=root, size=8)
+
+
+def test_a_pairs_file_with_a_byte_order_mark_reads_its_header(tmp_path):
+    root = lfw_root(tmp_path, {"Ann": 2, "Bo": 1})
+    (tmp_path / "pairs.txt").write_bytes("\ufeff1 2\nAnn 1 2\nAnn 1 Bo 1\n".encode("utf-8"))
+    assert len(read_pairs_txt(tmp_path / "pairs.txt", root=root, size=8)) == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -193,3 +194,14 @@ def test_a_recorded_private_set_that_cannot_be_opened_says_to_pass_private(world
                                        r"--private with those images .*--export SPEC DIR"):
         run_scorecard(AttackConfig(release=str(release), state_dir=str(state), reconstruct=False, attributes=False),
                       progress=False)
+
+
+def test_the_gates_judge_and_pfd_checkpoints_as_attackers_get_their_rows(world, tmp_path):
+    """Own hostile case: the judge that vouched for a release was not in its scorecard, and
+    `--attacker state/judge_model.pt` (a pfd checkpoint) was refused as "not an ONNX file"."""
+    release, state = _layout(tmp_path, world, *_raw(world))
+    shutil.copy(world.lowres, state / "judge_model.pt")
+    card = run_scorecard(AttackConfig(release=str(release), state_dir=str(state), reconstruct=False, attributes=False,
+                                      attackers=[str(world.insider)]), progress=False)
+    roles = {r["attacker"] for r in card.data["linkability"]}
+    assert {"public", "insider", "judge", Path(world.insider).stem} <= roles, roles

@@ -154,7 +154,7 @@ def read_pairs_txt(path: str | os.PathLike, *, root: str | os.PathLike, size: Im
     pairs: list[tuple[tuple[str, str], tuple[str, str], bool]] = []
     seen_content = False
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = path.read_bytes().decode("utf-8-sig")  # a byte-order mark (Windows editors) is not a token
     except UnicodeDecodeError as e:
         lineno = path.read_bytes()[: e.start].count(b"\n") + 1
         raise PfdError(f"{path}:{lineno}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); a pairs "

@@ -307,8 +307,10 @@ def run_dataset(
     """
     if len(candidates) < 3:
         raise PfdError(f"dataset MIA needs at least 3 candidate datasets, got {len(candidates)}; add candidates")
-    if len(set(candidates)) != len(candidates):
-        raise PfdError("a candidate dataset is given twice; list each once")
+    for i, a in enumerate(candidates):
+        for b in candidates[:i]:
+            if a == b or same_path(a, b):  # ./A and A, a symlink and its target
+                raise PfdError(f"{a}: the candidate dataset {b} is given twice; list each once")
     with _report_claim(report):  # the folder is this audit's until it has written
         attacker = load_attacker(model, role="model", size=model_size, batch_size=batch_size, progress=progress)
         sets = {str(c): open_faces(c, size=attacker.size, skip_bad=skip_bad) for c in candidates}

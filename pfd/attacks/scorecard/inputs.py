@@ -36,11 +36,12 @@ from pfd.data.release import MANIFEST, PROXY_MAP, check_same_run, read_manifest,
 from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
 
-__all__ = ["PUBLIC_MODEL", "ADAPTED_MODEL", "STATE_CONFIG", "ReleaseState", "open_release_state",
+__all__ = ["PUBLIC_MODEL", "ADAPTED_MODEL", "JUDGE_MODEL", "STATE_CONFIG", "ReleaseState", "open_release_state",
            "state_private_spec", "proxy_sources"]
 
 PUBLIC_MODEL = "public_model.pt"
 ADAPTED_MODEL = "adapted.pt"
+JUDGE_MODEL = "judge_model.pt"
 STATE_CONFIG = "config.toml"
 
 
@@ -57,6 +58,7 @@ class ReleaseState:
         public_model: ``state_dir/public_model.pt`` if present.
         adapted_model: ``state_dir/adapted.pt`` if present.
         config: The parsed ``config.toml`` (empty if absent).
+        judge_model: ``state_dir/judge_model.pt`` if present (the gate's judge, ``release.judge``).
     """
 
     release: Path
@@ -67,6 +69,7 @@ class ReleaseState:
     public_model: Path | None
     adapted_model: Path | None
     config: dict[str, Any] = field(default_factory=dict, repr=False)
+    judge_model: Path | None = None
 
     @property
     def image_size(self) -> int | tuple[int, int]:
@@ -157,7 +160,7 @@ def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike)
         release=r, state_dir=s, manifest=manifest, files=sorted(sources), sources=sources,
         public_model=(s / PUBLIC_MODEL) if (s / PUBLIC_MODEL).is_file() else None,
         adapted_model=(s / ADAPTED_MODEL) if (s / ADAPTED_MODEL).is_file() else None,
-        config=config,
+        config=config, judge_model=(s / JUDGE_MODEL) if (s / JUDGE_MODEL).is_file() else None,
     )
 
 

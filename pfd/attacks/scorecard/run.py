@@ -23,6 +23,8 @@ holds the JSON-ready figures and the few images the match grid shows;
 
 from __future__ import annotations
 
+import os
+
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +120,8 @@ def _attackers(cfg: AttackConfig, state: ReleaseState, progress: bool) -> list[A
             raise PfdError(f"{state.adapted_model}: the adapted model takes {size_text(insider.size)} images but the "
                            f"release is {size_text(state.image_size)}; the state dir does not belong to this release")
         out.append(insider)
+    if state.judge_model is not None:  # the gate's judge: the scorecard shows what vouched for the release
+        out.append(load_attacker(state.judge_model, role="judge", **common))
     return out
 
 
@@ -129,7 +133,11 @@ def _outside(cfg: AttackConfig, extra: list[Any], taken: list[str], progress: bo
     out: list[Attacker] = []
     names = list(taken)
     for spec in [*cfg.attackers, *extra]:
-        a = load_outside_attacker(spec, convention=conv, batch_size=cfg.batch_size, flip=cfg.flip, progress=progress)
+        if _is_checkpoint(spec):  # a pfd / insightface / AdaFace checkpoint carries its own convention
+            a = load_attacker(spec, role=Path(str(spec)).stem, batch_size=cfg.batch_size, flip=cfg.flip, progress=progress)
+        else:
+            a = load_outside_attacker(spec, convention=conv, batch_size=cfg.batch_size, flip=cfg.flip,
+                                      progress=progress)
         role, i = a.role, 2
         while role in names:  # two files with the same stem, or a stem "public"
             role, i = f"{a.role}#{i}", i + 1
@@ -137,6 +145,17 @@ def _outside(cfg: AttackConfig, extra: list[Any], taken: list[str], progress: bo
         names.append(role)
         out.append(a)
     return out
+
+
+def _is_checkpoint(spec: Any) -> bool:
+    """Whether ``--attacker`` names a checkpoint pfd loads itself (not ONNX, TorchScript, TOML or Python)."""
+    from pfd.attacks.models.loading import is_torchscript
+    from pfd.attacks.models.outside import is_entry_point
+
+    if not isinstance(spec, (str, os.PathLike)) or is_entry_point(spec):
+        return False
+    p = Path(spec)
+    return p.is_file() and p.suffix.lower() not in (".onnx", ".toml") and not is_torchscript(p)
 
 
 def _one_or_three(v: Any) -> Any:

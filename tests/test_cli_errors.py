@@ -241,7 +241,7 @@ def test_a_public_checkpoint_of_another_size_fails_before_a_state_dir_exists(tmp
                "--out", str(tmp_path / "rel"), "--state-dir", str(tmp_path / "st"))
     _is_clean_error(res, "64px", "pass --size 64")
     assert not (tmp_path / "st").exists() and not (tmp_path / "rel").exists()  # no stub left to clean up
-    missing = _run("distill", "--public", str(tmp_path / "nope.pt"), "--size", "32", "--private", PRIVATE,
+    missing = _run("distill", "--public", str(tmp_path / "nope.pt"), "--size", "32", "--private", PRIVATE, "--ipc", "2",
                    "--out", str(tmp_path / "rel"), "--state-dir", str(tmp_path / "st"))
     _is_clean_error(missing, "nope.pt")
     assert not (tmp_path / "st").exists()

@@ -506,8 +506,13 @@ def _change(faces: Path, change: str) -> None:
         people[0].rename(people[0].with_name("zz-renamed"))
     elif change == "photo":
         shutil.copyfile(sorted(people[4].iterdir())[0], sorted(people[2].iterdir())[3])
-    elif change == "added":
-        shutil.copytree(people[1], faces / "zz-new-person")
+    elif change == "added":  # a new person (a copy of one would be refused as one person under two labels)
+        from pfd.data.synthetic import SyntheticFaces, write_synthetic
+
+        extra = faces.parent / "extra"
+        write_synthetic(extra, SyntheticFaces("private", identities=1, images_per_identity=8, size=32, seed=7),
+                        progress=False)
+        shutil.move(next(p for p in extra.iterdir() if p.is_dir()), faces / "zz-new-person")
     elif change == "removed":
         shutil.rmtree(people[5])
 

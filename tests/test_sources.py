@@ -22,10 +22,10 @@ def img(seed: int, s: int = 8) -> np.ndarray:
 
 
 def folder(root, spec):
-    for k, n in spec.items():
+    for j, (k, n) in enumerate(spec.items()):
         (root / k).mkdir(parents=True)
-        for i in range(n):
-            Image.fromarray(img(i)).save(root / k / f"{i}.png")
+        for i in range(n):  # distinct photos per identity: a photo shared by two identities is refused
+            Image.fromarray(img(1000 * j + i)).save(root / k / f"{i}.png")
     return root
 
 

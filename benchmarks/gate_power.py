@@ -84,14 +84,16 @@ def whole_gate(args: argparse.Namespace) -> int:
     """Print the whole gate's refusal rate at chance for each (N, K), family-wise and per check."""
     import time
 
+    from pfd.distill.gate import ATTACKS
     from pfd.distill.gate_null import null_refusals
 
-    print(f"Whole gate on releases at chance ({args.draws} simulated audits each; 6 linkability checks with a judge)")
+    m = 3 * len(ATTACKS)  # insider, public and judge, each with every attack
+    print(f"Whole gate on releases at chance ({args.draws} simulated audits each; {m} linkability checks with a judge)")
     print("| N | K | gate | refused | 95 % upper | of which LEAKS | unresolved | seconds |")
     print("|---|---|---|---|---|---|---|---|")
     for n in args.ids:
         for k in args.ipc:
-            for label, alpha in (("family-wise 0.1 %", 0.001), ("each check at 95 %", 0.025 * 6)):
+            for label, alpha in (("family-wise 0.1 %", 0.001), ("each check at 95 %", 0.025 * m)):
                 t0 = time.perf_counter()
                 r = null_refusals(n, k, draws=args.draws, seed=args.seed, alpha=alpha)
                 from pfd.attacks.metrics import clopper_pearson

@@ -95,6 +95,7 @@ from pu.runner import (  # noqa: E402
     run_group_safe,
     shard_path,
     summarise,
+    train_judge,
     train_public,
     unit_groups,
 )
@@ -337,10 +338,14 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     # Nothing else runs while the public model trains: it gets every core.
     torch.set_num_threads(os.cpu_count() or 1)
     public, pinfo = train_public(settings, resolver, work, progress=progress, models_root=models_root)
+    judge, jinfo = train_judge(settings, resolver, work, progress=progress)
     torch.set_num_threads(args.threads)
     if pinfo["seconds"] or "public_model" not in doc:
         doc["public_model"] = pinfo
-    print(f"public model {public} ({pinfo['seconds']:.0f} s; 0 = cached)", flush=True)
+    if judge is not None and (jinfo["seconds"] or "judge_model" not in doc):
+        doc["judge_model"] = jinfo
+    print(f"public model {public} ({pinfo['seconds']:.0f} s; 0 = cached)"
+          + (f"; judge {judge} ({jinfo['seconds']:.0f} s)" if judge is not None else ""), flush=True)
     curves = doc["public_model"].setdefault("verification_curve", {})
 
     by_name = {sc.name: sc for sc in scenarios}
@@ -350,7 +355,8 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     payloads = []
     for sc_name, seed, group_rows in groups:
         payloads.append({"settings": settings, "scenario": by_name[sc_name], "seed": seed, "rows": group_rows,
-                         "key": ukey, "data_root": data_root, "work": work, "public": public, "threads": args.threads,
+                         "key": ukey, "data_root": data_root, "work": work, "public": public, "judge": judge,
+                         "threads": args.threads,
                          "progress": progress and jobs == 1, "curve": sc_name in curve_for})
         curve_for.discard(sc_name)  # one group per scenario measures the curve
 
@@ -388,7 +394,7 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         pool.join()
     # Units changed: every row's summary is recomputed from the units and the stored scores.
     summarise(doc, [sc for sc in scenarios if todo[sc.name] or sc.name in recovered], settings,
-              resolver=resolver, work=work, public=public)
+              resolver=resolver, work=work, public=public, judge=judge)
     doc["last_run_s"] = round(time.perf_counter() - t_start, 1)
     doc["last_run"] = {"jobs": jobs, "threads_per_job": args.threads, "groups": len(groups),
                        "public_model_s": pinfo["seconds"]}

@@ -35,7 +35,7 @@ import torch
 
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
 from pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario
-from pu.runner import make_resolver, read_shards, train_public
+from pu.runner import make_resolver, read_shards, train_judge, train_public
 from pu.settings import MIA_STATS, REPO, merge_settings, protocol_settings, settings_hash, shared_root, unit_hash
 from pu.stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
 from pu.units import Bench
@@ -93,6 +93,16 @@ TARGET_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "bn1x": ("first-layer BN weight 1 (not 10)", {"rta": {"first_bn_multiplier": 1.0}}),
     "lrta200": ("λ_RTA 200 (not 50)", {"rta": {"lambda_rta": 200.0}}),
     "lbn0.05": ("λ_BN 0.05 (not 0.01)", {"rta": {"lambda_bn": 0.05}}),
+    # Issue 26's levers, each alone (the "default" row is the paper's method: noise start, eq. 10 only).
+    "init-public": ("proxies start from public faces: CelebA's public people (the downstream's own)",
+                    {"rta": {"init": "public", "init_data": "celeba:public"}}),
+    "init-yalea": ("proxies start from public faces: Yale A (15 people the downstream never trains on)",
+                   {"rta": {"init": "public", "init_data": "yale-a"}}),
+    "spatial": ("spatial feature statistics, λ_sp 0.1 (4 x 4 regions per BN layer)", {"rta": {"lambda_spatial": 0.1}}),
+    "delink": ("de-linking term against the public model, λ_dl 10", {"rta": {"lambda_delink": 10.0}}),
+    "lr0.25": ("RTA lr 0.25 (the paper's, as SRe2L; not 0.05)", {"rta": {"lr": 0.25}}),
+    "combo": ("public-face start (CelebA public) + spatial statistics + de-linking term",
+              {"rta": {"init": "public", "init_data": "celeba:public", "lambda_spatial": 0.1, "lambda_delink": 10.0}}),
 }
 
 #: What each protocol's ablation runs on: (variants, the main run's results file, scenario).
@@ -149,6 +159,10 @@ def summarise(bench: Bench, unit: dict[str, Any], ref: dict[str, Any], scores: n
             for attack, r in attacks.items():
                 out["links"][f"{target}/{role}/{attack}"] = {
                     "rate": r["rate"], "chance": r["chance"], "ci95": r["ci95"], "above_chance": r["ci95"][0] > r["chance"]}
+    for target, roles in unit.get("linkability", {}).get("rank_uniformity", {}).items():
+        for role, r in roles.items():
+            out.setdefault("rank_uniform", {})[f"{target}/{role}"] = {"p": r["p"], "mean_rank": r["mean_rank"],
+                                                                      "uniform": r["uniform"]}
     base = ref["base"]["membership"]["scores"]
     for st in MIA_STATS:
         sc = unit["membership"]["scores"][st]
@@ -278,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     s0 = variant_settings("default", args.protocol)
     resolver = make_resolver(s0, data_root)
     public, _ = train_public(s0, resolver, work, progress=False, models_root=models_root)
+    judge, _ = train_judge(s0, resolver, work, progress=False)
     rows_dir = work / sc_name / "rows"
     if args.geometry:
         for method in ("raw", "blur", "dp-pix", "sre2l", "rta-only", "pfd"):
@@ -309,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         if have and have.get("settings_hash") == key and not args.force:
             continue
         bench = Bench(s, scenario, resolver=resolver, work=work / f"{sc_name}-ablation" / name, public=public,
-                      progress=False)
+                      progress=False, judge=judge)
         main_pfd = ref["pfd"]
         main_same = unit_hash(s) == unit_hash(main_doc["settings"])
         if name == "default" and main_pfd is not None and main_same:

@@ -62,20 +62,38 @@ def train_public(settings: dict[str, Any], resolver: SpecResolver, work: Path, *
         path = public_path(settings, work, models_root)
         return path, {"path": str(path), "checkpoint": p["checkpoint"], "sha256": sha256_file(path), "size": p["size"],
                       "seconds": 0.0, "curve": []}
-    out = public_dir(settings, work)
+    return _train_model(p, public_dir(settings, work), resolver, progress=progress)
+
+
+def _train_model(p: dict[str, Any], out: Path, resolver: SpecResolver, *, progress: bool) -> tuple[Path, dict[str, Any]]:
+    """Train (or reuse) the model of ``p`` (``{"train": [train] table, "augment": {...}}``) into ``out``."""
     cfg = build_config(TrainConfig, p["train"], {"out": str(out), "mixed_precision": "no", "threads": 0})
-    info: dict[str, Any] = {"path": str(out / "model.pt"), "config": config_to_dict(cfg), "augment": p["augment"]}
+    augment = p.get("augment") or {}
+    info: dict[str, Any] = {"path": str(out / "model.pt"), "config": config_to_dict(cfg), "augment": augment}
     if _same_training(out / "model.pt", cfg):
         info["seconds"] = 0.0
     else:
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()
         faces = ConcatFaces([resolver(spec) for spec in cfg.data])
-        data = AugmentedFaces(faces, p["augment"], seed=cfg.seed) if p["augment"] else faces
+        data = AugmentedFaces(faces, augment, seed=cfg.seed) if augment else faces
         train(cfg, faces=data, progress=progress)
         info["seconds"] = round(time.perf_counter() - t0, 1)
     info["curve"] = _loss_curve(out / "metrics.jsonl")
     return out / "model.pt", info
+
+
+def train_judge(settings: dict[str, Any], resolver: SpecResolver, work: Path, *,
+                progress: bool) -> tuple[Path | None, dict[str, Any]]:
+    """Train (or reuse) the benchmark's judge (``settings["judge_model"]``): a face model that no loss
+    of pfd ever sees, of another architecture than the public model, trained here on the public
+    people. It joins every unit's linkability figures and the publication gate (``release.judge``).
+    ``(None, {})`` when the settings have none (the protocols before issue 26)."""
+    p = settings.get("judge_model")
+    if not p:
+        return None, {}
+    out = work / f"judge-{settings_hash({**p, 'split': settings['split']})[:8]}"
+    return _train_model(p, out, resolver, progress=progress)
 
 
 def _loss_curve(path: Path, points: int = 10) -> list[dict[str, float]]:
@@ -148,7 +166,7 @@ def run_group(job: dict[str, Any]) -> tuple[str, int]:
     settings, sc, seed, key = job["settings"], job["scenario"], job["seed"], job["key"]
     resolver = make_resolver(settings, job["data_root"])
     bench = Bench(settings, sc, resolver=resolver, work=job["work"] / sc.name, public=job["public"],
-                  progress=job["progress"])
+                  progress=job["progress"], judge=job.get("judge"))
     path = shard_path(job["work"], sc.name, seed)
     shard: dict[str, Any] = {"settings_hash": key, "scenario": sc.name, "seed": seed, "units": {}, "curve": None}
     if path.is_file():
@@ -198,14 +216,14 @@ def merge_results(json_path: Path, other_path: Path, key: str) -> int:
 
 
 def summarise(doc: dict[str, Any], scenarios: list[Scenario], settings: dict[str, Any], *, resolver: SpecResolver,
-              work: Path, public: Path) -> None:
+              work: Path, public: Path, judge: Path | None = None) -> None:
     """Recompute every row's summary (:meth:`Bench.aggregate`) and the groups check
     (:func:`group_check`) of ``scenarios`` from the stored units and the work dir's scores."""
     for sc in scenarios:
         sdoc = doc["scenarios"].get(sc.name)
         if not sdoc:
             continue
-        bench = Bench(settings, sc, resolver=resolver, work=work / sc.name, public=public, progress=False)
+        bench = Bench(settings, sc, resolver=resolver, work=work / sc.name, public=public, progress=False, judge=judge)
         for name in [r[0] for r in ROWS]:
             agg = bench.aggregate(name, sdoc["units"], row_seeds(name, settings))
             if agg is not None:

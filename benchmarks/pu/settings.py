@@ -105,6 +105,20 @@ TARGET: dict[str, Any] = {
 }
 
 
+#: The target protocol's judge (issue 26): a face model that no loss of pfd ever sees, of another
+#: architecture than the public MobileFaceNet (an IResNet-18 at quarter width), trained here on the
+#: public people (CelebA's public split and Yale A) at the release's size. It is the third attacker
+#: of every linkability figure and the publication gate's judge (``release.judge``), so that a
+#: de-linking term that optimises against the public model is judged by a model it never saw.
+JUDGE: dict[str, Any] = {
+    "train": {"data": ["celeba:public", "yale-a"], "size": [112, 96], "backbone": "ir18", "width": 0.25,
+              "embedding_dim": 128, "head": "arcface", "scale": 32.0, "margin": 0.4, "epochs": 10, "batch_size": 64,
+              "lr": 0.1, "warmup_epochs": 1.0, "flip": True, "min_images": 1, "checkpoint_every": 0, "seed": 1},
+    "augment": {},
+}
+TARGET["judge_model"] = JUDGE
+
+
 #: --quick of the target protocol: a tiny random MobileFaceNet trained for one epoch on synthetic
 #: faces stands in for the pretrained file (no shared data or model needed; figures mean nothing).
 QUICK_TARGET: dict[str, Any] = {
@@ -117,6 +131,10 @@ QUICK_TARGET: dict[str, Any] = {
     "downstream": {"epochs": 1, "public_images": 96, "batch_size": 32},
     "eval": {"pairs": 150, "moderate_pairs": 100, "bootstrap": 100},
     "recon": {"iterations": 2, "batch_size": 16},
+    "judge_model": {"train": {"data": ["synthetic:public,ids=24,imgs=10"], "backbone": "ir18", "size": [48, 32],
+                              "width": 0.125, "embedding_dim": 32, "epochs": 1, "batch_size": 32, "head": "arcface",
+                              "scale": 32.0, "margin": 0.3, "checkpoint_every": 0, "seed": 1},
+                    "augment": {}},
 }
 
 
@@ -175,8 +193,9 @@ def protocol_settings(protocol: str, *, quick: bool = False) -> dict[str, Any]:
     what ``privacy_utility.py`` runs and what ``pu_ablation.py`` compares with."""
     if protocol == "target":
         settings = merge_settings(TARGET, QUICK_TARGET) if quick else copy.deepcopy(TARGET)
-        if quick:  # a tiny model trained here stands in for the pretrained file
+        if quick:  # tiny models trained here stand in for the pretrained file and the judge
             settings["public_model"] = copy.deepcopy(QUICK_TARGET["public_model"])
+            settings["judge_model"] = copy.deepcopy(QUICK_TARGET["judge_model"])
         return settings
     settings = merge_settings(SETTINGS, QUICK) if quick else copy.deepcopy(SETTINGS)
     settings.pop("public_train", None)

@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from pfd.attacks.linkability.hubness import rank1_reid_csls, visual_matching_csls
 from pfd.attacks.linkability.matching import rank1_reid, visual_matching
+from pfd.attacks.linkability.ranks import source_rank_test
 from pfd.attacks.linkability.reconstruction import BNInversion, check_reconstructions
 from pfd.attacks.membership.audit import resolve_head
 from pfd.attacks.membership.reference import group_separation
@@ -28,6 +30,7 @@ from pfd.data.release_reader import read_release
 from pfd.data.release_lint import lint_release
 from pfd.distill.claim import new_run_id, write_marker
 from pfd.distill.pipeline import Distillation, distill
+from pfd.distill.private_set import private_set_record, record_private_set
 from pfd.embed import Embedder
 from pfd.io import sha256_file
 from pfd.nn.checkpoints import load_backbone, load_checkpoint
@@ -43,8 +46,11 @@ class Bench:
     """One scenario: its data, pairs and per-row work folders; the public model is shared."""
 
     def __init__(self, settings: dict[str, Any], scenario: Scenario, *, resolver: SpecResolver, work: Path,
-                 public: Path, progress: bool) -> None:
+                 public: Path, progress: bool, judge: Path | None = None) -> None:
         self.s, self.sc, self.work, self.public, self.progress = settings, scenario, work, public, progress
+        #: A face model no loss sees (:func:`pu.runner.train_judge`): a third attacker and the gate's judge.
+        self.judge = judge
+        self.resolver = resolver
         self.size = resolver.size
         self._emb: dict[tuple[str, str, bool], torch.Tensor] = {}
         self.public_sets = [resolver(spec) for spec in scenario.public]
@@ -103,7 +109,7 @@ class Bench:
             "embed_cache": str(self.work / "embed-cache"),
             "ogp": dict(self.s["ogp"], seed=seed), "rta": rta, "baseline": dict(baseline, seed=seed),
             # Every row is measured, linkable or not; the gate's verdict is kept in the summary.
-            "release": {"allow_linkable": True},
+            "release": {"allow_linkable": True, "judge": str(self.judge) if self.judge is not None else ""},
         })  # fmt: skip
 
     def release_dir(self, method: str, baseline: dict[str, Any], seed: int) -> Path:
@@ -115,6 +121,8 @@ class Bench:
             "method": method, "baseline": baseline, "seed": seed, "ogp": s["ogp"], "rta": s["rta"],
             "public_model": s["public_model"], "split": s["split"], "private": self.sc.private,
             "shared_finetune": method in PLAIN_FINETUNE,
+            # The judge decides the gate's verdict stored with the release (older runs had none).
+            **({"judge_model": s["judge_model"]} if s.get("judge_model") else {}),
         }, sort_keys=True).encode()).hexdigest()[:12]  # fmt: skip
         return self.work / "releases" / slug(method) / f"seed{seed}-{key}"
 
@@ -140,10 +148,13 @@ class Bench:
             st = root / "state"
             st.mkdir(parents=True)
             write_marker(st, new_run_id())  # a pfd state dir that --resume may continue
+            record_private_set(st / "private_set.json", private_set_record(self.private))  # what --resume checks
             shutil.copyfile(self.public, st / "public_model.pt")
             shutil.copyfile(shared, st / "adapted.pt")  # the pipeline's resume skips fine-tuning
         cfg = self.distill_config(method, baseline, root=root, seed=seed, resume=shared is not None)
-        return distill(cfg, faces=self.private, progress=self.progress).summary
+        init = self.s["rta"].get("init_data") if self.s["rta"].get("init") == "public" else None
+        return distill(cfg, faces=self.private, progress=self.progress,
+                       init_faces=self.resolver(init) if init else None).summary
 
     # -- measurements -----------------------------------------------------------------------
     def embed(self, model_path: Path, which: str, *, flip: bool) -> torch.Tensor:
@@ -195,17 +206,23 @@ class Bench:
     def linkability(self, root: Path, *, reconstruct: bool) -> dict[str, Any]:
         """VisMatch and Re-ID of the proxies (and of their reconstructions) by both attackers."""
         state = open_release_state(root / "release", root / "state")
-        attackers = {role: load_attacker(p, role=role, progress=False)
-                     for role, p in (("public", state.public_model), ("insider", state.adapted_model))}
+        paths = {"public": state.public_model, "insider": state.adapted_model}
+        if self.judge is not None:
+            paths["judge"] = self.judge
+        attackers = {role: load_attacker(p, role=role, progress=False) for role, p in paths.items()}
         proxies = read_release(root / "release", size=attackers["public"].size)
         source = proxy_sources(state, proxies.names, self.private)
         q_pub = attackers["public"].embed(proxies)  # (n, D)
         out: dict[str, Any] = {"proxies": {}, "reconstructions": {}}
-        paths = {"public": state.public_model, "insider": state.adapted_model}
         gallery = {role: self.embed(paths[role], "private", flip=False) for role in attackers}
+        ranks: dict[str, dict[str, Any]] = {"proxies": {}, "reconstructions": {}}
         for role, a in attackers.items():
             q = q_pub if role == "public" else a.embed(proxies)
-            out["proxies"][role] = self._link(q, source, gallery[role])
+            out["proxies"][role], rank = self._link(q, source, gallery[role])
+            if rank is not None:
+                ranks["proxies"][role] = rank
+        if self.s.get("judge_model"):
+            out["rank_uniformity"] = ranks
         if not reconstruct:
             del out["reconstructions"]
             return out
@@ -217,16 +234,26 @@ class Bench:
         t0 = time.perf_counter()
         images = check_reconstructions(inv(q_pub[pick]), len(pick))
         for role, a in attackers.items():
-            out["reconstructions"][role] = self._link(a.embed(images), source[pick], gallery[role])
+            out["reconstructions"][role], rank = self._link(a.embed(images), source[pick], gallery[role])
+            if rank is not None:
+                ranks["reconstructions"][role] = rank
         out["reconstruction"] = {**inv.settings(), "n": int(len(pick)), "of": int(len(source)),
                                  "final_cosine_mean": float(np.mean([h["cosine"] for h in inv.history])),
                                  "seconds": round(time.perf_counter() - t0, 1)}
         return out
 
-    def _link(self, q: torch.Tensor, source: np.ndarray, gallery: torch.Tensor) -> dict[str, Any]:
+    def _link(self, q: torch.Tensor, source: np.ndarray, gallery: torch.Tensor) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The link figures of one attacker, and the source-rank uniformity test (a verdict, not a link)."""
         labels = self.private.labels
-        return {"vismatch": visual_matching(q, source, gallery, labels).as_dict(),
-                "reid": rank1_reid(q, source, gallery, labels).as_dict()}
+        out = {"vismatch": visual_matching(q, source, gallery, labels).as_dict(),
+               "reid": rank1_reid(q, source, gallery, labels).as_dict()}
+        if self.s.get("judge_model"):  # the protocol of issue 26: hubness-corrected attacks and the source's rank too
+            out["vismatch_csls"] = visual_matching_csls(q, source, gallery, labels).as_dict()
+            out["reid_csls"] = rank1_reid_csls(q, source, gallery, labels).as_dict()
+            rank = source_rank_test(q, source, gallery, labels)
+            out["reid_last"] = rank.pop("reid_last")
+            return out, rank
+        return out, None
 
     def membership(self, model_path: Path) -> dict[str, Any]:
         """:func:`pfd.attacks.membership.audit.membership_audit` on the cached embeddings (same report)."""
@@ -380,6 +407,15 @@ def _link_summary(links: list[dict[str, Any]]) -> dict[str, Any]:
                     "rate_mean": float(rates.mean()), "rate_sd": float(rates.std(ddof=1)) if len(rs) > 1 else 0.0,
                     "chance": rs[0]["chance"], "ci95_per_seed": [r["ci95"] for r in rs],
                     "count_n_per_seed": [[r["count"], r["n"]] for r in rs]}
+    tests = [lk["rank_uniformity"] for lk in links if "rank_uniformity" in lk]
+    if tests:  # the source-rank uniformity test per (target, role): p per seed, how many seeds uniform
+        out["rank_uniformity"] = {}
+        for target in ("proxies", "reconstructions"):  # reconstructions are made on the first seed only
+            for role in sorted({r for t in tests for r in t.get(target, {})}):
+                have = [t[target][role] for t in tests if role in t.get(target, {})]
+                out["rank_uniformity"].setdefault(target, {})[role] = {
+                    "p_per_seed": [h["p"] for h in have], "mean_rank_per_seed": [h["mean_rank"] for h in have],
+                    "uniform": sum(bool(h["uniform"]) for h in have), "of": len(have)}
     return out
 
 

@@ -57,6 +57,12 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--lambda-bn", type=float, help="[rta] weight of L_bn (eq. 10).")
 @click.option("--lambda-delink", type=float, help="[rta] weight of pfd's de-linking term against the public model "
               "(the source at a uniformly random rank; 0 = the paper). Needs --judge.")
+@click.option("--init", type=click.Choice(["noise", "public"]), help="[rta] what the proxies start from: Gaussian noise "
+              "(the paper) or public face photos of --init-data (never private ones: a shared photo is refused).")
+@click.option("--init-data", metavar="SPEC", help="[rta] public faces the proxies start from with --init public "
+              "(identity folder, RecordIO or synthetic:public), at the release's size.")
+@click.option("--lambda-spatial", type=float, help="[rta] weight of the spatial feature statistics (per-region mean and "
+              "variance of every BN layer's input, matched to the private set's domain-level values; 0 = the paper).")
 @click.option("--label-seed", type=int, help="[release] seed of the arbitrary label permutation.")
 @click.option("--judge", metavar="CKPT|pretrain", help="[release] a face model no loss sees, whose VisMatch and Re-ID "
               "join the gate: a checkpoint at the release's size, or 'pretrain' (a second model pretrained like the "
@@ -82,6 +88,7 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     Examples:
       pfd distill                                          # the demo, a few minutes on a CPU
       pfd distill --resume --ogp-steps 800                 # the gate refused: train OGP longer, redo the rest
+      pfd distill --init public --init-data public_faces/ --lambda-spatial 0.01 --public r50.pt --private faces/
       pfd distill --method rta-only --out rel-rta --state-dir st-rta --allow-linkable   # ablation row
       pfd distill --method dp-pix --epsilon 1 --out rel-dp --state-dir st-dp --allow-linkable
       pfd distill --method blur --blur-sigma 4 --out rel-blur --state-dir st-blur --allow-linkable
@@ -109,7 +116,8 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     ogp["max_steps"] = kw.pop("ogp_steps")
     ogp["min_steps"] = kw.pop("ogp_min_steps")
     ogp.update({k: kw.pop(k) for k in ("rep_margin", "lambda_rep", "lambda_iso")})
-    rta = {k: kw.pop(k) for k in ("ipc", "iterations", "lambda_rta", "lambda_bn", "lambda_delink")}
+    rta = {k: kw.pop(k) for k in ("ipc", "iterations", "lambda_rta", "lambda_bn", "lambda_delink", "init", "init_data",
+                                  "lambda_spatial")}
     rta.update(batch_size=kw.pop("rta_batch_size"), lr=kw.pop("rta_lr"))
     release = {"label_seed": kw.pop("label_seed"), "allow_linkable": kw.pop("allow_linkable"), "judge": kw.pop("judge"),
                "alpha": kw.pop("gate_alpha")}

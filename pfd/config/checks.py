@@ -176,6 +176,11 @@ def _check_rta(cfg: RTAConfig, prefix: str = "rta.", flags: bool = True) -> None
     c.at_least("kmeans_n_init", 1)
     c.non_negative("init_std")
     c.non_negative("lambda_delink")
+    c.choice("init", ("noise", "public"))  # pfd.distill.init_pool.INITS
+    c("init_data", lambda v: bool(v) or cfg.init != "public",
+      "must name a set of public faces with --init public (an identity folder, RecordIO or synthetic:public)")
+    c.non_negative("lambda_spatial")
+    c.at_least("spatial_grid", 1)
 
 
 def _check_baseline(cfg: BaselineConfig, prefix: str = "baseline.", flags: bool = True) -> None:
@@ -279,11 +284,11 @@ _UNUSED_BY_METHOD: dict[str, tuple[str, ...]] = {
     "rta-only": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso"),
     "sre2l": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "lambda_rta"),
     "raw": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "iterations",
-            "rta_lr", "lambda_rta", "lambda_bn", "lambda_delink"),
+            "rta_lr", "lambda_rta", "lambda_bn", "lambda_delink", "init", "init_data", "lambda_spatial"),
     "dp-pix": ("blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "iterations", "rta_lr", "lambda_rta", "lambda_bn",
-               "lambda_delink"),
+               "lambda_delink", "init", "init_data", "lambda_spatial"),
     "blur": ("epsilon", "dp_cell", "dp_pixels", "rep_margin", "lambda_rep", "lambda_iso", "iterations", "rta_lr",
-             "lambda_rta", "lambda_bn", "lambda_delink"),
+             "lambda_rta", "lambda_bn", "lambda_delink", "init", "init_data", "lambda_spatial"),
 }  # fmt: skip
 
 

@@ -212,6 +212,16 @@ class RTAConfig:
             holds ranks each proxy's source identity at a rank drawn uniformly at random, so that
             neither "nearest" nor "farthest" names it. The gate then needs a judge
             (``release.judge``), a model no loss has seen.
+        init: What the proxies start from: ``"noise"`` (the paper: Gaussian noise around mid-grey,
+            ``init_std``) or ``"public"``: public face photos of ``init_data``
+            (:mod:`pfd.distill.init_pool`; a pool that shares a photo with the private set is refused).
+        init_data: The public faces ``init = "public"`` starts from: an identity folder, RecordIO or
+            ``synthetic:`` spec, at the proxies' image size.
+        lambda_spatial: Weight of the spatial feature statistics ``L_sp``
+            (:mod:`pfd.nn.spatial_stats`; G-VBSM/EDC's patch statistics, not in the paper): per
+            BatchNorm layer, the mean and variance of each region of a ``spatial_grid`` grid, matched
+            to the private set's domain-level values. 0 = the paper's eq. 10.
+        spatial_grid: Regions per side of those statistics.
     """
 
     ipc: int = 10
@@ -230,6 +240,10 @@ class RTAConfig:
     init_std: float = 0.2
     seed: int = 0
     lambda_delink: float = 0.0
+    init: str = "noise"
+    init_data: str = ""
+    lambda_spatial: float = 0.0
+    spatial_grid: int = 4
 
 
 @dataclass

@@ -98,6 +98,7 @@ def find_private_copies(
     *,
     model: Any | None = None,
     batch_size: int = 64,
+    aligned: bool = True,
 ) -> list[PrivateCopy]:
     """Released images that are copies or near-duplicates of private images.
 
@@ -107,6 +108,8 @@ def find_private_copies(
         model: A face model (``(B, 3, H, W)`` in [0, 1] -> ``(B, D)``) for the embedding check;
             ``None`` skips it. Images are resized to ``model.arch["size"]`` when it declares one.
         batch_size: Embedding batch size.
+        aligned: Also search rotated, cropped, pasted or tiled copies (:mod:`pfd.data.aligned_copies`;
+            the slow part); ``False`` keeps exact copies and perceptual near-duplicates.
 
     Returns:
         One :class:`PrivateCopy` per flagged released image (the strongest reason), in input order.
@@ -140,7 +143,7 @@ def find_private_copies(
     from pfd.data.aligned_copies import find_aligned_copies
 
     rel_t = torch.stack([torch.from_numpy(img.copy()).permute(2, 0, 1).float().div(255.0) for _, img in released])
-    todo = [k for k in range(len(released)) if k not in found]
+    todo = [k for k in range(len(released)) if k not in found] if aligned else []
     if todo:
         priv_t = torch.stack([_resize(private.load(i), size) for i in range(len(private))])  # (m, 3, H, W)
         for m in find_aligned_copies(rel_t[todo], priv_t):

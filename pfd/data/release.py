@@ -75,8 +75,9 @@ PROXY_MAP = "proxy_map.json"
 _TMP = re.compile(r"^\..+\.tmp$")  # leftovers of pfd.io.atomic_open after a kill
 #: Every key a manifest may hold (the documented schema).
 #: Names of the publication gate's checks (:mod:`pfd.distill.gate`), the only keys of ``checks``.
-CHECK_NAMES = frozenset({"ogp_margin", "insider_vismatch", "insider_reid", "public_vismatch", "public_reid", "judge_competence",
-                         "judge_vismatch", "judge_reid"})
+CHECK_NAMES = frozenset({"ogp_margin", "judge_competence"} | {
+    f"{who}_{attack}" for who in ("insider", "public", "judge")
+    for attack in ("vismatch", "reid", "vismatch_csls", "reid_csls")})  # pfd.distill.gate.ATTACKS per model
 
 MANIFEST_KEYS = frozenset(
     {"format", "format_version", "method", "run_id", "image_size", "num_classes", "num_images", "images_per_class", "files",

@@ -11,6 +11,10 @@ A release is the last thing a run writes, and only when the pipeline's own attac
   images; Visual Matching (nearest private image) and Rank-1 Re-ID (nearest identity template)
   must not link proxies to their source identity above chance.
 * ``public_vismatch`` / ``public_reid``: the same with the public model an outside attacker has.
+* ``*_vismatch_csls`` / ``*_reid_csls``: the same attacks with the hubness-corrected ranking
+  (CSLS, :mod:`pfd.attacks.linkability.hubness`), for every model: a stronger attacker where a
+  few private identities are the nearest match of most proxies (a hub). A plain check refused only
+  by its rule-out because of a hub takes its CSLS counterpart's verdict (:func:`defer_hubs`).
 
 * ``judge_competence``: the judge recognises the private people (leave-one-out identification
   clearly above chance), or its checks below would vouch for nothing;
@@ -23,7 +27,7 @@ A linkability check fails when it shows the proxies linked above chance (LEAKS) 
 chance of :mod:`pfd.attacks.linkability.matching`: an exact binomial interval at the effective
 sample size of proxies clustered by source identity, chance from the gallery's composition.
 
-**Family-wise false refusals.** With ``m`` linkability checks each tested at 95 %, a release at
+**Family-wise false refusals.** With ``m`` linkability checks (four per model) each tested at 95 %, a release at
 chance is refused whenever any one of them fires by luck: about 1-2 % a check, 4-6 % for the
 gate, whatever the numbers of identities and proxies (``benchmarks/gate_power.py --whole-gate``).
 So LEAKS is decided on the one-sided lower end at level ``release.alpha / m`` (Bonferroni: the
@@ -51,7 +55,7 @@ import torch
 
 from pfd.errors import PfdError
 
-__all__ = ["RULE_OUT", "ALPHA", "HUB_SHARE", "PublicationRefused", "interval_verdict", "linkability_check", "link_diagnostics",
+__all__ = ["RULE_OUT", "ALPHA", "HUB_SHARE", "ATTACKS", "defer_hubs", "PublicationRefused", "interval_verdict", "linkability_check", "link_diagnostics",
            "margin_check", "competence_check", "publication_checks", "failed_checks", "failure_cause", "format_checks"]
 
 
@@ -87,6 +91,8 @@ ALPHA = 0.001
 CLUSTERED_DEFF = 2.0
 #: A private identity that is the nearest match of at least this share of all proxies is a hub.
 HUB_SHARE = 0.25
+#: The attacks each model's checks run: VisMatch, Re-ID and their hubness-corrected (CSLS) forms.
+ATTACKS = ("vismatch", "reid", "vismatch_csls", "reid_csls")
 
 
 def linkability_check(
@@ -97,7 +103,8 @@ def linkability_check(
 
     Args:
         name: Check name (e.g. ``public_reid``).
-        attack: ``"vismatch"`` or ``"reid"``.
+        attack: ``"vismatch"``, ``"reid"`` or their hubness-corrected forms ``"vismatch_csls"``,
+            ``"reid_csls"`` (:mod:`pfd.attacks.linkability.hubness`).
         proxy_emb: Normalised proxy embeddings ``(n, D)``.
         proxy_source: Source identity of each proxy ``(n,)`` (labels of ``private_labels``).
         private_emb: Normalised private embeddings ``(m, D)``.
@@ -112,10 +119,12 @@ def linkability_check(
         chance: what the check cannot rule out), ``unresolved``, ``passed`` and the diagnostics
         of :func:`link_diagnostics`.
     """
+    from pfd.attacks.linkability.hubness import rank1_reid_csls, visual_matching_csls
     from pfd.attacks.linkability.matching import rank1_reid, visual_matching
     from pfd.attacks.metrics import clustered_interval
 
-    fn = {"vismatch": visual_matching, "reid": rank1_reid}[attack]
+    fn = {"vismatch": visual_matching, "reid": rank1_reid, "vismatch_csls": visual_matching_csls,
+          "reid_csls": rank1_reid_csls}[attack]
     r = fn(proxy_emb, proxy_source, private_emb, private_labels)
     src = np.asarray(proxy_source).ravel()
     low = clustered_interval(r.success, src, alpha=2 * leak_alpha)["ci95"][0]  # one-sided leak_alpha
@@ -242,13 +251,39 @@ def publication_checks(
     if below_margin is not None and target is not None:
         checks.append(margin_check(below_margin, target))
     models = [(who, pair) for who, pair in (("insider", insider), ("public", public), ("judge", judge)) if pair is not None]
-    leak_alpha = alpha / (2 * len(models)) if models else alpha
+    leak_alpha = alpha / (len(ATTACKS) * len(models)) if models else alpha
     if judge is not None:
         checks.append(competence_check("judge_competence", judge[1], private_labels))
     for who, pair in models:
-        for attack in ("vismatch", "reid"):
+        for attack in ATTACKS:
             checks.append(linkability_check(f"{who}_{attack}", attack, pair[0], proxy_source, pair[1], private_labels,
                                             rule_out=rule_out, leak_alpha=leak_alpha))
+    return defer_hubs(checks)
+
+
+def defer_hubs(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A plain check that fails only its rule-out because of a hub takes its CSLS counterpart's rule-out (pure).
+
+    A hub makes the plain attack name one identity for nearly every proxy: its own proxies "link"
+    by construction, all from one source, and the clustered interval then measures the attack's
+    degeneracy rather than the release (an own-data benchmark: 10 of 300, at chance, refused at an
+    upper end of 17 %). The hubness-corrected attack of the same model ranks without the hub; when
+    it passes, so does the plain check, marked ``deferred_to``. LEAKS is never deferred: a plain
+    attack that shows links above chance still refuses.
+
+    Args:
+        checks: The gate's checks (modified in place).
+
+    Returns:
+        ``checks``.
+    """
+    by_name = {c["name"]: c for c in checks}
+    for c in checks:
+        partner = by_name.get(f"{c['name']}_csls")
+        if (partner is not None and not c["passed"] and c.get("hub") and not c.get("leaks", True)
+                and partner["passed"]):
+            c["passed"] = True
+            c["deferred_to"] = partner["name"]
     return checks
 
 
@@ -287,15 +322,17 @@ def format_checks(checks: list[dict[str, Any]]) -> str:
     for c in checks:
         verdict = "passed" if c["passed"] else "FAILED"
         if c["name"] == "ogp_margin":
-            lines.append(f"{c['name']:<17} {c['value']:.3f} below the repulsion margin (target {c['target']:.2f}) {verdict}")
+            lines.append(f"{c['name']:<21} {c['value']:.3f} below the repulsion margin (target {c['target']:.2f}) {verdict}")
         elif c["name"] == "judge_competence":
-            lines.append(f"{c['name']:<17} identifies {100 * c['rate']:.1f}% of the private images (CI {100 * c['ci95'][0]:.1f}-"
+            lines.append(f"{c['name']:<21} identifies {100 * c['rate']:.1f}% of the private images (CI {100 * c['ci95'][0]:.1f}-"
                          f"{100 * c['ci95'][1]:.1f}%, chance {100 * c['chance']:.1f}%; needs > {c['multiple']:g}x) {verdict}")
         else:
             lo, hi = c["ci95"]
             bound = c.get("bound_multiple")
             rules = f"; rules out > {bound:.1f}x chance" if bound is not None and np.isfinite(bound) else ""
             why = "" if c["passed"] else f" ({failure_cause(c)})"
-            lines.append(f"{c['name']:<17} {100 * c['rate']:.1f}% (CI {100 * lo:.1f}-{100 * hi:.1f}%, "
+            if c.get("deferred_to"):
+                why = f" (a hub draws {c['hub_share']:.0%} of the matches; ruled out by {c['deferred_to']})"
+            lines.append(f"{c['name']:<21} {100 * c['rate']:.1f}% (CI {100 * lo:.1f}-{100 * hi:.1f}%, "
                          f"chance {100 * c['chance']:.1f}%{rules}) {verdict}{why}")  # fmt: skip
     return "\n".join(lines)

@@ -78,7 +78,7 @@ def null_refusals(
         n_ids: Private identities N.
         k: Proxies per identity K.
         imgs: Private images per identity.
-        judge: Whether the gate has a judge (6 linkability checks, else 4).
+        judge: Whether the gate has a judge (12 linkability checks, else 8).
         draws: Simulated audits.
         dim: Embedding dimension.
         sigma: Spread of images around their identity centre (and of proxies around theirs).

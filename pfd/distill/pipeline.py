@@ -136,6 +136,7 @@ class Distillation:
         faces: The private set (opened from ``cfg.private`` when omitted).
         accelerator: An ``accelerate.Accelerator`` (created when omitted).
         progress: Show progress bars (main process only).
+        init_faces: The public photos of ``rta.init = "public"`` (opened from ``rta.init_data`` when omitted).
 
     Raises:
         PfdError: Before anything is written: unknown method, state dir inside the release, a run
@@ -144,7 +145,8 @@ class Distillation:
     """
 
     def __init__(
-        self, cfg: DistillConfig, *, faces: FaceSet | None = None, accelerator: Any | None = None, progress: bool = True
+        self, cfg: DistillConfig, *, faces: FaceSet | None = None, accelerator: Any | None = None, progress: bool = True,
+        init_faces: FaceSet | None = None,
     ) -> None:
         from pfd.data.sources import open_faces
         from pfd.train import make_accelerator, set_threads
@@ -183,6 +185,7 @@ class Distillation:
                 from pfd.nn.checkpoints import read_arch
 
                 check_public_arch(read_arch(Path(cfg.public).expanduser()), cfg.public, size=cfg.size, backbone=cfg.backbone)
+            self.init_pool = self._init_pool(init_faces)
             judge = cfg.release.judge
             if judge and judge != "pretrain":
                 from pfd.distill.public import check_public_arch
@@ -208,6 +211,23 @@ class Distillation:
 
                 record_private_set(self.state.private_set, self.private_record)
         self.acc.wait_for_everyone()
+
+    def _init_pool(self, given: FaceSet | None) -> Any:
+        """The public photos the proxies start from (``rta.init = "public"``), checked against the
+        private set before any work (:func:`pfd.distill.init_pool.check_disjoint`); ``None`` otherwise."""
+        cfg = self.cfg
+        if cfg.rta.init != "public" or cfg.method in REAL_IMAGE_METHODS:
+            return None
+        from pfd.data.sources import open_faces
+        from pfd.distill.init_pool import InitPool, check_disjoint
+
+        pool = to_memory(given if given is not None else open_faces(cfg.rta.init_data, size=cfg.size))
+        if not same_size(pool.size, cfg.size):
+            raise PfdError(f"--init-data {cfg.rta.init_data}: images are {size_text(pool.size)} but size is "
+                           f"{size_text(cfg.size)}; give public faces at the release's size")
+        init = InitPool(pool, n_ids=self.faces.num_classes, k=cfg.rta.ipc, seed=cfg.rta.seed)
+        check_disjoint(pool, self.faces, pool_spec=cfg.rta.init_data, private_spec=cfg.private, used=init.used)
+        return init
 
     @property
     def rotated(self) -> bool:
@@ -398,10 +418,21 @@ class Distillation:
             }
             if cfg.method in REAL_IMAGE_METHODS:
                 doc["raw_index"] = torch.from_numpy(raw_selection(E_rot, self.faces.labels, P, pid))
+            elif cfg.rta.lambda_spatial > 0:
+                doc["spatial"] = self._spatial_targets(backbone)
             atomic_torch_save(doc, st.prototypes)
         self.acc.wait_for_everyone()
         self._timed("prototypes", t0, skip)
         return torch.load(st.prototypes, map_location="cpu", weights_only=True)
+
+    def _spatial_targets(self, backbone: torch.nn.Module) -> dict[str, Any]:
+        """Domain-level spatial statistics of the private set in the adapted model (:mod:`pfd.nn.spatial_stats`)."""
+        from pfd.nn.spatial_stats import spatial_targets
+
+        n, b = len(self.faces), 128
+        batches = (torch.stack([self.faces[i][0] for i in range(lo, min(lo + b, n))]).to(self.acc.device)
+                   for lo in range(0, n, b))  # (B, 3, H, W), un-augmented
+        return spatial_targets(backbone, batches, grid=self.cfg.rta.spatial_grid)
 
     # -- stage 3: proxies (eq. 6-10) ---------------------------------------------------------
     def batches(self) -> list[np.ndarray]:
@@ -423,11 +454,15 @@ class Distillation:
         classes = (pid + self.N if self.rotated else pid).numpy()  # eq. 7's internal class
         P = protos["P"] if cfg.method in ("pfd", "rta-only") else None  # sre2l: no L_RTA
         public = self._public_view() if cfg.rta.lambda_delink > 0 and cfg.method not in REAL_IMAGE_METHODS and mine else None
+        real = cfg.method in REAL_IMAGE_METHODS
+        spatial = None
+        if cfg.rta.lambda_spatial > 0 and not real and mine:  # a state dir from before stored none: computed here
+            spatial = protos["spatial"] if "spatial" in protos else self._spatial_targets(backbone)
         distiller = ProxyDistiller(
             backbone, head, P, size=cfg.size, cfg=cfg.rta, device=self.acc.device,
             amp=self.acc.mixed_precision == "bf16", progress=False, public=public,
+            init_pool=self.init_pool if not real else None, spatial=spatial,
         )  # fmt: skip
-        real = cfg.method in REAL_IMAGE_METHODS
         # Counted in Adam iterations, not batches: a batch can take minutes, and a log (no terminal)
         # gets its progress line every ~30 s from the bar (pfd.progress).
         per_batch = 1 if real else cfg.rta.iterations
@@ -649,7 +684,8 @@ def _refusal(failed: list[dict[str, Any]], cfg: DistillConfig, state_dir: Path) 
 
 
 def distill(
-    cfg: DistillConfig, *, faces: FaceSet | None = None, accelerator: Any | None = None, progress: bool = True
+    cfg: DistillConfig, *, faces: FaceSet | None = None, accelerator: Any | None = None, progress: bool = True,
+    init_faces: FaceSet | None = None,
 ) -> DistillResult:
     """Run a distillation end to end (or continue one with ``cfg.resume``).
 
@@ -658,6 +694,7 @@ def distill(
         faces: The private set (default: opened from ``cfg.private`` at ``cfg.size``).
         accelerator: An ``accelerate.Accelerator`` (default: one from ``cfg.mixed_precision``).
         progress: Show progress bars.
+        init_faces: The public photos of ``rta.init = "public"`` (default: opened from ``rta.init_data``).
 
     Returns:
         The release and state paths and the summary (also in ``state_dir/summary.json``).
@@ -668,7 +705,7 @@ def distill(
     """
     from pfd.distill.gate import PublicationRefused
 
-    run = Distillation(cfg, faces=faces, accelerator=accelerator, progress=progress)
+    run = Distillation(cfg, faces=faces, accelerator=accelerator, progress=progress, init_faces=init_faces)
     try:
         run.public()
         ogp_losses = run.adapt()

@@ -36,6 +36,8 @@ from pfd.distill.augment import augment_proxies
 from pfd.distill.delink import PublicView, target_ranks
 from pfd.errors import PfdError
 from pfd.nn.bn_hooks import BNStatistics
+from pfd.nn.frozen_prelu import FrozenPReLU
+from pfd.nn.spatial_stats import SpatialStatistics
 
 __all__ = [
     "kmeans_prototypes",
@@ -280,6 +282,12 @@ class ProxyDistiller:
         progress: Show a per-batch tqdm bar.
         public: The public model and its private gallery for pfd's de-linking term
             (:mod:`pfd.distill.delink`, weight ``cfg.lambda_delink``); ``None`` or a zero weight: eq. 10 alone.
+        init_pool: The public photos the proxies start from (``cfg.init = "public"``,
+            :class:`~pfd.distill.init_pool.InitPool`); ``None``: Gaussian noise (the paper).
+        spatial: Domain-level targets of the spatial statistics (:func:`pfd.nn.spatial_stats.spatial_targets`,
+            weight ``cfg.lambda_spatial``); ``None`` or a zero weight: none.
+        fast_prelu: Frozen PReLU layers skip their slopes' unused gradient (:mod:`pfd.nn.frozen_prelu`,
+            bit-identical); ``False`` keeps aten's backward (the speed benchmark's "before").
     """
 
     def __init__(
@@ -295,8 +303,18 @@ class ProxyDistiller:
         amp: bool = False,
         progress: bool = False,
         public: PublicView | None = None,
+        init_pool: Any | None = None,
+        spatial: dict[str, Any] | None = None,
+        fast_prelu: bool = True,
     ) -> None:
         self.backbone = backbone.eval().requires_grad_(False)
+        if getattr(cfg, "init", "noise") == "public" and init_pool is None:
+            raise PfdError("rta.init = 'public' needs the pool of public photos the proxies start from (init_pool=)")
+        self.init_pool = init_pool if getattr(cfg, "init", "noise") == "public" else None
+        self.spatial = spatial if float(getattr(cfg, "lambda_spatial", 0.0) or 0.0) > 0 else None
+        if float(getattr(cfg, "lambda_spatial", 0.0) or 0.0) > 0 and spatial is None:
+            raise PfdError("rta.lambda_spatial > 0 needs the private set's spatial statistics (spatial=)")
+        self.fast_prelu = fast_prelu
         lam = float(getattr(cfg, "lambda_delink", 0.0) or 0.0)
         self.public = public if public is not None and lam > 0 else None
         if self.public is not None:
@@ -345,13 +363,16 @@ class ProxyDistiller:
         rows_t = torch.as_tensor(np.asarray(rows), dtype=torch.int64, device=self.device) if rows is not None else None
         cls_t = torch.as_tensor(np.asarray(classes), dtype=torch.int64, device=self.device) if classes is not None else None
         gen = batch_generator(cfg.seed, batch_index)
-        s = self.init_noise(n, gen).to(self.device).requires_grad_(True)
+        if self.init_pool is not None:
+            if rows is None:
+                raise PfdError("a start from public photos needs each proxy's prototype row (rows=)")
+            s = self.init_pool.images(np.asarray(rows)).to(self.device).requires_grad_(True)  # (B, 3, H, W) public photos
+        else:
+            s = self.init_noise(n, gen).to(self.device).requires_grad_(True)
         opt = torch.optim.Adam([s], lr=cfg.lr, betas=tuple(cfg.betas), eps=1e-8)
-        use_bn = cfg.lambda_bn != 0
-        hooks = BNStatistics(self.backbone, first_multiplier=cfg.first_bn_multiplier, include_bn1d=self.include_bn1d) if use_bn else None
         history: dict[str, list[float]] = {"cls": [], "rta": [], "bn": [], "total": []}
         public = self.public
-        if public is not None:
+        if public is not None:  # checked before any hook is placed on the models
             if sources is None:
                 raise PfdError("the de-linking term needs each proxy's source identity (sources=)")
             src_t = torch.as_tensor(np.asarray(sources), dtype=torch.int64, device=self.device)
@@ -359,6 +380,14 @@ class ProxyDistiller:
                 raise PfdError("the de-linking term needs each proxy's prototype row (rows=)")
             rank_t = target_ranks(np.asarray(rows), public.n_ids, int(cfg.ipc), seed=cfg.seed).to(self.device)
             history["delink"] = []
+        use_bn = cfg.lambda_bn != 0
+        hooks = BNStatistics(self.backbone, first_multiplier=cfg.first_bn_multiplier, include_bn1d=self.include_bn1d) if use_bn else None
+        spatial = SpatialStatistics(self.backbone, self.spatial) if self.spatial is not None else None
+        if spatial is not None:
+            history["spatial"] = []
+        # The frozen networks' PReLU layers skip their slopes' unused gradient (bit-identical, pfd.nn.frozen_prelu).
+        models = [self.backbone] + ([public.model] if public is not None else [])
+        prelus = [FrozenPReLU(m) for m in models] if self.fast_prelu else []
         try:
             for it in tqdm(range(cfg.iterations), desc=f"RTA batch {batch_index}", leave=False, disable=not self.progress):
                 for g in opt.param_groups:
@@ -379,6 +408,10 @@ class ProxyDistiller:
                     lambda_rta=cfg.lambda_rta,
                     lambda_bn=cfg.lambda_bn,
                 )
+                if spatial is not None:
+                    l_sp = spatial.loss()
+                    total = total + cfg.lambda_spatial * l_sp
+                    comps["spatial"] = l_sp.detach()
                 if public is not None:
                     l_dl = public.loss(x, src_t, rank_t)
                     total = total + cfg.lambda_delink * l_dl
@@ -403,6 +436,10 @@ class ProxyDistiller:
         finally:
             if hooks is not None:
                 hooks.remove()
+            for p in prelus:
+                p.remove()
+            if spatial is not None:
+                spatial.remove()
         return DistillResult(s.detach().cpu().float(), history)
 
     @torch.no_grad()

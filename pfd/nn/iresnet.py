@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from pfd.data.shape import image_hw, size_text
+from pfd.data.shape import image_hw, plain_size, size_text
 from pfd.errors import PfdError
 from pfd.nn.registry import FaceBackbone, register_backbone
 
@@ -53,19 +53,29 @@ def stage_channels(width: float) -> tuple[int, int, int, int]:
     return tuple(max(1, int(round(c * width))) for c in _BASE_CHANNELS)  # type: ignore[return-value]
 
 
-def _check_size(size: Any) -> int:
+def _check_size(size: Any) -> int | tuple[int, int]:
+    """A side ``S`` (square faces, as insightface's checkpoints) or ``(H, W)``, each a multiple of 16.
+
+    The fully connected layer takes ``C4 · (H/16) · (W/16)`` inputs, so a non-square size (a judge at
+    a 112 x 96 release's size) is a different layer, not a resize; a square one stays an int so
+    that square checkpoints keep their layout.
+    """
     if isinstance(size, (list, tuple, str)):
         h, w = image_hw(size)
-        if h != w:
-            raise PfdError(f"input size {size_text((h, w))} is not square; IResNet takes square faces (e.g. 112), "
-                           "MobileFaceNet takes HxW (e.g. --backbone mobilefacenet --size 112x96)")
-        size = h
-    if isinstance(size, bool) or int(size) != size or size < 16 or size % 16:
-        raise PfdError(
-            f"input size {size} is not a positive multiple of 16 (the backbone halves it four times); "
-            "use e.g. 32, 64 or 112"
-        )
-    return int(size)
+    elif isinstance(size, bool) or int(size) != size:
+        raise PfdError(f"input size {size!r} is not a whole number of pixels; use e.g. 32, 64, 112 or 112x96")
+    else:
+        h = w = int(size)
+    if h < 16 or w < 16 or h % 16 or w % 16:
+        raise PfdError(f"input size {size_text((h, w))} is not a positive multiple of 16 on both sides (the backbone "
+                       "halves it four times); use e.g. 32, 64, 112 or 112x96")
+    return h if h == w else (h, w)
+
+
+def _cells(size: int | tuple[int, int]) -> int:
+    """Spatial cells of the last stage: ``(H/16) · (W/16)``."""
+    h, w = image_hw(size)
+    return (h // 16) * (w // 16)
 
 
 def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
@@ -119,7 +129,7 @@ class IResNet(FaceBackbone):
             cin = cout
         self.bn2 = nn.BatchNorm2d(cin, eps=_BN_EPS)
         self.dropout = nn.Dropout(p=float(arch["dropout"]))
-        self.fc = nn.Linear(cin * (size // 16) ** 2, self.embedding_dim)  # (C4·(S/16)²) -> D
+        self.fc = nn.Linear(cin * _cells(size), self.embedding_dim)  # (C4·(H/16)·(W/16)) -> D
         self.features = nn.BatchNorm1d(self.embedding_dim, eps=_BN_EPS)
         # insightface freezes the scale of the final BN at 1 so that only its shift is learnt.
         self.features.weight.requires_grad = False
@@ -206,7 +216,7 @@ class AdaFaceIR(FaceBackbone):
             nn.BatchNorm2d(cin, eps=_BN_EPS),
             nn.Dropout(float(arch["dropout"])),
             nn.Flatten(),
-            nn.Linear(cin * (size // 16) ** 2, self.embedding_dim),
+            nn.Linear(cin * _cells(size), self.embedding_dim),
             nn.BatchNorm1d(self.embedding_dim, eps=_BN_EPS, affine=False),
         )
         self.reset_parameters()
@@ -238,7 +248,7 @@ def _builder(cls: type[FaceBackbone], name: str, depth: int) -> Callable[..., nn
         arch = {
             "name": name,
             "width": float(width),
-            "size": _check_size(size),
+            "size": plain_size(_check_size(size)),
             "embedding_dim": int(embedding_dim),
             "dropout": float(dropout),
         }

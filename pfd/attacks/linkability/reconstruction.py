@@ -50,6 +50,7 @@ from pfd.distill.rta import batch_generator, cosine_lr
 from pfd.data.shape import canonical_size, image_hw, plain_size
 from pfd.errors import PfdError
 from pfd.nn.bn_hooks import BNStatistics
+from pfd.nn.frozen_prelu import FrozenPReLU
 
 __all__ = ["Reconstructor", "BNInversion", "check_reconstructions"]
 
@@ -179,6 +180,7 @@ class BNInversion:
         x = x.to(self.device).requires_grad_(True)
         opt = torch.optim.Adam([x], lr=self.lr, betas=(0.5, 0.9))
         hooks = BNStatistics(self.model, first_multiplier=self.first_bn_multiplier) if self.lambda_bn > 0 else None
+        prelu = FrozenPReLU(self.model)  # the frozen model's PReLU slopes get no gradient (bit-identical)
         l_bn = torch.zeros((), device=self.device)
         try:
             for it in range(self.iterations):
@@ -204,6 +206,7 @@ class BNInversion:
         finally:
             if hooks is not None:
                 hooks.remove()
+            prelu.remove()
         with torch.no_grad():
             final = (F.normalize(self.model(x).float(), dim=1) * target).sum(1).mean()
         self.history.append({"cosine": float(final), "bn": float(l_bn.detach()), "images": n,

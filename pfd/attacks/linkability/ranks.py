@@ -1,0 +1,157 @@
+"""Where a proxy's source ranks among the private identities: the rank-last attack and a uniformity test.
+
+Rank-1 Re-ID names the *nearest* identity template. A proxy that is reliably *far* from its source
+is linkable too: an attacker who names the farthest identity wins whenever the source ranks last.
+pfd's de-linking term (:mod:`pfd.distill.delink`) therefore aims at a uniformly random rank, and
+this module checks the result on any release, by any model:
+
+* :func:`source_ranks`: the rank of each proxy's source among the ``N`` identity templates of the
+  private gallery (``norm(Σ e)``, as Re-ID), 0 = nearest, ``N - 1`` = farthest;
+* :func:`rank_last`: the attack that names the farthest identity, scored like Re-ID (a
+  :class:`~pfd.attacks.linkability.matching.LinkabilityResult` with the same composition chance and
+  clustered interval);
+* :func:`uniformity_test`: a permutation test of "the source's rank is uniform". Under the null
+  (proxies carry nothing of their sources) the K proxies of one source are exchangeable with any
+  other identity's, so assigning each source's group of proxies to a random other identity gives
+  the statistic's null distribution exactly, whatever the clustering; the statistic is the
+  chi-square distance of the ranks' histogram (``bins`` equal bins of the N ranks) from uniform,
+  which sees a pull to the near end, to the far end, or to both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from pfd.attacks.linkability.matching import LinkabilityResult, _as_tensor, _check_sources, _result, _unit
+from pfd.errors import PfdError
+
+__all__ = ["identity_ranks", "source_ranks", "rank_last", "uniformity_test", "source_rank_test"]
+
+
+def identity_ranks(proxy_emb: Any, private_emb: Any, private_labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Rank of every identity for every proxy, by cosine to the identity templates.
+
+    Args:
+        proxy_emb: ``(q, D)`` proxy embeddings.
+        private_emb: ``(g, D)`` private image embeddings.
+        private_labels: ``(g,)`` their identities.
+
+    Returns:
+        ``(ranks (q, N) int64, identities (N,))``: ``ranks[i, j]`` is identity ``identities[j]``'s
+        rank for proxy ``i`` (0 = nearest template; ties broken by identity order).
+    """
+    lab = np.asarray(private_labels).ravel()
+    e = _unit(_as_tensor(private_emb, "private embeddings").to(torch.float64))
+    if lab.shape[0] != e.shape[0]:
+        raise PfdError(f"{e.shape[0]} private embeddings but {lab.shape[0]} labels; pass one per image")
+    uniq, inv = np.unique(lab, return_inverse=True)
+    templates = _unit(torch.zeros(len(uniq), e.shape[1], dtype=e.dtype).index_add_(0, torch.as_tensor(inv), e))  # (N, D)
+    q = _unit(_as_tensor(proxy_emb, "proxy embeddings").to(torch.float64))
+    order = torch.argsort(-(q @ templates.T), dim=1, stable=True)  # (q, N) identities, nearest first
+    ranks = torch.empty_like(order)
+    ranks.scatter_(1, order, torch.arange(len(uniq)).expand_as(order).contiguous())
+    return ranks.numpy(), uniq
+
+
+def source_ranks(proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any) -> np.ndarray:
+    """``(q,)`` rank of each proxy's source identity among the N templates (0 = nearest)."""
+    src = np.asarray(proxy_source).ravel()
+    _check_sources(src, np.asarray(private_labels).ravel(), len(proxy_emb))
+    ranks, uniq = identity_ranks(proxy_emb, private_emb, private_labels)
+    return ranks[np.arange(len(src)), np.searchsorted(uniq, src)]
+
+
+def rank_last(proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any) -> LinkabilityResult:
+    """The attack that names each proxy's *farthest* identity template; success if that is the source.
+
+    Returns:
+        A :class:`~pfd.attacks.linkability.matching.LinkabilityResult` with ``attack="reid_last"``
+        (chance and interval as Re-ID's); ``score`` is the cosine to the named template.
+    """
+    src = np.asarray(proxy_source).ravel()
+    lab = np.asarray(private_labels).ravel()
+    _check_sources(src, lab, len(proxy_emb))
+    ranks, uniq = identity_ranks(proxy_emb, private_emb, private_labels)
+    idx = ranks.argmax(1)  # (q,) the identity at rank N - 1
+    e = _unit(_as_tensor(private_emb, "private embeddings").to(torch.float64))
+    _, inv = np.unique(lab, return_inverse=True)
+    templates = _unit(torch.zeros(len(uniq), e.shape[1], dtype=e.dtype).index_add_(0, torch.as_tensor(inv), e))
+    q = _unit(_as_tensor(proxy_emb, "proxy embeddings").to(torch.float64))
+    score = (q * templates[torch.as_tensor(idx)]).sum(1).numpy()
+    return _result("reid_last", uniq[idx], src, idx, score, uniq)
+
+
+def uniformity_test(ranks: np.ndarray, source: np.ndarray, n_ids: int, *, bins: int = 10,
+                    permutations: int = 2000, seed: int = 0, rank_matrix: np.ndarray | None = None,
+                    identities: np.ndarray | None = None) -> dict[str, Any]:
+    """Permutation test that the source's rank is uniform over ``{0, ..., N-1}``.
+
+    Args:
+        ranks: ``(q,)`` rank of each proxy's source.
+        source: ``(q,)`` each proxy's source identity.
+        n_ids: Identities N.
+        bins: Equal bins of the ranks for the chi-square statistic (at most N).
+        permutations: Random reassignments of source groups to identities.
+        seed: Seed of the permutations.
+        rank_matrix: ``(q, N)`` rank of every identity for every proxy (:func:`identity_ranks`); it
+            makes the test exact. Without it the null is the discrete uniform itself (each proxy
+            independent), which ignores the clustering of K proxies per source.
+        identities: The columns of ``rank_matrix`` (default ``0..N-1``).
+
+    Returns:
+        ``statistic``, ``p`` (permutation p-value), ``mean_rank`` (normalised to [0, 1], 0.5 at
+        uniform) with a 95 % interval over the source identities (their mean ranks, so clustered),
+        ``histogram`` (counts per bin), ``expected`` (per bin at uniform), ``uniform`` (``p > 0.05``).
+    """
+    ranks, source = np.asarray(ranks, dtype=np.int64), np.asarray(source)
+    b = max(1, min(int(bins), int(n_ids)))
+    edges = np.linspace(0, n_ids, b + 1)
+    width = np.histogram(np.arange(n_ids), bins=edges)[0]  # ranks per bin (bins may differ by one)
+    expected = len(ranks) * width / n_ids
+
+    def stat(r: np.ndarray) -> float:
+        h = np.histogram(r, bins=edges)[0]
+        return float(((h - expected) ** 2 / expected).sum())
+
+    t = stat(ranks)
+    rng = np.random.default_rng([int(seed), 11])
+    groups, where = np.unique(source, return_inverse=True)
+    if rank_matrix is not None:
+        cols = np.searchsorted(np.asarray(identities) if identities is not None else np.arange(n_ids), groups)
+        null = []
+        for _ in range(permutations):
+            # Each source's K proxies go, together, to a random identity (all distinct): exact under exchangeability.
+            pick = rng.permutation(rank_matrix.shape[1])[: len(groups)]
+            null.append(stat(rank_matrix[np.arange(len(ranks)), pick[where]]))
+    else:
+        null = [stat(rng.integers(0, n_ids, len(ranks))) for _ in range(permutations)]
+    p = (1 + sum(v >= t for v in null)) / (1 + permutations)
+    u = ranks / max(n_ids - 1, 1)
+    per_source = np.array([u[where == i].mean() for i in range(len(groups))])  # (clusters,)
+    m = float(per_source.mean())
+    se = float(per_source.std(ddof=1) / np.sqrt(len(per_source))) if len(per_source) > 1 else float("nan")
+    return {"statistic": t, "p": float(p), "permutations": int(permutations), "bins": b,
+            "histogram": np.histogram(ranks, bins=edges)[0].tolist(), "expected": expected.tolist(),
+            "mean_rank": m, "mean_rank_ci95": [m - 1.96 * se, m + 1.96 * se], "chance_mean_rank": 0.5,
+            "uniform": bool(p > 0.05)}
+
+
+def source_rank_test(proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any, *,
+                     permutations: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """The rank-last attack and the uniformity test of the source's rank, JSON-ready.
+
+    Returns:
+        ``{"reid_last": LinkabilityResult.as_dict(), **uniformity_test(...)}``.
+    """
+    src = np.asarray(proxy_source).ravel()
+    lab = np.asarray(private_labels).ravel()
+    _check_sources(src, lab, len(proxy_emb))
+    matrix, uniq = identity_ranks(proxy_emb, private_emb, private_labels)
+    ranks = matrix[np.arange(len(src)), np.searchsorted(uniq, src)]
+    test = uniformity_test(ranks, src, len(uniq), permutations=permutations, seed=seed, rank_matrix=matrix,
+                           identities=uniq)
+    last = rank_last(proxy_emb, src, private_emb, lab)
+    return {"reid_last": last.as_dict(), **test}

@@ -1,0 +1,148 @@
+"""Public face photos that RTA's proxies start from (``rta.init = "public"``), never private ones.
+
+Not in the PFD paper, whose proxies start from Gaussian noise (eq. 10 is optimised "from noise",
+as SRe2L). Dataset-distillation work since starts recovery from real images: RDED
+(``LINs-lab/RDED``) selects real crops scored by the teacher, EDC and G-VBSM (``shaoshitong/EDC``)
+take an ``--initial-img-dir``, and EDC reports +27 points over SRe2L's noise start at 10 images
+per class on ImageNet-1k. A face start gives a proxy natural face structure from its first
+iteration. Here the start must not be private: a proxy that began as a private photo would carry
+its source's pixels into the release. So the pool is a *public* face set (``rta.init_data``), and
+:func:`check_disjoint` refuses, before any work, a pool that shares a folder, a file or a photo
+(exact pixels or a perceptual near-duplicate) with the private set.
+
+Which photo seeds which proxy (:func:`init_assignment`): release class ``c`` (private identity
+``c``) starts from the photos of one public identity ``π(c)``, ``π`` a permutation of the pool's
+identities drawn from the RTA seed, and its ``K`` proxies from ``K`` different photos of that
+person (a seeded order). A class then begins as one consistent person, as a class of a face
+training set is, and the public person it begins as is drawn at random, with no relation to the
+private identity. Pools with fewer identities than the private set, or a person with fewer photos
+than ``K``, wrap around (two classes, or two proxies, then share a start; a warning says so).
+
+Whether the pool should be disjoint from the downstream's public training people (so that no face
+appears under two labels in a training set made of public data plus the release) is a benchmark
+question (docs/benchmarks.md): either is allowed here.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pfd.data.faceset import FaceSet
+from pfd.errors import PfdError
+
+__all__ = ["INITS", "init_assignment", "check_disjoint", "InitPool"]
+
+log = logging.getLogger(__name__)
+
+#: ``rta.init`` values: the paper's Gaussian noise, or public face photos.
+INITS = ("noise", "public")
+
+
+def init_assignment(pool_labels: np.ndarray, n_ids: int, k: int, *, seed: int) -> np.ndarray:
+    """The pool image each prototype row starts from.
+
+    Row ``r`` is proxy ``j = r mod K`` of identity ``c = r // K`` (P is identity-major, eq. 8).
+
+    Args:
+        pool_labels: ``(m,)`` identity of each pool image.
+        n_ids: Private identities N.
+        k: Proxies per identity K.
+        seed: The RTA seed.
+
+    Returns:
+        ``(N·K,)`` int64 pool image indices: class ``c``'s K proxies start from K distinct photos of
+        pool identity ``π(c)`` (wrapping when the pool is smaller).
+    """
+    labels = np.asarray(pool_labels, dtype=np.int64)
+    people = np.unique(labels)
+    if people.size == 0:
+        raise PfdError("the initialisation pool holds no images")
+    order = np.random.default_rng(np.random.SeedSequence([int(seed), 2])).permutation(people)  # π
+    out = np.empty(n_ids * k, dtype=np.int64)
+    for c in range(n_ids):
+        person = order[c % order.size]
+        photos = np.flatnonzero(labels == person)
+        photos = np.random.default_rng(np.random.SeedSequence([int(seed), 3, c])).permutation(photos)
+        out[c * k : (c + 1) * k] = photos[np.arange(k) % photos.size]
+    return out
+
+
+def _resolved(spec: str) -> Path | None:
+    if spec.startswith("synthetic") or "(in memory)" in spec:
+        return None
+    try:
+        return Path(spec).expanduser().resolve()
+    except OSError:
+        return None
+
+
+def check_disjoint(pool: FaceSet, private: FaceSet, *, pool_spec: str, private_spec: str,
+                   used: np.ndarray | None = None) -> None:
+    """Refuse an initialisation pool that could put a private pixel into an initial image.
+
+    Args:
+        pool: The public pool.
+        private: The private set (same image size).
+        pool_spec: ``rta.init_data`` (for the message).
+        private_spec: ``--private`` (for the message).
+        used: Pool indices that seed a proxy (default: all).
+
+    Raises:
+        PfdError: The pool is the private set or inside it (or holds it), a pool file is a private
+            file, or a pool photo is a private photo (identical pixels or a perceptual
+            near-duplicate: re-encoded, resized, brightened, mirrored, shifted or cropped), naming it.
+    """
+    a, b = _resolved(pool_spec), _resolved(private_spec)
+    if a is not None and b is not None and (a == b or a in b.parents or b in a.parents):
+        raise PfdError(f"--init-data {pool_spec} and --private {private_spec} overlap: the proxies must start from "
+                       "public faces, never private ones; pass a folder of public faces")
+    if pool_spec.strip() == private_spec.strip():
+        raise PfdError(f"--init-data {pool_spec} is the private set: pass a set of public faces")
+    from pfd.data.private_copies import find_private_copies
+
+    idx = np.unique(np.arange(len(pool)) if used is None else np.asarray(used))
+    images = [(pool.name(int(i)), np.clip(np.round(pool.load(int(i)).permute(1, 2, 0).numpy() * 255.0), 0, 255)
+               .astype(np.uint8)) for i in idx]
+    found = find_private_copies(images, private, aligned=False)
+    if found:
+        f = found[0]
+        raise PfdError(f"--init-data {pool_spec}: {f.file} is private photo {f.private} ({f.how}; {len(found)} pool "
+                       "photo(s) in all): the proxies must start from public faces, never private ones; remove "
+                       "them from the pool")
+
+
+class InitPool:
+    """The public photos of one run and the start of each proxy.
+
+    Args:
+        faces: The pool, at the proxies' image size (kept in memory).
+        n_ids: Private identities N.
+        k: Proxies per identity K.
+        seed: The RTA seed.
+    """
+
+    def __init__(self, faces: FaceSet, *, n_ids: int, k: int, seed: int) -> None:
+        self.faces = faces
+        self.index = init_assignment(faces.labels, n_ids, k, seed=seed)  # (N·K,)
+        people = np.unique(np.asarray(faces.labels)).size
+        if people < n_ids:
+            log.warning("the initialisation pool has %d identities for %d classes: %d classes share a starting person",
+                        people, n_ids, n_ids - people)
+        short = int((faces.counts() < k).sum())
+        if short:
+            log.warning("%d pool identities have fewer than K = %d photos: some proxies of a class share a start", short, k)
+
+    def images(self, rows: Any) -> torch.Tensor:
+        """``(B, 3, H, W)`` float32 in [0, 1]: the starting photos of prototype rows ``rows``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return torch.stack([self.faces.load(int(self.index[r])) for r in rows]).float()
+
+    @property
+    def used(self) -> np.ndarray:
+        """Pool indices that seed at least one proxy."""
+        return np.unique(self.index)

@@ -228,3 +228,13 @@ def test_a_hub_alone_does_not_refuse_when_the_csls_check_rules_the_link_out():
     # A leak is never deferred: the plain check that shows links above chance still refuses.
     leak = {**plain, "passed": False, "leaks": True, "deferred_to": None}
     assert not next(c for c in defer_hubs([leak, csls]) if c["name"] == "insider_vismatch")["passed"]
+
+
+def test_every_check_the_gate_makes_is_one_a_manifest_may_record():
+    from pfd.data.release import CHECK_NAMES
+
+    private, labels, source = _world(5)
+    checks = publication_checks(proxy_source=source, private_labels=labels, insider=(private[: len(source)], private),
+                                public=(private[: len(source)], private), judge=(private[: len(source)], private),
+                                below_margin=1.0, target=0.95)
+    assert {c["name"] for c in checks} == set(CHECK_NAMES)

@@ -446,17 +446,25 @@ def test_recipes_resolve_and_the_demo_is_the_default(name):
 
 
 def test_delink_runs_judge_the_release_with_a_model_no_loss_saw(public, tmp_path):
-    """With --lambda-delink the gate gets judge checks, and the judge is stored as private state."""
+    """With --lambda-delink the gate gets judge checks, and the judge is stored as private state.
+
+    The same run also has issue 26's other levers: proxies that start from public faces and the
+    spatial feature statistics (one run keeps the suite short)."""
     from tests.distill_public import tiny_train_config
     from pfd.train import train
 
     judge = train(tiny_train_config(tmp_path / "judge", seed=5), progress=False)
-    cfg = tiny_distill_config(public, tmp_path, rta={"lambda_delink": 10.0}, release={"judge": str(judge)})
+    pool = "synthetic:public,ids=12,imgs=4,size=32"
+    cfg = tiny_distill_config(public, tmp_path, rta={"lambda_delink": 10.0, "init": "public", "init_data": pool,
+                                                     "lambda_spatial": 0.1}, release={"judge": str(judge)})
     res = distill(cfg, progress=False)
     names = [c["name"] for c in res.summary["gate"]["checks"]]
-    assert names[-2:] == ["judge_vismatch", "judge_reid"] and res.summary["gate"]["passed"]
+    assert names[-4:] == ["judge_vismatch", "judge_reid", "judge_vismatch_csls", "judge_reid_csls"]
+    assert res.summary["gate"]["passed"]
     assert (tmp_path / "state" / "judge_model.pt").is_file()
-    assert "delink_last" in res.summary["losses"]["rta"]
+    losses = res.summary["losses"]["rta"]
+    assert "delink_last" in losses and losses["spatial_last"] < losses["spatial_first"]
+    assert "spatial" in torch.load(tmp_path / "state" / "prototypes.pt", weights_only=True)
     manifest = json.loads((tmp_path / "release" / "manifest.json").read_text())
     assert manifest["checks"]["judge_reid"] is True
     assert not any("judge" in p.name for p in (tmp_path / "release").rglob("*"))  # private state stays private
@@ -473,6 +481,28 @@ def test_a_delink_run_without_an_honest_judge_is_refused_before_any_work(public,
     with pytest.raises(PfdError, match=message):
         distill(tiny_distill_config(public, tmp_path, **change), progress=False)
     assert not (tmp_path / "state").exists()
+
+
+def test_a_pool_of_initial_faces_with_a_private_photo_is_refused_before_any_work(public, tmp_path):
+    """The proxies start from public faces, never private ones: the private set itself, or a pool
+    holding one of its photos, is refused before a state dir exists."""
+    from pfd.data.synthetic import SyntheticFaces, write_synthetic
+
+    faces = tmp_path / "faces"
+    write_synthetic(faces, SyntheticFaces("private", identities=6, images_per_identity=8, size=32), progress=False)
+    pool = tmp_path / "pool"
+    write_synthetic(pool, SyntheticFaces("public", identities=6, images_per_identity=4, size=32), progress=False)
+    # One pool person's four photos become four private photos of identity 2; six classes use all six pool
+    # people, two photos each, so two of them would seed a proxy.
+    private_photos = sorted(sorted(p for p in faces.iterdir() if p.is_dir())[2].iterdir())
+    person = sorted(p for p in pool.iterdir() if p.is_dir())[0]
+    for k, f in enumerate(sorted(person.iterdir())):
+        shutil.copyfile(private_photos[k], f)
+    for spec, message in ((faces, "overlap"), (pool, r"is private photo .*syn-private-0002")):
+        cfg = tiny_distill_config(public, tmp_path, private=str(faces), rta={"init": "public", "init_data": str(spec)})
+        with pytest.raises(PfdError, match=message):
+            distill(cfg, progress=False)
+        assert not (tmp_path / "state").exists() and not (tmp_path / "release").exists()
 
 
 # -- resume verifies the private set (issue 27) -----------------------------------------------

@@ -213,3 +213,51 @@ def test_sre2l_mode_without_prototypes(setup):
     cfg = dataclasses.replace(_cfg(iterations=4), lambda_rta=0.0)
     res = ProxyDistiller(net, head, None, size=S, cfg=cfg).distill_batch(None, pid[:4], batch_index=0)
     assert res.proxies.shape == (4, 3, S, S) and all(v == 0.0 for v in res.history["rta"])
+
+
+# -- issue 26: a start from public faces, spatial statistics, the frozen-slope PReLU ----------------
+
+
+def test_a_public_start_begins_at_the_pool_photos(setup):
+    from pfd.data.faceset import TensorFaces
+    from pfd.distill.init_pool import InitPool
+
+    net, head, P, pid = setup
+    photos = torch.rand(N * K * 2, 3, S, S, generator=torch.Generator().manual_seed(4))
+    pool = InitPool(TensorFaces(photos, np.repeat(np.arange(N * 2), K)), n_ids=N, k=K, seed=0)
+    cfg = _cfg(iterations=1, lr=1e-9, init="public", init_data="pool")  # one step that moves nothing
+    rows = torch.arange(N * K)
+    res = ProxyDistiller(net, head, P, size=S, cfg=cfg, init_pool=pool).distill_batch(rows, N + pid, batch_index=0)
+    torch.testing.assert_close(res.proxies, pool.images(rows.numpy()), atol=1e-6, rtol=0)
+    with pytest.raises(PfdError, match="needs the pool"):
+        ProxyDistiller(net, head, P, size=S, cfg=cfg)
+
+
+def test_spatial_statistics_join_eq10_and_fall(setup):
+    from pfd.nn.spatial_stats import spatial_targets
+
+    net, head, P, pid = setup
+    targets = spatial_targets(net, [torch.rand(16, 3, S, S, generator=torch.Generator().manual_seed(5))], grid=2)
+    cfg = _cfg(iterations=30, lambda_spatial=1.0)
+    res = ProxyDistiller(net, head, P, size=S, cfg=cfg, spatial=targets).distill_batch(
+        torch.arange(N * K), N + pid, batch_index=0)
+    assert len(res.history["spatial"]) == 30 and res.last("spatial") < res.first("spatial")
+    with pytest.raises(PfdError, match="spatial statistics"):
+        ProxyDistiller(net, head, P, size=S, cfg=cfg)
+
+
+def test_the_frozen_prelu_path_distills_the_same_proxies_bit_for_bit():
+    from pfd.nn.backbones import create_backbone
+
+    torch.manual_seed(1)
+    net = create_backbone("mobilefacenet", width=0.125, size=32, embedding_dim=D).train()
+    with torch.no_grad():
+        for _ in range(2):
+            net(torch.rand(8, 3, 32, 32))
+    net.eval()
+    P = F.normalize(torch.randn(4, D), dim=1)
+    cfg = _cfg(iterations=5)
+    rows = torch.arange(4)
+    fast = ProxyDistiller(net, None, P, size=32, cfg=cfg).distill_batch(rows, None, batch_index=0)
+    aten = ProxyDistiller(net, None, P, size=32, cfg=cfg, fast_prelu=False).distill_batch(rows, None, batch_index=0)
+    assert torch.equal(fast.proxies, aten.proxies) and fast.history == aten.history

@@ -151,6 +151,8 @@ def format_summary(summary: dict[str, Any], *, private: str = "SPEC", skip_bad: 
             f"L_RTA {_f(rta.get('rta_first'))} -> {_f(rta.get('rta_last'))}, "
             f"L_bn {_f(rta.get('bn_first'), '.1f')} -> {_f(rta.get('bn_last'), '.1f')}"
             + (f", L_dl {_f(rta.get('delink_first'))} -> {_f(rta.get('delink_last'))}" if "delink_last" in rta else "")
+            + (f", L_sp {_f(rta.get('spatial_first'), '.1f')} -> {_f(rta.get('spatial_last'), '.1f')}"
+               if "spatial_last" in rta else "")
             + " (mean over batches)"
         )
     lines.append(

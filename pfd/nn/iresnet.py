@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from pfd.data.shape import image_hw, plain_size, size_text
+from pfd.data.shape import image_hw, plain_size
 from pfd.errors import PfdError
 from pfd.nn.registry import FaceBackbone, register_backbone
 
@@ -67,7 +67,8 @@ def _check_size(size: Any) -> int | tuple[int, int]:
     else:
         h = w = int(size)
     if h < 16 or w < 16 or h % 16 or w % 16:
-        raise PfdError(f"input size {size_text((h, w))} is not a positive multiple of 16 on both sides (the backbone "
+        shown = str(h) if h == w else f"{h}x{w}"
+        raise PfdError(f"input size {shown} is not a positive multiple of 16 on both sides (the backbone "
                        "halves it four times); use e.g. 32, 64, 112 or 112x96")
     return h if h == w else (h, w)
 

@@ -56,6 +56,7 @@ from distill_speed import _pair  # noqa: E402
 from pfd.config import RTAConfig  # noqa: E402
 from pfd.data.synthetic import SyntheticFaces  # noqa: E402
 from pfd.distill.ogp import OGPStep, Rotation, ogp_param_groups  # noqa: E402
+from pfd.release.state_dir import StateDir  # noqa: E402
 from pfd.distill.rta import ProxyDistiller  # noqa: E402
 from pfd.io import atomic_write_json, atomic_write_text  # noqa: E402
 from pfd.nn.heads import create_head  # noqa: E402
@@ -318,7 +319,7 @@ def distributed_run(shape: dict[str, Any], workdir: Path, *, timeout: int, proce
         return {"command": " ".join(cmd), "returncode": None, "seconds": time.perf_counter() - t,
                 "tail": f"timed out after {timeout} s"}
     seconds = time.perf_counter() - t
-    summary = workdir / "state" / "summary.json"
+    summary = StateDir.at(workdir / "state").summary
     times = json.loads(summary.read_text()).get("times_s") if summary.is_file() else None
     return {"command": " ".join(cmd), "returncode": proc.returncode, "seconds": seconds, "stages_s": times,
             "tail": (proc.stdout + proc.stderr)[-2000:]}

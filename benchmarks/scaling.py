@@ -48,6 +48,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
 from pfd.io import atomic_write_json, atomic_write_text  # noqa: E402
+from pfd.release.state_dir import StateDir  # noqa: E402
 
 FULL = {"ids": [12, 24, 48, 96, 192], "ks": [2, 5, 10, 20], "gallery": [10**3, 10**4, 10**5, 10**6],
         "mia_ids": [100, 300, 1000, 3000]}
@@ -124,7 +125,7 @@ def distill_point(workdir: Path, recipe: Path, *, ids: int, k: int, public: str 
     if public:
         cmd += ["--public", public]
     rc, wall, rss, tail, cpu = _run(cmd, cwd=workdir, env=_env())
-    summary = workdir / "state" / "summary.json"
+    summary = StateDir.at(workdir / "state").summary
     if not summary.is_file():
         raise RuntimeError(f"pfd distill ids={ids} k={k} failed (exit {rc}):\n{tail}")
     times = json.loads(summary.read_text())["times_s"]

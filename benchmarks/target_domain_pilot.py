@@ -39,7 +39,8 @@ sys.path[:0] = [str(REPO), str(Path(__file__).resolve().parent)]
 
 from pfd.config import TrainConfig  # noqa: E402
 from pfd.data.faceset import ConcatFaces, to_memory  # noqa: E402
-from pfd.data.release_reader import read_release  # noqa: E402
+from pfd.release.reader import read_release  # noqa: E402
+from pfd.release.state_dir import StateDir  # noqa: E402
 from pfd.embed import Embedder  # noqa: E402
 from pfd.io import atomic_write_json  # noqa: E402
 from pfd.nn.checkpoints import load_backbone  # noqa: E402
@@ -70,7 +71,7 @@ def distill_pfd(private, model: Path, root: Path, *, ipc: int, iterations: int, 
         t0 = time.perf_counter()
         distill(cfg, faces=private, progress=False)
         print(f"pfd: distilled in {time.perf_counter() - t0:.0f} s", flush=True)
-    gate = json.loads((root / "state" / "summary.json").read_text()).get("gate")
+    gate = json.loads(StateDir.at(root / "state").summary.read_text()).get("gate")
     print("pfd gate: " + ", ".join(f"{c['name']} {'passed' if c['passed'] else 'FAILED'}" for c in gate["checks"]), flush=True)
     return to_memory(read_release(rel, size=(112, 96))), gate
 

@@ -103,14 +103,14 @@ def set_threads(threads: int) -> None:
 def open_training_data(specs: Sequence[str], *, size: Any, min_images: int, skip_bad: bool = False) -> FaceSet:
     """Open and join the training sources (disjoint label spaces).
 
-    A folder that looks like a pfd release (:func:`~pfd.data.release_reader.looks_like_release`) is used
+    A folder that looks like a pfd release (:func:`~pfd.release.reader.looks_like_release`) is used
     only when its manifest is there and verifies: a release whose writer was killed would
     otherwise train on a fraction of its images without a word.
 
     Raises:
         PfdError: No data, an incomplete release, or a size mismatch.
     """
-    from pfd.data.release_reader import check_complete_release, looks_like_release
+    from pfd.release.reader import check_complete_release, looks_like_release
     from pfd.data.sources import open_faces
 
     if not specs:

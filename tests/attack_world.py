@@ -29,7 +29,8 @@ import torch
 
 from pfd.config import TrainConfig
 from pfd.data.faceset import FaceSet, TensorFaces
-from pfd.data.release import prepare_state_dir, write_proxy_map, write_release
+from pfd.release.state_dir import prepare_state_dir
+from pfd.release.writer import write_proxy_map, write_release
 from pfd.data.synthetic import SyntheticFaces
 from pfd.train import train
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from pfd.data.aligned_copies import calibrated_threshold, find_aligned_copies, SCORE_FLOOR
+from pfd.release.aligned_copies import calibrated_threshold, find_aligned_copies, SCORE_FLOOR
 from pfd.data.sources import open_faces
 
 PRIVATE = "synthetic:private,ids=12,imgs=10,size=32"

@@ -11,7 +11,7 @@ import torch
 
 from pfd.attacks.scorecard.inputs import open_release_state, proxy_sources, state_private_spec
 from pfd.data.faceset import TensorFaces
-from pfd.data.release_reader import read_release
+from pfd.release.reader import read_release
 from pfd.errors import PfdError
 from tests.attack_world import make_release
 
@@ -81,7 +81,8 @@ def test_mismatches_are_one_line_errors(layout, tmp_path):
 
 
 def test_maps_without_names_fall_back_to_labels(tmp_path):
-    from pfd.data.release import prepare_state_dir, write_proxy_map, write_release
+    from pfd.release.state_dir import prepare_state_dir
+    from pfd.release.writer import write_proxy_map, write_release
 
     sources = np.array([0, 0, 2, 2, 3, 3])
     prepare_state_dir(tmp_path / "s", release=tmp_path / "r")
@@ -99,7 +100,7 @@ def test_maps_without_names_fall_back_to_labels(tmp_path):
 
 def test_a_state_dir_of_another_run_is_refused(layout):
     """Issue 20: attacking a release with another run's state dir printed a meaningless scorecard."""
-    from pfd.distill.claim import write_marker
+    from pfd.release.state_dir import write_marker
 
     release, state_dir, _ = layout
     manifest = json.loads((release / "manifest.json").read_text())

@@ -12,14 +12,15 @@ from click.testing import CliRunner
 
 from pfd.cli import main
 from pfd.config import load_recipe
-from pfd.data.release import read_proxy_map
-from pfd.data.release_reader import read_release
-from pfd.data.release_lint import lint_release
+from pfd.release.state_dir import read_proxy_map
+from pfd.release.reader import read_release
+from pfd.release.lint import lint_release
 from pfd.data.sources import open_faces
 from pfd.distill.baselines import (
     auto_cell,
     auto_pixels,
-    baseline_settings,
+    blur_settings,
+    dp_pix_settings,
     dp_pix,
     dp_pix_scale,
     gaussian_blur,
@@ -120,11 +121,13 @@ def test_gaussian_blur_removes_high_frequencies_and_keeps_constants():
 def test_defaults_scale_with_the_image_size():
     assert (auto_cell(112), auto_pixels(112)) == (16, 16)
     assert (auto_cell(56), auto_pixels(56)) == (8, 4)  # same grid, same m / b² (same noise)
-    assert baseline_settings("blur", epsilon=1, cell=0, pixels=0, blur_sigma=0, size=112) == {"sigma": 8.0, "kernel": 49}
+    from pfd.config import BaselineConfig
+
+    assert blur_settings(BaselineConfig(), 112) == {"sigma": 8.0, "kernel": 49}
     with pytest.raises(PfdError, match="--epsilon"):
-        baseline_settings("dp-pix", epsilon=-1, cell=0, pixels=0, blur_sigma=0, size=32)
+        dp_pix_settings(BaselineConfig(epsilon=-1), 32)
     with pytest.raises(PfdError, match="--dp-cell"):
-        baseline_settings("dp-pix", epsilon=1, cell=64, pixels=0, blur_sigma=0, size=32)
+        dp_pix_settings(BaselineConfig(cell=64), 32)
 
 
 # -- as pfd distill methods ---------------------------------------------------------------------

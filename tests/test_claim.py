@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from pfd.config import DistillConfig, save_config
-from pfd.data.release import write_release
-from pfd.distill.claim import StateLock, check_outputs, check_same_settings, claim_state_dir, read_marker, write_marker
-from pfd.distill.state import StateDir
+from pfd.release.writer import write_release
+from pfd.distill.claim import check_same_settings
+from pfd.release.state_dir import check_outputs, claim_state_dir, read_marker, StateLock, write_marker
+from pfd.release.state_dir import StateDir
 from pfd.errors import PfdError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +96,7 @@ def test_one_writer_per_state_dir_and_the_pid_is_named(tmp_path):
         claim_state_dir(st, tmp_path / "release", resume=False)
     # A second *process* is refused too (flock is per open file, so this holds across processes).
     code = (
-        "import sys; from pathlib import Path; from pfd.distill.claim import StateLock; from pfd.errors import PfdError\n"
+        "import sys; from pathlib import Path; from pfd.release.state_dir import StateLock; from pfd.errors import PfdError\n"
         "try:\n    StateLock(Path(sys.argv[1]))\nexcept PfdError as e:\n    print(e); sys.exit(3)\n"
     )
     res = subprocess.run([sys.executable, "-c", code, str(st.root)], capture_output=True, text=True,
@@ -108,7 +109,7 @@ def test_one_writer_per_state_dir_and_the_pid_is_named(tmp_path):
 def test_the_lock_dies_with_its_process(tmp_path):
     """kill -9 leaves no stale lock: the kernel drops a flock with its holder."""
     root = tmp_path / "state"
-    code = "import sys, time; from pathlib import Path; from pfd.distill.claim import StateLock\n" \
+    code = "import sys, time; from pathlib import Path; from pfd.release.state_dir import StateLock\n" \
            "l = StateLock(Path(sys.argv[1])); print('locked', flush=True); time.sleep(60)\n"
     proc = subprocess.Popen([sys.executable, "-c", code, str(root)], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -10,7 +10,8 @@ import torch
 from click.testing import CliRunner
 
 from pfd.cli import main
-from pfd.data.release import MANIFEST, write_release
+from pfd.release.format import MANIFEST
+from pfd.release.writer import write_release
 from pfd.errors import PfdError
 from pfd.train import open_training_data
 

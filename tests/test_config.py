@@ -15,7 +15,7 @@ from pfd.config import (
     save_config,
     validate_config,
 )
-from pfd.config.checks import ignored_options
+from pfd.distill.methods import ignored_options
 from pfd.errors import PfdError
 
 

@@ -231,7 +231,7 @@ def test_a_hub_alone_does_not_refuse_when_the_csls_check_rules_the_link_out():
 
 
 def test_every_check_the_gate_makes_is_one_a_manifest_may_record():
-    from pfd.data.release import CHECK_NAMES
+    from pfd.release.format import CHECK_NAMES
 
     private, labels, source = _world(5)
     checks = publication_checks(proxy_source=source, private_labels=labels, insider=(private[: len(source)], private),

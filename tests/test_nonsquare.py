@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from pfd.cli import main
 from pfd.config import config_to_dict, dump_toml, load_recipe
-from pfd.data.release_reader import read_release
-from pfd.data.release_lint import lint_release
+from pfd.release.reader import read_release
+from pfd.release.lint import lint_release
 from pfd.nn.checkpoints import load_backbone
 from tests.distill_public import tiny_distill_config, tiny_train_config
 from tests.distill_stubs import one_thread  # noqa: F401 (fixture)

@@ -21,9 +21,9 @@ from click.testing import CliRunner
 
 from pfd.cli import main
 from pfd.config import DistillConfig, build_config, config_to_dict, load_recipe
-from pfd.data.release import read_proxy_map
-from pfd.data.release_reader import read_release
-from pfd.data.release_lint import lint_release
+from pfd.release.state_dir import read_proxy_map
+from pfd.release.reader import read_release
+from pfd.release.lint import lint_release
 from pfd.data.sources import open_faces
 from pfd.distill.ogp import det_sign, orthogonality_error
 from pfd.distill.pipeline import Distillation, distill

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from pfd.data.release import MANIFEST, check_separate, encode_png, label_permutation, looks_ordered, prepare_state_dir, read_proxy_map, to_uint8, write_proxy_map, write_release
-from pfd.data.release_reader import read_release
-from pfd.data.release_lint import png_chunks
+from pfd.release.format import encode_png, label_permutation, looks_ordered, MANIFEST, to_uint8
+from pfd.release.state_dir import check_separate, prepare_state_dir, read_proxy_map
+from pfd.release.writer import write_proxy_map, write_release
+from pfd.release.reader import read_release
+from pfd.release.lint import png_chunks
 from pfd.errors import PfdError
 from pfd.io import sha256_file
 
@@ -213,7 +215,7 @@ def test_uint8_input_and_bad_values():
 def test_labels_never_equal_private_identity_names(tmp_path):
     """Issue 20: identities named 0000..0005 made pfd's own labels equal them; lint failed the release."""
     from pfd.data.faceset import TensorFaces
-    from pfd.data.release_lint import lint_release
+    from pfd.release.lint import lint_release
 
     names = [f"{i:04d}" for i in range(6)]
     x = torch.rand(12, 3, 8, 8, generator=torch.Generator().manual_seed(0))

@@ -14,8 +14,10 @@ from click.testing import CliRunner
 
 from pfd.cli import main
 from pfd.data.faceset import TensorFaces
-from pfd.data.release import MANIFEST, prepare_state_dir, write_proxy_map, write_release
-from pfd.data.release_lint import lint_release, png_chunks
+from pfd.release.format import MANIFEST
+from pfd.release.state_dir import prepare_state_dir
+from pfd.release.writer import write_proxy_map, write_release
+from pfd.release.lint import lint_release, png_chunks
 from pfd.errors import PfdError
 from pfd.io import sha256_file
 
@@ -184,7 +186,7 @@ def test_cli_exit_codes(release):
 
 
 # -- private photos in the release (issue 12) ---------------------------------------------------
-from pfd.data.release import encode_png  # noqa: E402
+from pfd.release.format import encode_png  # noqa: E402
 from pfd.data.sources import open_faces  # noqa: E402
 
 FACES = "synthetic:private,ids=4,imgs=3,size=32"
@@ -280,8 +282,8 @@ def test_mirrored_shifted_or_cropped_private_photo_is_a_near_duplicate(face_rele
 def test_embedding_check_catches_a_copy_the_hash_misses(face_release, monkeypatch):
     """An upside-down copy reverses every gradient (no hash variant has it); an invariant model does not miss
     it, and since issue 27 neither does the aligned pixel match (switched off here to test the model alone)."""
-    import pfd.data.aligned_copies as aligned
-    from pfd.data.private_copies import cosine_threshold, find_private_copies
+    import pfd.release.aligned_copies as aligned
+    from pfd.release.private_copies import cosine_threshold, find_private_copies
 
     rel, private, w = face_release
     upside_down = _private_pixels(private, 5)[::-1].copy()
@@ -412,7 +414,7 @@ def test_release_and_state_modes(release):
 
 def test_lint_refuses_the_state_dir_of_another_run(release):
     """Issue 20: `pfd release lint R --state-dir S` passed with S from another run."""
-    from pfd.distill.claim import write_marker
+    from pfd.release.state_dir import write_marker
 
     rel, sd, *_ = release
     m = json.loads((rel / MANIFEST).read_text())

@@ -10,12 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from pfd.config import RTAConfig
-from pfd.distill.augment import augment_proxies
+from pfd.nn.augment import augment_proxies
 from pfd.distill.ogp import Rotation, rotate
 from pfd.distill.rta import (
     ProxyDistiller,
-    batch_generator,
-    cosine_lr,
     distill_loss,
     kmeans_prototypes,
     proxy_batches,
@@ -23,6 +21,7 @@ from pfd.distill.rta import (
     rta_loss_full,
 )
 from pfd.errors import PfdError
+from pfd.nn.inversion import batch_generator, cosine_lr
 from tests.distill_stubs import CosineHead, calibrated_net, one_thread  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -1,4 +1,4 @@
-"""The state dir contract (pfd.distill.state): layout names, batch files, interrupted releases."""
+"""The state dir contract (pfd.release.state_dir): layout names, batch files, interrupted releases."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from pfd.distill.state import StateDir, clear_interrupted_release, load_batch, save_batch
+from pfd.distill.batches import load_batch, save_batch
+from pfd.release.state_dir import StateDir
+from pfd.release.writer import clear_interrupted_release
 from pfd.errors import PfdError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -210,7 +210,7 @@ def release_geometry(release: Path, model: Path) -> dict[str, float]:
     """How "solved" a release is for ``model``: mean cosine within and between labels, and the share
     of released images whose nearest other released image has the same label (``nn_same``)."""
     from pfd.attacks.models.loading import load_attacker
-    from pfd.data.release_reader import read_release
+    from pfd.release.reader import read_release
 
     a = load_attacker(model, role="model", progress=False)
     faces = read_release(release, size=a.size)

@@ -26,9 +26,10 @@ from pfd.attacks.models.loading import load_attacker
 from pfd.attacks.scorecard.inputs import open_release_state, proxy_sources
 from pfd.config import DistillConfig, TrainConfig, build_config, config_to_dict, load_recipe
 from pfd.data.faceset import ConcatFaces, FaceSet, to_memory
-from pfd.data.release_reader import read_release
-from pfd.data.release_lint import lint_release
-from pfd.distill.claim import new_run_id, write_marker
+from pfd.release.reader import read_release
+from pfd.release.lint import lint_release
+from pfd.release.format import MANIFEST
+from pfd.release.state_dir import StateDir, new_run_id, write_marker
 from pfd.distill.pipeline import Distillation, distill
 from pfd.distill.private_set import private_set_record, record_private_set
 from pfd.embed import Embedder
@@ -130,27 +131,27 @@ class Bench:
         """The fine-tuning shared by the non-rotating methods (identical runs), once per seed."""
         root = self.work / "finetune-plain" / f"seed{seed}"
         cfg = self.distill_config("raw", {}, root=root, seed=seed, resume=False)
-        st = root / "state"
-        if (st / "adapted.pt").is_file() and (st / "config.toml").is_file():
-            if load_recipe(st / "config.toml").get("distill") == _toml_roundtrip(config_to_dict(cfg)):
-                return st / "adapted.pt", 0.0
+        st = StateDir.at(root / "state")
+        if st.adapted.is_file() and st.config.is_file():
+            if load_recipe(st.config).get("distill") == _toml_roundtrip(config_to_dict(cfg)):
+                return st.adapted, 0.0
         shutil.rmtree(root, ignore_errors=True)
         t0 = time.perf_counter()
         run = Distillation(cfg, faces=self.private, progress=self.progress)
         run.public()
         run.adapt()
-        return st / "adapted.pt", time.perf_counter() - t0
+        return st.adapted, time.perf_counter() - t0
 
     def distill_row(self, method: str, baseline: dict[str, Any], root: Path, seed: int,
                     shared: Path | None) -> dict[str, Any]:
         """Run the pipeline for one method; a shared fine-tuned model is seeded into the state dir."""
         if shared is not None:
-            st = root / "state"
-            st.mkdir(parents=True)
-            write_marker(st, new_run_id())  # a pfd state dir that --resume may continue
-            record_private_set(st / "private_set.json", private_set_record(self.private))  # what --resume checks
-            shutil.copyfile(self.public, st / "public_model.pt")
-            shutil.copyfile(shared, st / "adapted.pt")  # the pipeline's resume skips fine-tuning
+            st = StateDir.at(root / "state")
+            st.root.mkdir(parents=True)
+            write_marker(st.root, new_run_id())  # a pfd state dir that --resume may continue
+            record_private_set(st.private_set, private_set_record(self.private))  # what --resume checks
+            shutil.copyfile(self.public, st.public_model)
+            shutil.copyfile(shared, st.adapted)  # the pipeline's resume skips fine-tuning
         cfg = self.distill_config(method, baseline, root=root, seed=seed, resume=shared is not None)
         init = self.s["rta"].get("init_data") if self.s["rta"].get("init") == "public" else None
         return distill(cfg, faces=self.private, progress=self.progress,
@@ -284,9 +285,9 @@ class Bench:
             shared = plain[0] if plain and method in PLAIN_FINETUNE else None
             t = time.perf_counter()
             droot = self.release_dir(method, baseline, seed)
-            reused = (droot / "state" / "summary.json").is_file() and (droot / "release" / "manifest.json").is_file()
+            reused = StateDir.at(droot / "state").summary.is_file() and (droot / "release" / MANIFEST).is_file()
             if reused:  # the same distillation was done for other downstream settings: same release
-                summary = json.loads((droot / "state" / "summary.json").read_text())
+                summary = json.loads(StateDir.at(droot / "state").summary.read_text())
             else:
                 shutil.rmtree(droot, ignore_errors=True)  # an unfinished distillation starts over
                 droot.mkdir(parents=True)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from pfd.cli.group import checkpoint_size, flags, main
+from pfd.distill.methods import METHODS, method_names
 
 
 def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
@@ -22,9 +23,8 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--private", metavar="SPEC", help="Private set: identity folder, RecordIO, or synthetic:private[,ids=N,...].")
 @click.option("--public", metavar="CKPT", help="Public checkpoint to start from (pfd, insightface or AdaFace); "
               "default: pretrain (or reuse a cached) model from the recipe's [train] table.")
-@click.option("--method", type=click.Choice(["pfd", "rta-only", "sre2l", "raw", "dp-pix", "blur"]),
-              help="pfd (OGP+RTA), rta-only (no rotation), sre2l (BN+CE only), raw (real images), or the "
-              "baselines dp-pix (DP pixelisation of raw's images) and blur (Gaussian blur of them).")
+@click.option("--method", type=click.Choice(method_names()),
+              help="; ".join(f"{m.name}: {m.help}" for m in METHODS.values()) + ".")
 @click.option("--out", help="Release folder (published).")
 @click.option("--state-dir", help="Private state folder (mode 0700, never inside the release).")
 @click.option("--resume", is_flag=True, default=None, help="Continue: skip finished stages and RTA batches in --state-dir.")
@@ -105,7 +105,7 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     Private state goes to --state-dir (mode 0700; never publish it); see docs/distill.md.
     """
     from pfd.config import DistillConfig, build_config, load_recipe
-    from pfd.config.checks import ignored_options
+    from pfd.distill.methods import ignored_options
     from pfd.distill.gate import PublicationRefused
     from pfd.distill.pipeline import distill
     from pfd.distill.summary import format_summary

@@ -41,16 +41,16 @@ def release_lint(directory: str, private: str | None, state_dir: str | None, mod
       pfd release lint release
       pfd release lint release --private faces/ --state-dir state
     """
-    from pathlib import Path
-
-    from pfd.data.release_lint import format_findings, lint_release
+    from pfd.release.lint import format_findings, lint_release
+    from pfd.release.state_dir import StateDir
 
     faces = net = None
     if private:
         from pfd.data.sources import open_faces
 
         faces = open_faces(private, skip_bad=skip_bad)
-        ckpt = model or (str(Path(state_dir) / "public_model.pt") if state_dir and (Path(state_dir) / "public_model.pt").is_file() else None)
+        public = StateDir.at(state_dir).public_model if state_dir else None
+        ckpt = model or (str(public) if public is not None and public.is_file() else None)
         if ckpt:
             from pfd.nn.checkpoints import load_backbone
 

@@ -3,7 +3,8 @@
 :func:`validate_config` (called by :func:`pfd.config.build_config` and again by the stages)
 applies them; a broken rule is one :class:`~pfd.errors.PfdError` line that names the CLI
 flag, the setting and the value, e.g. ``--ipc (rta.ipc) = 0: must be at least 1``.
-:func:`ignored_options` lists the ``pfd distill`` options a method does not use (a warning).
+A method's own rules (its name, what it ignores, a de-linking term's judge) are its record's
+(:func:`pfd.distill.methods.check_method`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pfd.config.stages import AttackConfig, BaselineConfig, DistillConfig, EvalC
 from pfd.data.shape import MAX_SIDE, image_hw
 from pfd.errors import PfdError
 
-__all__ = ["check_config", "ignored_options", "validate_config"]
+__all__ = ["check_config", "validate_config"]
 
 #: CLI flag of a setting where it is not ``--`` + the name with dashes (``pfd distill``'s nested tables).
 _FLAGS: dict[str, str | None] = {
@@ -28,7 +29,6 @@ _FLAGS: dict[str, str | None] = {
     "ogp.target_below_margin": None, "ogp.step_cap": None,
 }  # fmt: skip
 _CHOICES = {"mixed_precision": ("auto", "no", "bf16", "fp16"), "schedule": ("cosine", "poly")}
-_METHODS = ("pfd", "rta-only", "sre2l", "raw", "dp-pix", "blur")  # pfd.distill.pipeline.METHODS
 
 
 #: Linux limits of one path component and of a whole path (bytes); longer names fail with ENAMETOOLONG.
@@ -203,7 +203,7 @@ def _check_release(cfg: ReleaseConfig, prefix: str = "release.", flags: bool = T
 def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> None:
     c = _Checker(cfg, prefix, flags)
     c.paths("private", "public", "out", "state_dir", "embed_cache")
-    c.choice("method", _METHODS)
+    c("method", lambda v: isinstance(v, str) and bool(v), "must name a method (pfd distill --help lists them)")
     c("size", _size_ok, f"must be a side or HxW, each a positive multiple of 16 up to {MAX_SIDE}")
     c.at_least("min_images", 0)
     c.choice("mixed_precision", _CHOICES["mixed_precision"])
@@ -222,13 +222,8 @@ def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> 
 
 
 def _check_judge(cfg: DistillConfig) -> None:
-    """A loss that optimises against the public model needs a judge that no loss sees."""
+    """A judge must be a model that no loss sees (whether a method needs one is its record's rule)."""
     judge = cfg.release.judge
-    if cfg.rta.lambda_delink > 0 and not judge and cfg.method in ("pfd", "rta-only", "sre2l"):
-        raise PfdError(
-            f"--lambda-delink {cfg.rta.lambda_delink:g} trains the proxies against the public model, whose gate checks "
-            "then measure the loss's own target: pass --judge CKPT (a face model no loss sees, at the release's size), "
-            "--judge pretrain (with a pretrained public model), or --lambda-delink 0")
     if judge == "pretrain":
         if cfg.public:
             raise PfdError("--judge pretrain pretrains a second model like the pretrained public one, but --public "
@@ -276,25 +271,6 @@ def check_config(cfg: Any) -> None:
     check = _VALIDATORS.get(type(cfg))
     if check is not None:
         check(cfg)
-
-
-#: Settings each ``pfd distill`` method does not use: giving them is probably a mistake.
-_UNUSED_BY_METHOD: dict[str, tuple[str, ...]] = {
-    "pfd": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma"),
-    "rta-only": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso"),
-    "sre2l": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "lambda_rta"),
-    "raw": ("epsilon", "dp_cell", "dp_pixels", "blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "iterations",
-            "rta_lr", "lambda_rta", "lambda_bn", "lambda_delink", "init", "init_data", "lambda_spatial"),
-    "dp-pix": ("blur_sigma", "rep_margin", "lambda_rep", "lambda_iso", "iterations", "rta_lr", "lambda_rta", "lambda_bn",
-               "lambda_delink", "init", "init_data", "lambda_spatial"),
-    "blur": ("epsilon", "dp_cell", "dp_pixels", "rep_margin", "lambda_rep", "lambda_iso", "iterations", "rta_lr",
-             "lambda_rta", "lambda_bn", "lambda_delink", "init", "init_data", "lambda_spatial"),
-}  # fmt: skip
-
-
-def ignored_options(method: str, given: set[str] | frozenset[str]) -> list[str]:
-    """The ``pfd distill`` options in ``given`` (parameter names) that ``method`` ignores, as flags."""
-    return ["--" + k.replace("_", "-") for k in _UNUSED_BY_METHOD.get(method, ()) if k in given]
 
 
 def validate_config(cfg: Any) -> Any:

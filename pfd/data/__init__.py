@@ -1,4 +1,4 @@
-"""Face data: identity folders, RecordIO, verification pairs, the synthetic set, releases."""
+"""Face data: identity folders, RecordIO, verification pairs, the synthetic set (releases: :mod:`pfd.release`)."""
 
 from pfd.data.faceset import ConcatFaces, FaceSet, FaceSubset, TensorFaces
 

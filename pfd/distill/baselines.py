@@ -42,7 +42,6 @@ from pfd.data.shape import image_hw, size_text
 from pfd.errors import PfdError
 
 __all__ = [
-    "BASELINE_METHODS",
     "REFERENCE_SIZE",
     "auto_cell",
     "auto_pixels",
@@ -54,11 +53,11 @@ __all__ = [
     "gaussian_kernel",
     "gaussian_blur",
     "is_greyscale",
-    "baseline_settings",
+    "dp_pix_settings",
+    "blur_settings",
+    "dp_pix_transform",
+    "blur_transform",
 ]
-
-#: Methods that release transformed real images (K per identity, like ``raw``).
-BASELINE_METHODS = ("dp-pix", "blur")
 
 #: Image side the default DP-Pix and blur parameters are stated for (insightface crops).
 REFERENCE_SIZE = 112
@@ -225,39 +224,62 @@ def gaussian_blur(x: torch.Tensor, *, sigma: float, radius: int | None = None) -
     return F.conv2d(y, k.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)  # along the height
 
 
-def baseline_settings(method: str, *, epsilon: float, cell: int, pixels: int, blur_sigma: float, size: Any) -> dict[str, float]:
-    """The resolved parameters of a baseline method at image side ``size`` (0 = the default).
+def _equal_area_side(size: Any) -> tuple[int, int, float]:
+    """``(H, W, side)``: the side of a square of the same area scales the defaults of a non-square size."""
+    h, w = image_hw(size)
+    return h, w, (h if h == w else math.sqrt(h * w))
+
+
+def dp_pix_settings(cfg: Any, size: Any) -> dict[str, float]:
+    """DP-Pix's resolved parameters at image size ``size`` (a side ``S`` or ``(H, W)``; 0 = the default).
 
     Args:
-        method: ``dp-pix`` or ``blur``.
-        epsilon, cell, pixels, blur_sigma: :class:`~pfd.config.BaselineConfig` values.
-        size: Image side ``S`` of the release, or ``(H, W)`` (then the defaults scale with
-            ``sqrt(H W)``, the side of a square of the same area).
+        cfg: A :class:`~pfd.config.BaselineConfig` (``epsilon``, ``cell``, ``pixels``).
+        size: The release's image size (defaults scale with ``sqrt(H W)``).
 
     Returns:
-        ``dp-pix``: ``epsilon``, ``cell`` (b), ``pixels`` (m), ``noise_scale`` (Laplace scale of a
-        full greyscale cell, 0-255 units). ``blur``: ``sigma`` and ``kernel`` (side in pixels).
+        ``epsilon``, ``cell`` (b), ``pixels`` (m) and ``noise_scale`` (Laplace scale of a full
+        greyscale cell, 0-255 units).
 
     Raises:
-        PfdError: An unknown method or a setting out of range, naming the flag to fix.
+        PfdError: A setting out of range, naming the flag to fix.
     """
-    h, w = image_hw(size)
-    size = h if h == w else math.sqrt(h * w)  # the side of a square of the same area
-    if method == "dp-pix":
-        if not epsilon > 0 or not math.isfinite(epsilon):
-            raise PfdError(f"dp-pix: epsilon must be a positive number, got {epsilon}; pass --epsilon E (e.g. 1)")
-        if cell < 0 or pixels < 0:
-            raise PfdError(f"dp-pix: cell and pixels must be >= 1 (or 0 for the default), got {cell}, {pixels}; "
-                           "fix --dp-cell / --dp-pixels")
-        b = cell or auto_cell(size)
-        m = pixels or auto_pixels(size)
-        if b > min(h, w):
-            raise PfdError(f"dp-pix: a {b}px cell is larger than the {size_text((h, w))} images; lower --dp-cell")
-        return {"epsilon": float(epsilon), "cell": b, "pixels": m,
-                "noise_scale": dp_pix_scale(epsilon=epsilon, cell=b, pixels=m)}
-    if method == "blur":
-        if blur_sigma < 0 or not math.isfinite(blur_sigma):
-            raise PfdError(f"blur: sigma must be > 0 pixels (or 0 for the default), got {blur_sigma}; fix --blur-sigma")
-        sigma = blur_sigma or auto_sigma(size)
-        return {"sigma": float(sigma), "kernel": 2 * math.ceil(3.0 * sigma) + 1}
-    raise PfdError(f"{method!r} is not an obfuscation baseline; choose one of {', '.join(BASELINE_METHODS)}")
+    h, w, side = _equal_area_side(size)
+    epsilon, cell, pixels = cfg.epsilon, cfg.cell, cfg.pixels
+    if not epsilon > 0 or not math.isfinite(epsilon):
+        raise PfdError(f"dp-pix: epsilon must be a positive number, got {epsilon}; pass --epsilon E (e.g. 1)")
+    if cell < 0 or pixels < 0:
+        raise PfdError(f"dp-pix: cell and pixels must be >= 1 (or 0 for the default), got {cell}, {pixels}; "
+                       "fix --dp-cell / --dp-pixels")
+    b = cell or auto_cell(side)
+    m = pixels or auto_pixels(side)
+    if b > min(h, w):
+        raise PfdError(f"dp-pix: a {b}px cell is larger than the {size_text((h, w))} images; lower --dp-cell")
+    return {"epsilon": float(epsilon), "cell": b, "pixels": m, "noise_scale": dp_pix_scale(epsilon=epsilon, cell=b, pixels=m)}
+
+
+def blur_settings(cfg: Any, size: Any) -> dict[str, float]:
+    """The blur's resolved parameters at image size ``size``: ``sigma`` and ``kernel`` (side in pixels).
+
+    Args:
+        cfg: A :class:`~pfd.config.BaselineConfig` (``blur_sigma``; 0 = ``S / 14``).
+        size: The release's image size.
+
+    Raises:
+        PfdError: A sigma out of range, naming the flag to fix.
+    """
+    _, _, side = _equal_area_side(size)
+    if cfg.blur_sigma < 0 or not math.isfinite(cfg.blur_sigma):
+        raise PfdError(f"blur: sigma must be > 0 pixels (or 0 for the default), got {cfg.blur_sigma}; fix --blur-sigma")
+    sigma = cfg.blur_sigma or auto_sigma(side)
+    return {"sigma": float(sigma), "kernel": 2 * math.ceil(3.0 * sigma) + 1}
+
+
+def dp_pix_transform(x: torch.Tensor, p: dict[str, float], generator: torch.Generator) -> torch.Tensor:
+    """:func:`dp_pix` with the resolved parameters of :func:`dp_pix_settings` (noise from ``generator``)."""
+    return dp_pix(x, epsilon=p["epsilon"], cell=int(p["cell"]), pixels=int(p["pixels"]), generator=generator)
+
+
+def blur_transform(x: torch.Tensor, p: dict[str, float], generator: torch.Generator) -> torch.Tensor:
+    """:func:`gaussian_blur` with the resolved ``sigma`` (deterministic: ``generator`` is unused)."""
+    return gaussian_blur(x, sigma=p["sigma"])

@@ -1,25 +1,13 @@
 """``pfd distill``: public model -> OGP fine-tuning -> prototypes -> RTA -> release.
 
-One code path gives the paper's ablation rows (Table 3) and the raw-data reference:
-
-=============  ==========================================  =================================
-method         fine-tuning (stage "adapt")                 proxies (stage "rta")
-=============  ==========================================  =================================
-``pfd``        OGP, eq. 1-5: 2N-class head, M ∈ SO(D),      RTA, eq. 6-10: L_cls on class
-               L_rep, L_iso                                y + N, L_RTA vs P on E Mᵀ, L_bn
-``rta-only``   same schedule, N-class head, M = I           L_cls on y, L_RTA vs P on E, L_bn
-``sre2l``      same as rta-only                             L_cls on y and L_bn only (SRe2L)
-``raw``        same as rta-only (the insider's model)       K real private images per identity
-``dp-pix``     same as rta-only                             raw's images, DP-pixelised (Fan 2018)
-``blur``       same as rta-only                             raw's images, Gaussian-blurred
-=============  ==========================================  =================================
-
+Every method (the paper's ablation rows, the raw reference and the baselines) runs this one code
+path; what differs is a :class:`~pfd.distill.methods.Method` record (:mod:`pfd.distill.methods`).
 ``raw`` picks, for every K-means prototype of an identity (eq. 8 on E), the identity's image whose
-embedding is nearest to it (each image once): K representative, distinct real images. ``dp-pix``
-and ``blur`` release those same images through :mod:`pfd.distill.baselines` (the DP-Pix noise of
-batch ``b`` is drawn from ``(baseline.seed, b)``, so resumed and sharded runs stay identical).
+embedding is nearest to it (each image once): K representative, distinct real images; the
+baselines release those same images through their transform (the DP-Pix noise of batch ``b`` is
+drawn from ``(baseline.seed, b)``, so resumed and sharded runs stay identical).
 
-Stages read their inputs from the state dir (:mod:`pfd.distill.state`) and skip themselves on
+Stages read their inputs from the state dir (:mod:`pfd.release.state_dir`) and skip themselves on
 ``--resume`` when their output exists; RTA batch ``b`` is a pure function of ``(rta.seed, b)``,
 the adapted model and P, so a resumed run writes a byte-identical release. Under
 ``accelerate launch`` fine-tuning is data-parallel (:class:`~pfd.distill.ogp_trainer.OGPTrainer`),
@@ -42,9 +30,12 @@ import torch
 from pfd.config import DistillConfig, config_to_dict, save_config, validate_config
 from pfd.data.faces import check_min_identities, check_min_images
 from pfd.data.faceset import FaceSet, to_memory
-from pfd.data.release import clear_interrupted_release, to_uint8, write_proxy_map, write_release
+from pfd.release.format import to_uint8
+from pfd.release.writer import clear_interrupted_release, write_proxy_map, write_release
 from pfd.distill.claim import claim_run
-from pfd.distill.state import StateDir, load_batch, save_batch
+from pfd.distill.methods import check_method, get_method
+from pfd.distill.batches import load_batch, save_batch
+from pfd.release.state_dir import StateDir
 from pfd.data.shape import same_size, size_text
 from pfd.distill.summary import build_summary
 from pfd.embed import class_centers
@@ -52,15 +43,9 @@ from pfd.errors import PfdError
 from pfd.io import atomic_torch_save, atomic_write_bytes, atomic_write_json
 from pfd.progress import progress_bar, stage_line
 
-__all__ = ["METHODS", "REAL_IMAGE_METHODS", "DistillResult", "Distillation", "distill", "raw_selection"]
+__all__ = ["DistillResult", "Distillation", "distill", "raw_selection"]
 
 log = logging.getLogger(__name__)
-
-#: Every method of ``pfd distill``: the paper's ablation rows, the raw reference and the baselines.
-METHODS = ("pfd", "rta-only", "sre2l", "raw", "dp-pix", "blur")
-#: Methods that release (possibly transformed) real private images rather than distilled proxies.
-REAL_IMAGE_METHODS = ("raw", "dp-pix", "blur")
-
 
 @dataclass
 class DistillResult:
@@ -151,9 +136,8 @@ class Distillation:
         from pfd.data.sources import open_faces
         from pfd.train import make_accelerator, set_threads
 
-        if cfg.method not in METHODS:
-            raise PfdError(f"unknown method {cfg.method!r}; choose one of {', '.join(METHODS)}")
         validate_config(cfg)  # every numeric setting, before any work
+        self.method = check_method(cfg)  # the method's record and its own rules
         set_threads(cfg.threads)
         self.cfg = cfg
         _ = self.baseline  # a bad --epsilon / --dp-cell / --blur-sigma fails before anything is written
@@ -216,7 +200,7 @@ class Distillation:
         """The public photos the proxies start from (``rta.init = "public"``), checked against the
         private set before any work (:func:`pfd.distill.init_pool.check_disjoint`); ``None`` otherwise."""
         cfg = self.cfg
-        if cfg.rta.init != "public" or cfg.method in REAL_IMAGE_METHODS:
+        if cfg.rta.init != "public" or self.method.real_images:
             return None
         from pfd.data.sources import open_faces
         from pfd.distill.init_pool import InitPool, check_disjoint
@@ -231,7 +215,8 @@ class Distillation:
 
     @property
     def rotated(self) -> bool:
-        return self.cfg.method == "pfd"
+        """Whether the method fine-tunes with OGP's rotation (eq. 1-5)."""
+        return self.method.rotated
 
     def close(self, *, failed: bool = False) -> None:
         """Tighten the state dir's modes and release its lock (main process); after a failure
@@ -416,7 +401,7 @@ class Distillation:
                 "embeddings": E,  # (n, D) original space: the insider's gallery in the publication gate
                 "rotated": self.rotated,
             }
-            if cfg.method in REAL_IMAGE_METHODS:
+            if self.method.real_images:
                 doc["raw_index"] = torch.from_numpy(raw_selection(E_rot, self.faces.labels, P, pid))
             elif cfg.rta.lambda_spatial > 0:
                 doc["spatial"] = self._spatial_targets(backbone)
@@ -452,9 +437,9 @@ class Distillation:
         mine = [b for b in range(len(batches)) if b % world == rank and b not in done]
         pid = protos["proto_identity"]
         classes = (pid + self.N if self.rotated else pid).numpy()  # eq. 7's internal class
-        P = protos["P"] if cfg.method in ("pfd", "rta-only") else None  # sre2l: no L_RTA
-        public = self._public_view() if cfg.rta.lambda_delink > 0 and cfg.method not in REAL_IMAGE_METHODS and mine else None
-        real = cfg.method in REAL_IMAGE_METHODS
+        P = protos["P"] if self.method.rta else None  # sre2l: no L_RTA
+        real = self.method.real_images
+        public = self._public_view() if cfg.rta.lambda_delink > 0 and not real and mine else None
         spatial = None
         if cfg.rta.lambda_spatial > 0 and not real and mine:  # a state dir from before stored none: computed here
             spatial = protos["spatial"] if "spatial" in protos else self._spatial_targets(backbone)
@@ -503,28 +488,17 @@ class Distillation:
 
     @property
     def baseline(self) -> dict[str, float] | None:
-        """Resolved ``dp-pix`` / ``blur`` parameters (None for the other methods)."""
-        from pfd.distill.baselines import BASELINE_METHODS, baseline_settings
-
-        if self.cfg.method not in BASELINE_METHODS:
-            return None
-        b = self.cfg.baseline
-        return baseline_settings(self.cfg.method, epsilon=b.epsilon, cell=b.cell, pixels=b.pixels,
-                                 blur_sigma=b.blur_sigma, size=self.cfg.size)
+        """A baseline's resolved parameters (``dp-pix``, ``blur``; ``None`` for the other methods)."""
+        return self.method.baseline(self.cfg.baseline, self.cfg.size)
 
     def real_images(self, index: torch.Tensor, *, batch_index: int) -> torch.Tensor:
-        """The selected private images ``(B, 3, H, W)``, obfuscated for ``dp-pix`` and ``blur``."""
-        from pfd.distill.baselines import dp_pix, gaussian_blur
-        from pfd.distill.rta import batch_generator
+        """The selected private images ``(B, 3, H, W)``, through the method's transform (the baselines)."""
+        from pfd.nn.inversion import batch_generator
 
         x = torch.stack([self.faces[int(i)][0] for i in index])
-        p = self.baseline
-        if self.cfg.method == "dp-pix":
-            return dp_pix(x, epsilon=p["epsilon"], cell=int(p["cell"]), pixels=int(p["pixels"]),
-                          generator=batch_generator(self.cfg.baseline.seed, batch_index))
-        if self.cfg.method == "blur":
-            return gaussian_blur(x, sigma=p["sigma"])
-        return x
+        if self.method.transform is None:
+            return x
+        return self.method.transform(x, self.baseline, batch_generator(self.cfg.baseline.seed, batch_index))
 
     # -- stage 4: the release ----------------------------------------------------------------
     def gate(self, backbone: torch.nn.Module, docs: list[dict[str, Any]], source: np.ndarray,
@@ -661,7 +635,7 @@ def _refusal(failed: list[dict[str, Any]], cfg: DistillConfig, state_dir: Path) 
         if any(c.get("hub") for c in links):
             fix = ("one private identity draws most matches (a hub, docs/distill.md#hubs): check it for duplicates "
                    "or a broken image, or pass --resume --allow-linkable to publish anyway")
-        elif cfg.method == "pfd" and any("clustered by source" in failure_cause(c) for c in links):
+        elif get_method(cfg.method).decouples and any("clustered by source" in failure_cause(c) for c in links):
             fix = ("the links cluster by source, a residual link rather than too small an audit: distill again into a "
                    "new --state-dir with the de-linking term (--lambda-delink 10 --judge CKPT), or pass --resume "
                    "--allow-linkable to publish anyway")
@@ -670,7 +644,7 @@ def _refusal(failed: list[dict[str, Any]], cfg: DistillConfig, state_dir: Path) 
             fix = (f"distill again into a new --state-dir with more proxies per identity (--ipc; K = {cfg.rta.ipc} now, "
                    "the power table in docs/distill.md wants K >= 3), or pass --resume --allow-linkable to publish anyway")
         return f"not published: {'; '.join(parts)}. {keep}: {fix}"
-    if cfg.method == "pfd":
+    if get_method(cfg.method).decouples:
         public_leak = any(c["name"].startswith("public_") and c.get("leaks", True) for c in links)
         fix = ("rerun with --resume and a longer OGP schedule (--ogp-steps, e.g. twice counts.ogp_steps of "
                "summary.json), or pass --allow-linkable to publish anyway")

@@ -6,11 +6,14 @@
   -> :func:`kmeans_prototypes`
 * eq. 9  ``L_RTA`` with separate diagonal / off-diagonal normalisation -> :func:`rta_loss`
 * eq. 10 ``L_distill = L_cls^RTA + λ_RTA L_RTA + λ_bn L_bn`` -> :func:`distill_loss`
-* pfd's addition, off by default: ``+ λ_dl L_dl`` against the public model -> :mod:`pfd.distill.delink`
+* pfd's additions, off by default: ``+ λ_sp L_sp`` (spatial feature statistics,
+  :mod:`pfd.nn.spatial_stats`) and ``+ λ_dl L_dl`` against the public model (:mod:`pfd.distill.delink`);
+  proxies may start from public faces (:mod:`pfd.distill.init_pool`) instead of noise.
 
 L_RTA is a sum over proxy rows (row i of ``A_syn`` depends only on proxy i), so any batch of
-proxies can be optimised on its own: :class:`ProxyDistiller` owns the loop for one batch, seeded
-from ``(seed, batch_index)``, which is what makes distillation resumable and shardable.
+proxies can be optimised on its own: :class:`ProxyDistiller` composes the loss of one batch and
+drives the image-inversion engine (:class:`pfd.nn.inversion.ImageInversion`, seeded from
+``(seed, batch_index)``), which is what makes distillation resumable and shardable.
 
 Which logits eq. 7 uses: the paper writes the same ``L_CE`` as in eq. 2, which it defines as
 the margin-based cross-entropy of the FR head; :class:`ProxyDistiller` therefore uses the
@@ -20,7 +23,6 @@ OGP trained. :func:`distill_loss` takes logits, so a caller can pass plain scale
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -29,23 +31,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
-
 from pfd.data.shape import ImageSize, canonical_size, image_hw
-from pfd.distill.augment import augment_proxies
 from pfd.distill.delink import PublicView, target_ranks
 from pfd.errors import PfdError
-from pfd.nn.bn_hooks import BNStatistics
-from pfd.nn.frozen_prelu import FrozenPReLU
+from pfd.nn.inversion import ImageInversion, noise_images
 from pfd.nn.spatial_stats import SpatialStatistics
+from pfd.progress import progress_bar
 
 __all__ = [
     "kmeans_prototypes",
     "rta_loss",
     "rta_loss_full",
     "distill_loss",
-    "cosine_lr",
-    "batch_generator",
     "proxy_batches",
     "DistillResult",
     "ProxyDistiller",
@@ -211,17 +208,6 @@ def distill_loss(
 # --------------------------------------------------------------------------------------------
 
 
-def cosine_lr(base_lr: float, iteration: int, iterations: int) -> float:
-    """SRe2L's schedule without warm-up: ``0.5 (1 + cos(π t / T)) · lr``."""
-    return 0.5 * (1.0 + math.cos(math.pi * iteration / max(iterations, 1))) * base_lr
-
-
-def batch_generator(seed: int, batch_index: int) -> torch.Generator:
-    """A CPU generator seeded from ``(seed, batch_index)`` only (independent across batches)."""
-    state = np.random.SeedSequence([int(seed), int(batch_index)]).generate_state(1, dtype=np.uint64)[0]
-    return torch.Generator().manual_seed(int(state))
-
-
 def proxy_batches(num_proxies: int, batch_size: int) -> list[np.ndarray]:
     """Prototype rows of each proxy batch: ``[0..B), [B..2B), ...`` (the last may be short)."""
     return [np.arange(s, min(s + batch_size, num_proxies)) for s in range(0, num_proxies, batch_size)]
@@ -279,7 +265,7 @@ class ProxyDistiller:
         device: Where to optimise (default: the backbone's device).
         include_bn1d: Also match BatchNorm1d statistics (see :mod:`pfd.nn.bn_hooks`).
         amp: bf16 autocast for the backbone forward on CUDA.
-        progress: Show a per-batch tqdm bar.
+        progress: Show a per-batch progress bar (a terminal only; :mod:`pfd.progress`).
         public: The public model and its private gallery for pfd's de-linking term
             (:mod:`pfd.distill.delink`, weight ``cfg.lambda_delink``); ``None`` or a zero weight: eq. 10 alone.
         init_pool: The public photos the proxies start from (``cfg.init = "public"``,
@@ -336,8 +322,7 @@ class ProxyDistiller:
 
     def init_noise(self, batch: int, gen: torch.Generator) -> torch.Tensor:
         """Gaussian noise around mid-grey, clamped to [0, 1]: ``(B, 3, H, W)`` on the CPU."""
-        z = torch.randn(batch, 3, *self.hw, generator=gen)
-        return (0.5 + float(self.cfg.init_std) * z).clamp_(0.0, 1.0)
+        return noise_images(batch, self.size, self.cfg.init_std, gen)
 
     def distill_batch(
         self, rows: torch.Tensor | np.ndarray | None, classes: torch.Tensor | np.ndarray | None, *, batch_index: int,
@@ -362,15 +347,13 @@ class ProxyDistiller:
         n = len(rows) if rows is not None else len(classes)  # type: ignore[arg-type]
         rows_t = torch.as_tensor(np.asarray(rows), dtype=torch.int64, device=self.device) if rows is not None else None
         cls_t = torch.as_tensor(np.asarray(classes), dtype=torch.int64, device=self.device) if classes is not None else None
-        gen = batch_generator(cfg.seed, batch_index)
         if self.init_pool is not None:
             if rows is None:
                 raise PfdError("a start from public photos needs each proxy's prototype row (rows=)")
-            s = self.init_pool.images(np.asarray(rows)).to(self.device).requires_grad_(True)  # (B, 3, H, W) public photos
+            pool = self.init_pool
+            start: Callable[[torch.Generator], torch.Tensor] = lambda gen: pool.images(np.asarray(rows))  # noqa: E731
         else:
-            s = self.init_noise(n, gen).to(self.device).requires_grad_(True)
-        opt = torch.optim.Adam([s], lr=cfg.lr, betas=tuple(cfg.betas), eps=1e-8)
-        history: dict[str, list[float]] = {"cls": [], "rta": [], "bn": [], "total": []}
+            start = lambda gen: self.init_noise(n, gen)  # noqa: E731
         public = self.public
         if public is not None:  # checked before any hook is placed on the models
             if sources is None:
@@ -379,67 +362,45 @@ class ProxyDistiller:
             if rows is None:
                 raise PfdError("the de-linking term needs each proxy's prototype row (rows=)")
             rank_t = target_ranks(np.asarray(rows), public.n_ids, int(cfg.ipc), seed=cfg.seed).to(self.device)
-            history["delink"] = []
-        use_bn = cfg.lambda_bn != 0
-        hooks = BNStatistics(self.backbone, first_multiplier=cfg.first_bn_multiplier, include_bn1d=self.include_bn1d) if use_bn else None
+        engine = ImageInversion(
+            self.backbone, size=self.size, iterations=cfg.iterations, lr=cfg.lr, betas=tuple(cfg.betas),
+            crop_scale=tuple(cfg.crop_scale), flip=cfg.flip, shift=cfg.shift, lambda_bn=cfg.lambda_bn,
+            first_bn_multiplier=cfg.first_bn_multiplier, include_bn1d=self.include_bn1d, init_std=cfg.init_std,
+            seed=cfg.seed, device=self.device, amp=self.amp, fast_prelu=self.fast_prelu,
+            frozen=[public.model] if public is not None else [], what="RTA batch",
+            fix="lower rta.lr or rta.lambda_bn, or check the backbone; finished batches are kept",
+        )  # fmt: skip
         spatial = SpatialStatistics(self.backbone, self.spatial) if self.spatial is not None else None
-        if spatial is not None:
-            history["spatial"] = []
-        # The frozen networks' PReLU layers skip their slopes' unused gradient (bit-identical, pfd.nn.frozen_prelu).
-        models = [self.backbone] + ([public.model] if public is not None else [])
-        prelus = [FrozenPReLU(m) for m in models] if self.fast_prelu else []
+
+        def loss(x: torch.Tensor, feats: torch.Tensor, bn: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            """Eq. 10 (+ the spatial statistics and the de-linking term, when on), in this order."""
+            emb = F.normalize(feats, dim=1)  # (B, D)
+            logits = self.head(feats, cls_t) if self.head is not None and cls_t is not None else None
+            total, comps = distill_loss(
+                emb, logits=logits, targets=cls_t, rows=rows_t, P=self.P, bn=bn.loss() if bn is not None else None,
+                lambda_rta=cfg.lambda_rta, lambda_bn=cfg.lambda_bn,
+            )  # fmt: skip
+            if spatial is not None:
+                l_sp = spatial.loss()
+                total = total + cfg.lambda_spatial * l_sp
+                comps["spatial"] = l_sp.detach()
+            if public is not None:
+                l_dl = public.loss(x, src_t, rank_t)
+                total = total + cfg.lambda_delink * l_dl
+                comps["delink"] = l_dl.detach()
+            return total, comps
+
+        bar = progress_bar(total=cfg.iterations, desc=f"RTA batch {batch_index}", enabled=self.progress)
+        step = on_step if on_step is not None or not self.progress else bar.update
         try:
-            for it in tqdm(range(cfg.iterations), desc=f"RTA batch {batch_index}", leave=False, disable=not self.progress):
-                for g in opt.param_groups:
-                    g["lr"] = cosine_lr(cfg.lr, it, cfg.iterations)
-                x = augment_proxies(s, generator=gen, crop_scale=tuple(cfg.crop_scale), flip=cfg.flip, shift=cfg.shift)
-                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
-                    feats = self.backbone(x)
-                feats = feats.float()  # (B, D)
-                emb = F.normalize(feats, dim=1)
-                logits = self.head(feats, cls_t) if self.head is not None and cls_t is not None else None
-                total, comps = distill_loss(
-                    emb,
-                    logits=logits,
-                    targets=cls_t,
-                    rows=rows_t,
-                    P=self.P,
-                    bn=hooks.loss() if hooks is not None else None,
-                    lambda_rta=cfg.lambda_rta,
-                    lambda_bn=cfg.lambda_bn,
-                )
-                if spatial is not None:
-                    l_sp = spatial.loss()
-                    total = total + cfg.lambda_spatial * l_sp
-                    comps["spatial"] = l_sp.detach()
-                if public is not None:
-                    l_dl = public.loss(x, src_t, rank_t)
-                    total = total + cfg.lambda_delink * l_dl
-                    comps["delink"] = l_dl.detach()
-                value = float(total.detach())
-                if not math.isfinite(value):
-                    parts = ", ".join(f"L_{k}={float(v):.4g}" for k, v in comps.items())
-                    raise PfdError(
-                        f"RTA batch {batch_index}: loss became {value} at iteration {it} ({parts}); "
-                        "lower rta.lr or rta.lambda_bn, or check the backbone; finished batches are kept"
-                    )
-                for k, v in comps.items():
-                    history[k].append(float(v))
-                history["total"].append(value)
-                opt.zero_grad(set_to_none=True)
-                total.backward()
-                opt.step()
-                with torch.no_grad():
-                    s.clamp_(0.0, 1.0)
-                if on_step is not None:
-                    on_step()
+            s = engine.invert(loss, n=n, batch_index=batch_index, start=start, on_step=step)
         finally:
-            if hooks is not None:
-                hooks.remove()
-            for p in prelus:
-                p.remove()
+            bar.close()
             if spatial is not None:
                 spatial.remove()
+        h = engine.history
+        history = {k: h.get(k, []) for k in ("cls", "rta", "bn", "total")} | {k: v for k, v in h.items() if k not in
+                                                                              ("cls", "rta", "bn", "total")}
         return DistillResult(s.detach().cpu().float(), history)
 
     @torch.no_grad()

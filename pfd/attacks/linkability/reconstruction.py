@@ -10,10 +10,11 @@ from noise, optimise an image ``x`` so that
     L(x) = 1 − cos(φ(aug(x)), t) + λ_bn · L_bn(x)
 
 where ``t`` is the target (proxy) embedding, ``aug`` a fresh random crop / flip / shift per image
-and iteration (:func:`pfd.distill.augment.augment_proxies`) and ``L_bn`` the BatchNorm statistics
+and iteration (:func:`pfd.nn.augment.augment_proxies`) and ``L_bn`` the BatchNorm statistics
 distance of eq. 6 of the PFD paper (:class:`pfd.nn.bn_hooks.BNStatistics`), which pulls the batch
 towards the image statistics the public model was trained on. Adam, cosine-decayed learning rate,
-pixels clamped to [0, 1] after every step (as RTA, :mod:`pfd.distill.rta`).
+pixels clamped to [0, 1] after every step: the image-inversion engine RTA drives too
+(:class:`pfd.nn.inversion.ImageInversion`), with this loss.
 
 This is a weaker prior than a face generator: reconstructions look like textures that the model
 reads as the target identity, not like photographs. The hook below lets a user plug in a real
@@ -29,14 +30,13 @@ of every batch, so its rate and remaining time are the projection of the whole a
 :attr:`BNInversion.history` keeps each batch's time.
 
 Seeding: batch ``b`` draws its noise and augmentations from
-:func:`pfd.distill.rta.batch_generator` ``(seed, b)``; results are reproducible on one device.
+:func:`pfd.nn.inversion.batch_generator` ``(seed, b)``; results are reproducible on one device.
 Because L_bn is a statistic of the whole batch, a reconstruction depends on the batch it was
 optimised in (the batch size is part of the settings).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Callable
 
@@ -45,12 +45,10 @@ import torch.nn.functional as F
 from torch import nn
 from pfd.progress import progress_bar
 
-from pfd.distill.augment import augment_proxies
-from pfd.distill.rta import batch_generator, cosine_lr
-from pfd.data.shape import canonical_size, image_hw, plain_size
+from pfd.data.shape import canonical_size, plain_size
 from pfd.errors import PfdError
 from pfd.nn.bn_hooks import BNStatistics
-from pfd.nn.frozen_prelu import FrozenPReLU
+from pfd.nn.inversion import ImageInversion
 
 __all__ = ["Reconstructor", "BNInversion", "check_reconstructions"]
 
@@ -173,43 +171,29 @@ class BNInversion:
 
     def _invert_batch(self, target: torch.Tensor, index: int, *, bar: Any = None, batches: int = 1) -> torch.Tensor:
         t0 = time.perf_counter()
-        gen = batch_generator(self.seed, index)
-        n = target.shape[0]
         target = target.to(self.device)  # (b, D)
-        x = (0.5 + self.init_std * torch.randn(n, 3, *image_hw(self.size), generator=gen)).clamp_(0.0, 1.0)
-        x = x.to(self.device).requires_grad_(True)
-        opt = torch.optim.Adam([x], lr=self.lr, betas=(0.5, 0.9))
-        hooks = BNStatistics(self.model, first_multiplier=self.first_bn_multiplier) if self.lambda_bn > 0 else None
-        prelu = FrozenPReLU(self.model)  # the frozen model's PReLU slopes get no gradient (bit-identical)
-        l_bn = torch.zeros((), device=self.device)
-        try:
-            for it in range(self.iterations):
-                for g in opt.param_groups:
-                    g["lr"] = cosine_lr(self.lr, it, self.iterations)
-                xa = augment_proxies(x, generator=gen, crop_scale=self.crop_scale, flip=self.flip, shift=self.shift)
-                emb = F.normalize(self.model(xa).float(), dim=1)  # (b, D)
-                loss = (1.0 - (emb * target).sum(1)).mean()
-                if hooks is not None:
-                    l_bn = hooks.loss()
-                    loss = loss + self.lambda_bn * l_bn
-                # A host sync per step costs a GPU its queue; a NaN shows within a few steps anyway.
-                if (it % 16 == 0 or it == self.iterations - 1) and not math.isfinite(float(loss.detach())):
-                    raise PfdError(f"reconstruction batch {index}: loss became {float(loss.detach())} at iteration {it}; "
-                                   "lower the reconstruction lr or lambda_bn")
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                with torch.no_grad():
-                    x.clamp_(0.0, 1.0)
-                if bar is not None:
-                    bar.update(1)
-        finally:
-            if hooks is not None:
-                hooks.remove()
-            prelu.remove()
+        engine = ImageInversion(
+            self.model, size=self.size, iterations=self.iterations, lr=self.lr, betas=(0.5, 0.9),
+            crop_scale=self.crop_scale, flip=self.flip, shift=self.shift, lambda_bn=self.lambda_bn,
+            first_bn_multiplier=self.first_bn_multiplier, init_std=self.init_std, seed=self.seed, device=self.device,
+            # A host sync per step costs a GPU its queue; a NaN shows within a few steps anyway.
+            check_every=16, record=False, what="reconstruction batch",
+            fix="lower the reconstruction lr or lambda_bn",
+        )  # fmt: skip
+        last_bn: list[torch.Tensor] = [torch.zeros((), device=self.device)]
+
+        def loss(x: torch.Tensor, feats: torch.Tensor, bn: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            emb = F.normalize(feats, dim=1)  # (b, D)
+            total = (1.0 - (emb * target).sum(1)).mean()
+            if bn is not None:
+                last_bn[0] = bn.loss()
+                total = total + self.lambda_bn * last_bn[0]
+            return total, {}
+
+        x = engine.invert(loss, n=target.shape[0], batch_index=index, on_step=bar.update if bar is not None else None)
         with torch.no_grad():
             final = (F.normalize(self.model(x).float(), dim=1) * target).sum(1).mean()
-        self.history.append({"cosine": float(final), "bn": float(l_bn.detach()), "images": n,
+        self.history.append({"cosine": float(final), "bn": float(last_bn[0].detach()), "images": target.shape[0],
                              "seconds": time.perf_counter() - t0})
         if bar is not None:
             bar.set_postfix_str(f"batch {index + 1}/{batches}, cos {float(final):.3f}")

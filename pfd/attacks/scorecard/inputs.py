@@ -1,16 +1,11 @@
 """What the scorecard reads: a release, the publisher's state dir and the private set, checked.
 
 The release (``release/<label>/<k>.png`` + ``manifest.json``) is what an attacker has. The state
-dir written by ``pfd distill`` is what only the publisher has; the scorecard uses it to *score*
-attacks (which private identity each proxy came from) and to play the insider:
-
-====================  ==================================================================
-``proxy_map.json``    each released file -> source identity (``pfd.data.release``); required
-``public_model.pt``   the public starting model: the attacker's default public model
-``adapted.pt``        the publisher's adapted backbone + head: the insider attacker
-``config.toml``       the resolved distillation config (its ``private`` spec is the default
-                      private set)
-====================  ==================================================================
+dir written by ``pfd distill`` (its layout: :class:`pfd.release.state_dir.StateDir`) is what only
+the publisher has; the scorecard uses it to *score* attacks (which private identity each proxy came
+from: the proxy map, required) and to play the insider (the adapted model); its public model is
+the attacker's default public model, its judge the model that vouched for the release, and its
+config's ``private`` spec the default private set.
 
 Every mismatch between the three is a one-line :class:`~pfd.errors.PfdError` naming the file or
 identity, because a score computed against the wrong private set is silently meaningless.
@@ -32,17 +27,12 @@ else:  # pragma: no cover - Python 3.10 only
     import tomli as tomllib
 
 from pfd.data.faceset import FaceSet
-from pfd.data.release import MANIFEST, PROXY_MAP, check_same_run, read_manifest, read_proxy_map
+from pfd.release.format import MANIFEST, read_manifest
+from pfd.release.state_dir import StateDir, check_same_run, read_proxy_map
 from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
 
-__all__ = ["PUBLIC_MODEL", "ADAPTED_MODEL", "JUDGE_MODEL", "STATE_CONFIG", "ReleaseState", "open_release_state",
-           "state_private_spec", "proxy_sources"]
-
-PUBLIC_MODEL = "public_model.pt"
-ADAPTED_MODEL = "adapted.pt"
-JUDGE_MODEL = "judge_model.pt"
-STATE_CONFIG = "config.toml"
+__all__ = ["ReleaseState", "open_release_state", "state_private_spec", "proxy_sources"]
 
 
 @dataclass
@@ -117,7 +107,8 @@ def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike)
             the manifest's), missing/damaged proxy map, a released file that the map does not know, or
             a mapped file missing from the release.
     """
-    r, s = Path(release), Path(state_dir)
+    r, st = Path(release), StateDir.at(state_dir)
+    s = st.root
     if not r.is_dir():
         raise PfdError(f"{r}: no such release folder; pass the folder written by pfd distill (--release)")
     manifest = read_manifest(r)
@@ -129,13 +120,13 @@ def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike)
     pm = read_proxy_map(s)
     rows = pm.get("proxies")
     if not isinstance(rows, list) or not rows:
-        raise PfdError(f"{s / PROXY_MAP}: no 'proxies' list; the state dir is damaged, re-run pfd distill")
+        raise PfdError(f"{st.proxy_map}: no 'proxies' list; the state dir is damaged, re-run pfd distill")
     sources: dict[str, tuple[int, str | None]] = {}
     for row in rows:
         try:
             f, src = str(row["file"]), int(row["source"])
         except (KeyError, TypeError, ValueError):
-            raise PfdError(f"{s / PROXY_MAP}: a proxy row without 'file' and integer 'source' ({row!r:.80}); "
+            raise PfdError(f"{st.proxy_map}: a proxy row without 'file' and integer 'source' ({row!r:.80}); "
                            "the state dir is damaged") from None
         name = row.get("source_name")
         sources[f] = (src, str(name) if name is not None else None)
@@ -144,23 +135,23 @@ def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike)
     released = listed or on_disk
     extra = sorted(released - set(sources))
     if extra:
-        raise PfdError(f"{r / extra[0]}: released file not in {s / PROXY_MAP} ({len(extra)} such); "
+        raise PfdError(f"{r / extra[0]}: released file not in {st.proxy_map} ({len(extra)} such); "
                        "the state dir does not belong to this release")
     missing = sorted(set(sources) - on_disk)
     if missing:
-        raise PfdError(f"{r / missing[0]}: in {s / PROXY_MAP} but not in the release ({len(missing)} such); "
+        raise PfdError(f"{r / missing[0]}: in {st.proxy_map} but not in the release ({len(missing)} such); "
                        "the state dir does not belong to this release (or the release is incomplete)")
     config: dict[str, Any] = {}
-    if (s / STATE_CONFIG).is_file():
+    if st.config.is_file():
         try:
-            config = tomllib.loads((s / STATE_CONFIG).read_text(encoding="utf-8"))
+            config = tomllib.loads(st.config.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise PfdError(f"{s / STATE_CONFIG}: invalid TOML ({e}); the state dir is damaged") from None
+            raise PfdError(f"{st.config}: invalid TOML ({e}); the state dir is damaged") from None
+    present = lambda p: p if p.is_file() else None  # noqa: E731
     return ReleaseState(
         release=r, state_dir=s, manifest=manifest, files=sorted(sources), sources=sources,
-        public_model=(s / PUBLIC_MODEL) if (s / PUBLIC_MODEL).is_file() else None,
-        adapted_model=(s / ADAPTED_MODEL) if (s / ADAPTED_MODEL).is_file() else None,
-        config=config, judge_model=(s / JUDGE_MODEL) if (s / JUDGE_MODEL).is_file() else None,
+        public_model=present(st.public_model), adapted_model=present(st.adapted), config=config,
+        judge_model=present(st.judge_model),
     )
 
 
@@ -188,7 +179,7 @@ def proxy_sources(state: ReleaseState, names: list[str], private: FaceSet, *, pr
     out = np.empty(len(names), dtype=np.int64)
     for i, f in enumerate(names):
         if f not in state.sources:
-            raise PfdError(f"{state.release / f}: release image not in {state.state_dir / PROXY_MAP}; "
+            raise PfdError(f"{state.release / f}: release image not in {StateDir.at(state.state_dir).proxy_map}; "
                            "the state dir does not belong to this release")
         label, name = state.sources[f]
         if name is not None:

@@ -41,16 +41,15 @@ from pfd.attacks.models.loading import Attacker, load_attacker, load_outside_att
 from pfd.attacks.models.outside import InputConvention
 from pfd.attacks.linkability.reconstruction import BNInversion, Reconstructor, check_reconstructions
 from pfd.attacks.scorecard.inputs import (
-    ADAPTED_MODEL,
-    PUBLIC_MODEL,
     ReleaseState,
     open_release_state,
     proxy_sources,
     state_private_spec,
 )
 from pfd.config import AttackConfig, config_to_dict
+from pfd.release.state_dir import StateDir
 from pfd.data.faceset import FaceSet
-from pfd.data.release_reader import read_release
+from pfd.release.reader import read_release
 from pfd.data.sources import open_faces
 from pfd.data.shape import plain_size, same_size, size_text
 from pfd.errors import PfdError
@@ -109,11 +108,11 @@ def _attackers(cfg: AttackConfig, state: ReleaseState, progress: bool) -> list[A
     common = dict(batch_size=cfg.batch_size, flip=cfg.flip, progress=progress)
     public = cfg.public_model or state.public_model
     if public is None:
-        raise PfdError(f"{state.state_dir / PUBLIC_MODEL}: missing; pass the attacker's model with --public-model")
+        raise PfdError(f"{StateDir.at(state.state_dir).public_model}: missing; pass the attacker's model with --public-model")
     out = [load_attacker(public, role="public", size=cfg.public_model_size or None, **common)]
     if cfg.insider:
         if state.adapted_model is None:
-            raise PfdError(f"{state.state_dir / ADAPTED_MODEL}: missing; pass the state dir pfd distill wrote, "
+            raise PfdError(f"{StateDir.at(state.state_dir).adapted}: missing; pass the state dir pfd distill wrote, "
                            "or --no-insider to skip the insider attacker")
         insider = load_attacker(state.adapted_model, role="insider", **common)
         if state.image_size and not same_size(insider.size, state.image_size):

@@ -1,6 +1,6 @@
 """Reading a release back: as a FaceSet (``read_release``), and checking that it is one, complete.
 
-The release layout and its manifest are :mod:`pfd.data.release`'s; this module only reads them
+The release layout and its manifest are :mod:`pfd.release.format`'s; this module only reads them
 (what ``pfd train --data RELEASE``, the attacks and the benchmarks do).
 """
 
@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 from pfd.data.faceset import FaceSet
-from pfd.data.release import LABEL_NAME_RE, MANIFEST, PNG_NAME_RE, read_manifest
+from pfd.release.format import LABEL_NAME_RE, MANIFEST, PNG_NAME_RE, read_manifest
 from pfd.data.shape import ImageSize, canonical_size, pil_size
 from pfd.errors import PfdError
 from pfd.io import sha256_file

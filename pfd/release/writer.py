@@ -1,171 +1,44 @@
-"""The published release and the private state dir that must never travel with it.
+"""Writing a release: the proxies as ``OUT/<label>/<k>.png`` with arbitrary labels, then the manifest.
 
-A release is an ImageFolder tree ``OUT/<label>/<k>.png`` plus ``OUT/manifest.json``:
-
-* ``<label>`` is a zero-padded number (``0007``); labels are an arbitrary permutation of the
-  internal proxy classes drawn from ``np.random.default_rng(label_seed)``, redrawn if it looks
-  ordered (see :func:`looks_ordered`), so label order says nothing about source order. Within a
-  class the image order is shuffled by the same generator.
-* PNGs carry pixels only: PIL writes IHDR, IDAT and IEND for an RGB image without ``pnginfo``
-  (no tEXt/iTXt/zTXt/tIME/pHYs/eXIf); ``optimize=False`` and a fixed compression level make the
-  bytes a function of the pixels, so a resumed run writes byte-identical files.
-* ``manifest.json`` holds the format, counts, image size (``S``, or ``[H, W]`` for non-square
-  proxies), the method, the run id (a random id
-  that ties the release to the state dir of the run that wrote it, for ``--resume``) and a
-  sha256 per file -- no names, no seeds, no rotation, no model, no timestamps, nothing else
-  (:data:`MANIFEST_KEYS`; the lint fails any other key).
-* The release is the public artefact: files are 0644, folders 0755, whatever the umask. Only one
-  process writes into a release folder at a time (an ``flock`` on the folder).
-
-The label seed, the proxy->source map and everything else private go to the state dir
-(:func:`prepare_state_dir`, mode 0700, never inside the release nor containing it;
-:func:`write_proxy_map`). :mod:`pfd.data.release_lint` checks a release for leaks.
+The format is :mod:`pfd.release.format`'s. Every PNG and the manifest are written atomically and
+the manifest last, so a folder with a manifest is a complete release; only one process writes
+into a release folder at a time (an ``flock`` on the folder). The proxy -> source map, the label
+seed and everything else private go to the state dir (:func:`write_proxy_map`;
+:mod:`pfd.release.state_dir`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
-import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
-from PIL import Image
 
 from pfd.data.shape import plain_size
 from pfd.errors import PfdError
-from pfd.io import atomic_write_bytes, atomic_write_json, path_within, sha256_bytes, sha256_file
-
-__all__ = [
-    "FORMAT",
-    "FORMAT_VERSION",
-    "MANIFEST",
-    "MANIFEST_KEYS",
-    "CHECK_NAMES",
-    "PROXY_MAP",
-    "STATE_MARKER",
-    "clear_interrupted_release",
-    "read_marker",
-    "check_same_run",
-    "WrittenRelease",
-    "write_release",
-    "read_manifest",
-    "encode_png",
-    "to_uint8",
-    "label_permutation",
-    "looks_ordered",
-    "check_outside_release",
-    "check_separate",
-    "prepare_state_dir",
-    "secure_state_dir",
-    "write_proxy_map",
-    "read_proxy_map",
-]
-
-FORMAT = "pfd-release"
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-#: The proxy -> source map in the state dir.
-PROXY_MAP = "proxy_map.json"
-_TMP = re.compile(r"^\..+\.tmp$")  # leftovers of pfd.io.atomic_open after a kill
-#: Every key a manifest may hold (the documented schema).
-#: Names of the publication gate's checks (:mod:`pfd.distill.gate`), the only keys of ``checks``.
-CHECK_NAMES = frozenset({"ogp_margin", "judge_competence"} | {
-    f"{who}_{attack}" for who in ("insider", "public", "judge")
-    for attack in ("vismatch", "reid", "vismatch_csls", "reid_csls")})  # pfd.distill.gate.ATTACKS per model
-
-MANIFEST_KEYS = frozenset(
-    {"format", "format_version", "method", "run_id", "image_size", "num_classes", "num_images", "images_per_class", "files",
-     "checks"}
+from pfd.io import atomic_write_bytes, atomic_write_json, sha256_bytes, sha256_file
+from pfd.release.format import (
+    CHECK_NAMES,
+    FORMAT,
+    FORMAT_VERSION,
+    LABEL_NAME_RE,
+    MANIFEST,
+    PNG_NAME_RE,
+    RELEASE_DIR_MODE,
+    RELEASE_FILE_MODE,
+    TMP_NAME_RE,
+    encode_png,
+    label_permutation,
+    read_manifest,
+    to_uint8,
 )
-#: The marker of a pfd state dir, the first file every run writes into it (:mod:`pfd.distill.claim`):
-#: ``{"format": "pfd-state", "format_version": 1, "run_id": <hex>}``; the release's manifest names the
-#: same run id, which is how a release and the state dir of the run that wrote it are paired.
-STATE_MARKER = "pfd-state.json"
-MARKER_FORMAT = "pfd-state"
-#: Modes of the published files and folders (readable by everyone: it is the public artefact).
-RELEASE_FILE_MODE, RELEASE_DIR_MODE = 0o644, 0o755
-#: Modes of everything in the state dir.
-STATE_FILE_MODE, STATE_DIR_MODE = 0o600, 0o700
-#: How pfd names release folders and files (``0007/003.png``).
-LABEL_NAME_RE = re.compile(r"^\d{4,}$")
-PNG_NAME_RE = re.compile(r"^\d{3,}\.png$")
+from pfd.release.state_dir import PROXY_MAP, check_separate
 
-
-# --------------------------------------------------------------------------------------------
-# Pixels and PNG bytes
-# --------------------------------------------------------------------------------------------
-
-
-def to_uint8(proxies: torch.Tensor | np.ndarray) -> np.ndarray:
-    """Quantise ``(n, 3, H, W)`` floats in [0, 1] (or uint8) to uint8 ``(n, H, W, 3)``.
-
-    Floats are rounded to the nearest level (``round(255 x)``), values outside [0, 1] clipped.
-
-    Raises:
-        ValueError: On a wrong shape or non-finite values.
-    """
-    x = proxies.detach().cpu().numpy() if isinstance(proxies, torch.Tensor) else np.asarray(proxies)
-    if x.ndim != 4 or x.shape[1] != 3:
-        raise ValueError(f"proxies must be (n, 3, H, W), got {x.shape}")
-    if x.dtype != np.uint8:
-        x = x.astype(np.float64)
-        if not np.isfinite(x).all():
-            raise ValueError("proxies contain NaN or infinite values")
-        x = np.clip(np.round(x * 255.0), 0, 255).astype(np.uint8)
-    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-
-
-def encode_png(img: np.ndarray) -> bytes:
-    """PNG bytes of one ``(H, W, 3)`` uint8 image with no metadata chunks, deterministically."""
-    buf = io.BytesIO()
-    Image.fromarray(img, mode="RGB").save(buf, format="PNG", optimize=False, compress_level=6)
-    return buf.getvalue()
-
-
-# --------------------------------------------------------------------------------------------
-# Labels
-# --------------------------------------------------------------------------------------------
-
-
-def looks_ordered(labels: Sequence[float] | np.ndarray, sources: Sequence[float] | np.ndarray) -> bool:
-    """Whether labels follow the source order: a release must never do this.
-
-    True when the Spearman rank correlation between the labels and the source identities is
-    ±1 (same or reversed order, from 3 classes up) or ``|ρ| ≥ max(0.5, 4/√(n−1))`` (more than
-    4 standard deviations from a random permutation, and at least a strong correlation).
-    """
-    a = np.asarray(labels, dtype=np.float64)
-    b = np.asarray(sources, dtype=np.float64)
-    n = len(a)
-    if n < 3:
-        return False
-    ra = np.argsort(np.argsort(a, kind="stable"), kind="stable").astype(np.float64)
-    rb = np.argsort(np.argsort(b, kind="stable"), kind="stable").astype(np.float64)
-    ra -= ra.mean()
-    rb -= rb.mean()
-    rho = float((ra * rb).sum() / np.sqrt((ra**2).sum() * (rb**2).sum()))
-    return abs(rho) >= 1 - 1e-9 or abs(rho) >= max(0.5, 4.0 / np.sqrt(n - 1))
-
-
-def label_permutation(num_classes: int, rng: np.random.Generator) -> np.ndarray:
-    """Label index of each internal class: a permutation that does not :func:`looks_ordered`."""
-    perm = rng.permutation(num_classes)
-    for _ in range(1000):
-        if not looks_ordered(perm, np.arange(num_classes)):
-            break
-        perm = rng.permutation(num_classes)
-    return perm
-
-
-# --------------------------------------------------------------------------------------------
-# Writing and reading a release
-# --------------------------------------------------------------------------------------------
+__all__ = ["WrittenRelease", "write_release", "clear_interrupted_release", "write_proxy_map"]
 
 
 @dataclass
@@ -187,15 +60,6 @@ class WrittenRelease:
     class_label: dict[int, str]
 
 
-def read_manifest(path: str | os.PathLike) -> dict[str, Any] | None:
-    """The manifest of a pfd release folder, or ``None`` if it has none / is not pfd's."""
-    p = Path(path) / MANIFEST
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
-
 
 def _prepare_release_dir(out: Path, resume: bool, run_id: str | None = None) -> dict[str, Any] | None:
     """Check ``out`` can receive a release; return the previous manifest when resuming."""
@@ -214,11 +78,12 @@ def _prepare_release_dir(out: Path, resume: bool, run_id: str | None = None) -> 
     for dirpath, dirnames, filenames in os.walk(out):
         for name in filenames:
             rel = Path(dirpath, name).relative_to(out).as_posix()
-            if rel not in listed and not _TMP.match(name):
+            if rel not in listed and not TMP_NAME_RE.match(name):
                 raise PfdError(
                     f"{out / rel}: not part of the previous pfd release in {out}; remove it or choose another --out"
                 )
     return old
+
 
 
 def write_release(
@@ -287,6 +152,7 @@ def write_release(
             raise
 
 
+
 def clear_interrupted_release(out: str | os.PathLike) -> None:
     """Remove a release that was left half-written (no manifest yet): by a kill, a full disk, Ctrl-C.
 
@@ -302,7 +168,7 @@ def clear_interrupted_release(out: str | os.PathLike) -> None:
     def ours(p: Path) -> bool:
         rel = p.relative_to(out)
         return len(rel.parts) == 2 and LABEL_NAME_RE.match(rel.parts[0]) is not None and (
-            _TMP.match(p.name) is not None or PNG_NAME_RE.match(p.name) is not None)
+            TMP_NAME_RE.match(p.name) is not None or PNG_NAME_RE.match(p.name) is not None)
 
     if not files or not all(ours(p) for p in files):
         return
@@ -311,6 +177,7 @@ def clear_interrupted_release(out: str | os.PathLike) -> None:
     for d in sorted((p for p in out.iterdir() if p.is_dir()), reverse=True):
         if not any(d.iterdir()):
             d.rmdir()
+
 
 
 @contextlib.contextmanager
@@ -330,6 +197,7 @@ def _folder_lock(folder: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
 
 
 def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str, label_seed: int, run_id: str | None,
@@ -392,7 +260,7 @@ def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str,
         (out / rel).unlink(missing_ok=True)
     for dirpath, _, filenames in os.walk(out):
         for name in filenames:
-            if _TMP.match(name):
+            if TMP_NAME_RE.match(name):
                 Path(dirpath, name).unlink(missing_ok=True)
     for d in sorted((p for p in out.iterdir() if p.is_dir()), reverse=True):
         if not any(d.iterdir()):
@@ -402,100 +270,6 @@ def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str,
     os.chmod(out, RELEASE_DIR_MODE)
     return WrittenRelease(out, manifest, files, labels, class_label)
 
-
-def read_marker(state_dir: str | os.PathLike) -> dict[str, Any] | None:
-    """The marker of a pfd state dir (:data:`STATE_MARKER`), or ``None`` if it has none (or an unreadable one)."""
-    p = Path(state_dir) / STATE_MARKER
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or not isinstance(doc.get("run_id"), str):
-        return None
-    return doc
-
-
-def check_same_run(release: str | os.PathLike, state_dir: str | os.PathLike, *, manifest: dict[str, Any] | None = None) -> None:
-    """Refuse a state dir written by another run than the release (their run ids differ).
-
-    Scoring a release against another run's proxy -> source map gives meaningless figures, and a
-    lint against another run's state checks nothing about this release. A release or state dir
-    that carries no run id (written before run ids existed) is not refused here.
-
-    Raises:
-        PfdError: Naming both run ids and what to pass instead.
-    """
-    manifest = read_manifest(release) if manifest is None else manifest
-    marker = read_marker(state_dir)
-    ours = manifest.get("run_id") if manifest else None
-    theirs = marker.get("run_id") if marker else None
-    if ours and theirs and ours != theirs:
-        raise PfdError(f"{state_dir}: the state dir of run {theirs[:12]}, but {release} was written by run {ours[:12]}; "
-                       "pass the --state-dir of the run that wrote this release")
-
-
-def check_outside_release(path: str | os.PathLike, release: str | os.PathLike, *, what: str, option: str) -> None:
-    """Refuse private state (``what``, set by ``option``) at or below the release folder.
-
-    Raises:
-        PfdError: Naming the path, the release and the option to change.
-    """
-    if path_within(path, release):
-        raise PfdError(f"{path}: {what} lies inside the release {release} and would be published; "
-                       f"choose a {option} outside the release")
-
-
-def check_separate(release: str | os.PathLike, state_dir: str | os.PathLike) -> None:
-    """Refuse a state dir inside the release or a release inside the state dir (symlinks resolved).
-
-    Raises:
-        PfdError: Naming both paths and the fix.
-    """
-    r = Path(release).expanduser().resolve()
-    s = Path(state_dir).expanduser().resolve()
-    check_outside_release(state_dir, release, what="the state dir", option="--state-dir")
-    if path_within(r, s):
-        raise PfdError(
-            f"{release}: the release lies inside the state dir {state_dir}; choose separate folders for --out and --state-dir"
-        )
-
-
-def prepare_state_dir(state_dir: str | os.PathLike, *, release: str | os.PathLike | None = None) -> Path:
-    """Create the private state dir with mode 0700 (set explicitly: ``makedirs`` obeys umask).
-
-    Args:
-        state_dir: The folder (parents are created with default permissions).
-        release: The release folder it must stay apart from.
-
-    Raises:
-        PfdError: If it overlaps ``release`` or exists as a file.
-    """
-    p = Path(state_dir).expanduser()
-    if release is not None:
-        check_separate(release, p)
-    if p.exists() and not p.is_dir():
-        raise PfdError(f"{p}: exists and is not a folder; choose another --state-dir")
-    p.mkdir(parents=True, exist_ok=True)
-    os.chmod(p, STATE_DIR_MODE)
-    return p
-
-
-def secure_state_dir(state_dir: str | os.PathLike) -> None:
-    """Make every folder of the state dir 0700 and every file 0600, whatever the umask was.
-
-    Symlinks are not followed (their targets are not pfd's to change).
-    """
-    root = Path(state_dir)
-    os.chmod(root, STATE_DIR_MODE)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for d in dirnames:
-            p = Path(dirpath, d)
-            if not p.is_symlink():
-                os.chmod(p, STATE_DIR_MODE)
-        for f in filenames:
-            p = Path(dirpath, f)
-            if not p.is_symlink():
-                os.chmod(p, STATE_FILE_MODE)
 
 
 def write_proxy_map(
@@ -541,17 +315,3 @@ def write_proxy_map(
     atomic_write_json(path, doc)
     return path
 
-
-def read_proxy_map(state_dir: str | os.PathLike) -> dict[str, Any]:
-    """Read ``state_dir/proxy_map.json``.
-
-    Raises:
-        PfdError: If it is missing or unreadable.
-    """
-    path = Path(state_dir) / PROXY_MAP
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError:
-        raise PfdError(f"{path}: no proxy map; pass the --state-dir that pfd distill wrote") from None
-    except ValueError as e:
-        raise PfdError(f"{path}: not valid JSON ({e}); the state dir is damaged") from None

@@ -5,10 +5,10 @@ copies a private photo into a release and updates the manifest passes every file
 :func:`find_private_copies` compares every released image with every private image, twice:
 
 * **pixels**: an exact copy (identical pixels once the private image is resized to the release
-  size) or a perceptual near-duplicate (:func:`pfd.data.phash.dhash` within 12.5 % of its bits
-  of the private image or of one of its 80 :func:`~pfd.data.phash.copy_variants`: a re-encoded,
+  size) or a perceptual near-duplicate (:func:`pfd.release.phash.dhash` within 12.5 % of its bits
+  of the private image or of one of its 80 :func:`~pfd.release.phash.copy_variants`: a re-encoded,
   brightened, resized, mirrored, shifted or cropped copy);
-* **aligned pixels** (:mod:`pfd.data.aligned_copies`): a private photo rotated, shifted, cropped,
+* **aligned pixels** (:mod:`pfd.release.aligned_copies`): a private photo rotated, shifted, cropped,
   turned upside down or into its negative, or pasted or tiled into a released image, found by
   warping candidate photos onto the image (or a window of it) and correlating their edges;
 * **embeddings** (with a model, normally the publisher's public model): the cosine of each
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from pfd.data.faceset import FaceSet
-from pfd.data.phash import copy_variants, dhash, grid_for, near_duplicate_bits, nearest
+from pfd.release.phash import copy_variants, dhash, grid_for, near_duplicate_bits, nearest
 from pfd.data.shape import image_hw
 
 __all__ = ["PrivateCopy", "find_private_copies", "cosine_threshold", "COSINE_FLOOR", "COSINE_CEILING"]
@@ -49,7 +49,7 @@ class PrivateCopy:
         file: The released file (relative to the release).
         private: The private image's name.
         how: ``exact``, ``near-duplicate``, ``transformed`` (rotated, shifted, cropped, upside down, negative:
-            :mod:`pfd.data.aligned_copies`), ``pasted`` (a window of the image: a pasted or tiled face)
+            :mod:`pfd.release.aligned_copies`), ``pasted`` (a window of the image: a pasted or tiled face)
             or ``embedding``.
         score: Hash distance in bits (``exact``/``near-duplicate``), the aligned correlation
             (``transformed``/``pasted``) or the cosine (``embedding``).
@@ -108,7 +108,7 @@ def find_private_copies(
         model: A face model (``(B, 3, H, W)`` in [0, 1] -> ``(B, D)``) for the embedding check;
             ``None`` skips it. Images are resized to ``model.arch["size"]`` when it declares one.
         batch_size: Embedding batch size.
-        aligned: Also search rotated, cropped, pasted or tiled copies (:mod:`pfd.data.aligned_copies`;
+        aligned: Also search rotated, cropped, pasted or tiled copies (:mod:`pfd.release.aligned_copies`;
             the slow part); ``False`` keeps exact copies and perceptual near-duplicates.
 
     Returns:
@@ -140,7 +140,7 @@ def find_private_copies(
         elif dist[k] <= limit:
             found[k] = PrivateCopy(f, names[int(idx[k])], "near-duplicate", float(dist[k]), float(limit), grid * grid)
     # Rotated, shifted, cropped, upside-down, negative, pasted or tiled copies: aligned pixel matching.
-    from pfd.data.aligned_copies import find_aligned_copies
+    from pfd.release.aligned_copies import find_aligned_copies
 
     rel_t = torch.stack([torch.from_numpy(img.copy()).permute(2, 0, 1).float().div(255.0) for _, img in released])
     todo = [k for k in range(len(released)) if k not in found] if aligned else []

@@ -1,4 +1,4 @@
-"""Differentiable per-iteration augmentation of the proxies (RTA, as in SRe2L's recover step).
+"""Differentiable per-iteration augmentation of the images being inverted (RTA, as in SRe2L's recover step).
 
 SRe2L (Yin et al. 2023, ``recover/data_synthesis.py``) re-augments the synthetic batch at every
 iteration before the forward pass: ``RandomResizedCrop(size)`` (torchvision's default scale range

@@ -1,6 +1,6 @@
 """Private photos hidden in a release by a geometric or photometric edit: found by aligned pixel matching.
 
-The perceptual hash of :mod:`pfd.data.private_copies` finds re-encoded, resized, mirrored and
+The perceptual hash of :mod:`pfd.release.private_copies` finds re-encoded, resized, mirrored and
 slightly shifted copies, and the embedding test finds what the lint's model calls the same
 face; neither finds a private photo rotated by 5-10°, shifted by 8 px, cropped, turned upside down
 or into its negative, pasted at 40-60 % of its size into a proxy, tiled into a 2 × 2 mosaic or

@@ -5,10 +5,10 @@ no symlinks, no hard links, mode 0644 in 0755 folders -- and at least one image.
 pfd writes: an 8-bit RGB image of the manifest's size, made of IHDR, IDAT and IEND chunks only,
 whose IDAT data is exactly one zlib stream of exactly the image's pixel rows (nothing hidden after
 it, nothing after IEND). Every file is listed in the manifest with a matching sha256; the manifest
-holds the documented keys only (:data:`~pfd.data.release.MANIFEST_KEYS`) with consistent counts;
+holds the documented keys only (:data:`~pfd.release.format.MANIFEST_KEYS`) with consistent counts;
 no name of a source identity or source file appears anywhere. With ``private``, no released
 image may be a private photo, exact, near-duplicate or edited (rotated, cropped, pasted...:
-:mod:`pfd.data.private_copies`). With
+:mod:`pfd.release.private_copies`). With
 the state dir, labels must not follow the source identity order, and the state dir must be
 outside the release with every folder 0700 and every file 0600.
 
@@ -30,18 +30,16 @@ from typing import Any, Iterator
 import numpy as np
 
 from pfd.data.faceset import FaceSet
-from pfd.data.release import (
-    FORMAT,
-    MANIFEST,
+from pfd.release.format import (
     CHECK_NAMES,
+    FORMAT,
+    looks_ordered,
+    MANIFEST,
     MANIFEST_KEYS,
-    PROXY_MAP,
     RELEASE_DIR_MODE,
     RELEASE_FILE_MODE,
-    check_same_run,
-    check_separate,
-    looks_ordered,
 )
+from pfd.release.state_dir import check_same_run, check_separate, PROXY_MAP
 from pfd.data.shape import pil_size
 from pfd.errors import PfdError
 from pfd.io import sha256_file
@@ -65,8 +63,9 @@ _FILE = re.compile(r"^\d+\.png$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _FILEISH = re.compile(r"(\.(jpe?g|png|bmp|webp|tiff?|gif|heic)$)|[/\\]", re.IGNORECASE)
 _MANIFEST_KEYS = set(MANIFEST_KEYS)
-#: Words every release contains; a source name inside one of them (``png``, ``raw``) says nothing.
-_VOCAB = " ".join(sorted(_MANIFEST_KEYS | {FORMAT, "png", "pfd", "rta-only", "sre2l", "raw", "dp-pix", "blur", "manifest.json"}))
+#: Words every release contains; a source name inside one of them (``png``, ``pfd``) says nothing. The
+#: release's own method name (``raw``, ``blur``, ...) joins them when its manifest names one.
+_VOCAB = " ".join(sorted(_MANIFEST_KEYS | {FORMAT, "png", "pfd", "manifest.json"}))
 
 
 @dataclass(frozen=True)
@@ -181,8 +180,9 @@ def _distinctive(token: str) -> bool:
     return len(token) >= 3 and re.search(r"[^\d\W_]", token) is not None
 
 
-def _source_tokens(private: FaceSet) -> tuple[set[str], set[str]]:
-    """(distinctive tokens to search as substrings, short/numeric identity names)."""
+def _source_tokens(private: FaceSet, vocab: str = _VOCAB) -> tuple[set[str], set[str]]:
+    """(distinctive tokens to search as substrings, short/numeric identity names); tokens inside
+    ``vocab``, words every such release holds, are not searched."""
     tokens: set[str] = set()
     plain: set[str] = set()
     for ident in private.identities:
@@ -196,7 +196,7 @@ def _source_tokens(private: FaceSet) -> tuple[set[str], set[str]]:
         for t in (base, stem):
             if _distinctive(t) and not re.fullmatch(r"[\d\W_]*(png|jpe?g|bmp|webp)?", t.lower()):
                 tokens.add(t.lower())
-    return {t for t in tokens if t not in _VOCAB}, plain
+    return {t for t in tokens if t not in vocab}, plain
 
 
 def _link_finding(p: Path, rel: str) -> Finding | None:
@@ -411,7 +411,8 @@ def lint_release(
     if len(labels) == 1:
         findings.append(Finding("empty", "./", "the release holds one identity: it says who it is about; distill at least 2"))
     if private is not None:
-        tokens, plain = _source_tokens(private)
+        method = str(manifest.get("method", "")) if manifest is not None else ""
+        tokens, plain = _source_tokens(private, f"{_VOCAB} {method}")
         texts = [(rel, rel) for rel in seen] + [(rel + "/", rel) for rel in labels]
         if manifest is not None:
             texts += [(f"{MANIFEST}:{loc}", s) for loc, s in _strings(manifest) if not _HEX64.match(s)]
@@ -447,8 +448,8 @@ def lint_release(
 
 def _check_private_images(root: Path, images: list[str], private: FaceSet, model: Any | None,
                           findings: list[Finding]) -> None:
-    """Released images that are private photos (:func:`pfd.data.private_copies.find_private_copies`)."""
-    from pfd.data.private_copies import find_private_copies
+    """Released images that are private photos (:func:`pfd.release.private_copies.find_private_copies`)."""
+    from pfd.release.private_copies import find_private_copies
 
     released = [(rel, _decode(root / rel)) for rel in images]
     if len({img.shape for _, img in released}) > 1:

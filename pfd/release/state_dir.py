@@ -1,0 +1,492 @@
+"""Every rule of the publisher's private state dir: its layout, marker, modes, lock and separation.
+
+The state dir holds what must never be published. Layout (a contract: the attacks and the lint
+read it; the names are fixed)::
+
+    state/                      mode 0700, never inside the release nor containing it
+      pfd-state.json            the marker, written first: format, version, run id (:func:`write_marker`)
+      .pfd-lock                 flock'ed by the run that owns the state dir (pid inside; :class:`StateLock`)
+      config.toml               the resolved DistillConfig ([distill] with nested tables; a recipe)
+      private_set.json          identities and per-image pixel digests of the private set (resume checks it)
+      public_model.pt           the public starting checkpoint (pfd format; the attacker's model)
+      judge_model.pt            the gate's judge, a model no loss sees (release.judge; only with one)
+      adapted.pt                adapted backbone + head (2N classes for pfd, N otherwise) + config
+      rotation.pt               {"M": (D, D), "A": (D, D) | None}; the identity for non-pfd methods
+      prototypes.pt             {"P": (NK, D), "proto_identity": (NK,), "identities": [...], ...}
+      proxy_map.json            released file -> source identity (:func:`pfd.release.writer.write_proxy_map`)
+      batches/batch_XXXXX.pt    finished RTA batches (resume skips them)
+      ogp/                      fine-tuning checkpoints (resume), config.toml, metrics.jsonl
+      summary.json              times per stage, final losses, counts, rates
+
+The rules, each in one place here:
+
+* **The marker** (:data:`MARKER`, :func:`write_marker`, :func:`read_marker`): the first file a run
+  writes into its state dir, ``{"format": "pfd-state", "format_version": 1, "run_id": <uuid hex>}``.
+  A folder without it is not pfd's and is never chmodded or written to. The release's manifest
+  names the same run id: :func:`check_same_run` pairs a release with its state dir.
+* **Modes** (:func:`prepare_state_dir`, :func:`secure_state_dir`): every folder 0700, every file
+  0600, whatever the umask.
+* **Separation** (:func:`check_separate`, :func:`check_outside_release`): the release and the
+  state dir never contain each other; no private state lies inside the release.
+* **No clobbering, nothing foreign touched** (:func:`check_outputs`): without ``--resume`` the
+  state dir must be new, empty, or a pfd state dir whose run wrote nothing but its stub; with it,
+  it must carry the marker, and a release already there must name the same run id.
+* **One writer** (:class:`StateLock`, :func:`claim_state_dir`): an exclusive ``fcntl.flock`` on
+  ``.pfd-lock`` for the whole run; the kernel drops it when the process ends (kill -9 included),
+  so it is never stale, and a second run is refused with the holder's pid. The checks run again
+  once it is held, so two runs started together cannot both find the folders empty.
+
+Every file is written atomically; a batch file exists only once its batch is finished, so after a
+kill the state dir holds finished work only. :func:`pfd.distill.claim.claim_run` applies these
+rules for ``pfd distill``; the scorecard (:mod:`pfd.attacks.scorecard.inputs`) and ``pfd release
+lint`` read the layout through :class:`StateDir`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pfd.errors import PfdError
+from pfd.io import PidLock, atomic_write_json, path_within
+from pfd.release.format import MANIFEST, read_manifest
+
+__all__ = [
+    "MARKER", "MARKER_FORMAT", "MARKER_VERSION", "LOCK", "PROXY_MAP", "STATE_FILE_MODE", "STATE_DIR_MODE",
+    "StateDir", "read_marker", "write_marker", "new_run_id", "check_same_run", "check_outside_release",
+    "check_separate", "prepare_state_dir", "secure_state_dir", "read_proxy_map", "StateLock", "check_outputs",
+    "RunClaim", "claim_state_dir",
+]
+
+#: The marker that makes a folder a pfd state dir: the first file every run writes into it.
+MARKER = "pfd-state.json"
+MARKER_FORMAT = "pfd-state"
+MARKER_VERSION = 1
+#: The lock file, flock'ed by the run that owns the state dir (:class:`StateLock`).
+LOCK = ".pfd-lock"
+#: The proxy -> source map.
+PROXY_MAP = "proxy_map.json"
+#: Modes of everything in the state dir.
+STATE_FILE_MODE, STATE_DIR_MODE = 0o600, 0o700
+#: What a run writes before its first stage (a failed one leaves only these).
+STUB = (MARKER, "config.toml", "private_set.json")
+
+
+@dataclass(frozen=True)
+class StateDir:
+    """Paths inside a state dir (see the module docstring)."""
+
+    root: Path
+
+    @classmethod
+    def at(cls, path: str | os.PathLike) -> "StateDir":
+        return cls(Path(path).expanduser())
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.toml"
+
+    @property
+    def public_model(self) -> Path:
+        return self.root / "public_model.pt"
+
+    @property
+    def judge_model(self) -> Path:
+        return self.root / "judge_model.pt"
+
+    @property
+    def private_set(self) -> Path:
+        return self.root / "private_set.json"
+
+    @property
+    def adapted(self) -> Path:
+        return self.root / "adapted.pt"
+
+    @property
+    def rotation(self) -> Path:
+        return self.root / "rotation.pt"
+
+    @property
+    def prototypes(self) -> Path:
+        return self.root / "prototypes.pt"
+
+    @property
+    def proxy_map(self) -> Path:
+        return self.root / PROXY_MAP
+
+    @property
+    def batches(self) -> Path:
+        return self.root / "batches"
+
+    @property
+    def ogp(self) -> Path:
+        return self.root / "ogp"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def marker(self) -> Path:
+        return self.root / MARKER
+
+    @property
+    def lock(self) -> Path:
+        return self.root / LOCK
+
+    def batch(self, index: int) -> Path:
+        """The file of RTA batch ``index``."""
+        return self.batches / f"batch_{int(index):05d}.pt"
+
+    def finished(self) -> set[int]:
+        """Indices of the batches whose files exist."""
+        if not self.batches.is_dir():
+            return set()
+        return {int(p.stem.split("_")[1]) for p in self.batches.glob("batch_*.pt") if p.stem.split("_")[1].isdigit()}
+
+    def entries(self) -> set[str]:
+        """Names in the state dir, the lock file aside (an empty set when it does not exist)."""
+        if not self.root.is_dir():
+            return set()
+        return {p.name for p in self.root.iterdir()} - {LOCK}
+
+
+# --------------------------------------------------------------------------------------------
+# The marker
+# --------------------------------------------------------------------------------------------
+
+
+def read_marker(state_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """The marker of a pfd state dir (:data:`MARKER`), or ``None`` if it has none (or an unreadable one)."""
+    p = Path(state_dir) / MARKER
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or not isinstance(doc.get("run_id"), str):
+        return None
+    return doc
+
+
+
+def new_run_id() -> str:
+    """A random run id (names nothing: 128 random bits)."""
+    return uuid.uuid4().hex
+
+
+
+def write_marker(state_root: str | os.PathLike, run_id: str) -> Path:
+    """Write (atomically, 0600) the marker naming ``run_id``."""
+    p = Path(state_root) / MARKER
+    atomic_write_json(p, {"format": MARKER_FORMAT, "format_version": MARKER_VERSION, "run_id": str(run_id)})
+    os.chmod(p, STATE_FILE_MODE)
+    return p
+
+
+
+def check_same_run(release: str | os.PathLike, state_dir: str | os.PathLike, *, manifest: dict[str, Any] | None = None) -> None:
+    """Refuse a state dir written by another run than the release (their run ids differ).
+
+    Scoring a release against another run's proxy -> source map gives meaningless figures, and a
+    lint against another run's state checks nothing about this release. A release or state dir
+    that carries no run id (written before run ids existed) is not refused here.
+
+    Raises:
+        PfdError: Naming both run ids and what to pass instead.
+    """
+    manifest = read_manifest(release) if manifest is None else manifest
+    marker = read_marker(state_dir)
+    ours = manifest.get("run_id") if manifest else None
+    theirs = marker.get("run_id") if marker else None
+    if ours and theirs and ours != theirs:
+        raise PfdError(f"{state_dir}: the state dir of run {theirs[:12]}, but {release} was written by run {ours[:12]}; "
+                       "pass the --state-dir of the run that wrote this release")
+
+
+
+# --------------------------------------------------------------------------------------------
+# Separation and modes
+# --------------------------------------------------------------------------------------------
+
+
+def check_outside_release(path: str | os.PathLike, release: str | os.PathLike, *, what: str, option: str) -> None:
+    """Refuse private state (``what``, set by ``option``) at or below the release folder.
+
+    Raises:
+        PfdError: Naming the path, the release and the option to change.
+    """
+    if path_within(path, release):
+        raise PfdError(f"{path}: {what} lies inside the release {release} and would be published; "
+                       f"choose a {option} outside the release")
+
+
+
+def check_separate(release: str | os.PathLike, state_dir: str | os.PathLike) -> None:
+    """Refuse a state dir inside the release or a release inside the state dir (symlinks resolved).
+
+    Raises:
+        PfdError: Naming both paths and the fix.
+    """
+    r = Path(release).expanduser().resolve()
+    s = Path(state_dir).expanduser().resolve()
+    check_outside_release(state_dir, release, what="the state dir", option="--state-dir")
+    if path_within(r, s):
+        raise PfdError(
+            f"{release}: the release lies inside the state dir {state_dir}; choose separate folders for --out and --state-dir"
+        )
+
+
+
+def prepare_state_dir(state_dir: str | os.PathLike, *, release: str | os.PathLike | None = None) -> Path:
+    """Create the private state dir with mode 0700 (set explicitly: ``makedirs`` obeys umask).
+
+    Args:
+        state_dir: The folder (parents are created with default permissions).
+        release: The release folder it must stay apart from.
+
+    Raises:
+        PfdError: If it overlaps ``release`` or exists as a file.
+    """
+    p = Path(state_dir).expanduser()
+    if release is not None:
+        check_separate(release, p)
+    if p.exists() and not p.is_dir():
+        raise PfdError(f"{p}: exists and is not a folder; choose another --state-dir")
+    p.mkdir(parents=True, exist_ok=True)
+    os.chmod(p, STATE_DIR_MODE)
+    return p
+
+
+
+def secure_state_dir(state_dir: str | os.PathLike) -> None:
+    """Make every folder of the state dir 0700 and every file 0600, whatever the umask was.
+
+    Symlinks are not followed (their targets are not pfd's to change).
+    """
+    root = Path(state_dir)
+    os.chmod(root, STATE_DIR_MODE)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for d in dirnames:
+            p = Path(dirpath, d)
+            if not p.is_symlink():
+                os.chmod(p, STATE_DIR_MODE)
+        for f in filenames:
+            p = Path(dirpath, f)
+            if not p.is_symlink():
+                os.chmod(p, STATE_FILE_MODE)
+
+
+
+def read_proxy_map(state_dir: str | os.PathLike) -> dict[str, Any]:
+    """Read ``state_dir/proxy_map.json``.
+
+    Raises:
+        PfdError: If it is missing or unreadable.
+    """
+    path = Path(state_dir) / PROXY_MAP
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError:
+        raise PfdError(f"{path}: no proxy map; pass the --state-dir that pfd distill wrote") from None
+    except ValueError as e:
+        raise PfdError(f"{path}: not valid JSON ({e}); the state dir is damaged") from None
+
+
+
+# --------------------------------------------------------------------------------------------
+# One writer, nothing clobbered
+# --------------------------------------------------------------------------------------------
+
+
+class StateLock(PidLock):
+    """The run's exclusive lock on ``<state>/.pfd-lock`` (:class:`pfd.io.PidLock`), held until :meth:`release`.
+
+    Args:
+        state_root: The state dir (created with mode 0700 if missing).
+
+    Raises:
+        PfdError: If another process holds the lock; the message names its pid.
+    """
+
+    def __init__(self, state_root: str | os.PathLike) -> None:
+        self.root = Path(state_root)
+        fresh = not self.root.exists()
+        #: Whether this lock created the state dir (a failed first run then removes its stub).
+        self.created = fresh
+        self.root.mkdir(parents=True, exist_ok=True)
+        if fresh:
+            os.chmod(self.root, STATE_DIR_MODE)
+        super().__init__(self.root / LOCK, busy=self.busy_message(self.root))
+
+    @staticmethod
+    def busy_message(root: Path) -> str:
+        """The refusal while another run holds ``root``'s lock (``{pid}`` to fill in)."""
+        return f"{root}: another pfd distill (pid {{pid}}) is using this state dir; wait for it to finish or choose another --state-dir"
+
+
+
+def _holds_work(state: StateDir, marker: dict[str, Any] | None) -> bool:
+    """Whether a stage of a pfd run finished in ``state`` (a fresh run would overwrite it).
+
+    The marker, ``config.toml`` and the private-set record alone are what a run that failed
+    before its first stage leaves: they do not count, so the corrected rerun needs no cleaning by hand.
+    """
+    if marker is None:
+        return bool(state.entries())
+    return bool(state.entries() - set(STUB))
+
+
+
+def _release_holds_work(out: Path) -> bool:
+    return out.exists() and (not out.is_dir() or any(out.iterdir()))
+
+
+
+def check_outputs(out: Path, state: StateDir, *, resume: bool) -> None:
+    """Refuse to clobber earlier work or to touch folders pfd did not make (read-only).
+
+    Without ``resume`` the state dir must be new, empty or a pfd state dir whose run wrote
+    nothing but its marker and config, and the release folder new or empty. With ``resume`` the
+    state dir must carry pfd's marker, and a release already in ``out`` must name the same run id
+    in its manifest (a half-written release without a manifest is finished by the run).
+
+    Raises:
+        PfdError: Naming the folder and what to do.
+    """
+    if state.root.exists() and not state.root.is_dir():
+        raise PfdError(f"{state.root}: exists and is not a folder; choose another --state-dir")
+    marker = read_marker(state.root)  # read once: every decision below is on this marker
+    if resume:
+        if marker is None:
+            if state.entries():
+                raise PfdError(
+                    f"{state.root}: not a pfd state dir (no {MARKER}); --resume continues only a run that pfd distill "
+                    "started there, and this folder is left untouched; check --state-dir"
+                )
+            raise PfdError(f"{state.root}: no pfd run to resume (no {MARKER}); run without --resume to start one")
+        if (out / MANIFEST).exists() or (out / MANIFEST).is_symlink():
+            manifest = read_manifest(out)
+            if manifest is None or manifest.get("run_id") != marker["run_id"]:
+                raise PfdError(
+                    f"{out}: holds a release written by another run than the one in {state.root}; --resume leaves it "
+                    "untouched: pass this run's --out or a new folder"
+                )
+        return
+    if marker is None and state.entries():
+        raise PfdError(
+            f"{state.root}: holds files that pfd distill did not write (no {MARKER}); choose an empty or new --state-dir"
+        )
+    if _holds_work(state, marker):
+        raise PfdError(
+            f"{state.root}: the state dir already holds a distillation run; pass --resume to continue it "
+            "or choose another --state-dir"
+        )
+    if _release_holds_work(out):
+        manifest = read_manifest(out) if out.is_dir() else None
+        if manifest is None:  # --resume would refuse it too: do not suggest it
+            raise PfdError(f"{out}: already exists and holds files that are not a pfd release; it is left untouched: "
+                           "choose an empty or new --out")
+        raise PfdError(f"{out}: already holds the release of another pfd run (not of {state.root}); to continue that "
+                       "run pass its --state-dir with --resume, else choose another --out")
+
+
+
+@dataclass
+class RunClaim:
+    """A run's hold on its state dir: the lock (main process only) and the run id.
+
+    Attributes:
+        state: The state dir.
+        out: The release folder.
+        run_id: The run id written to the marker and to the release manifest (``None`` on
+            processes other than the main one).
+        lock: The held lock (``None`` on other processes).
+    """
+
+    state: StateDir
+    out: Path
+    run_id: str | None
+    lock: StateLock | None
+
+    def begin(self) -> None:
+        """Main process: make the state dir private (0700) and write the marker first."""
+        if self.lock is None or self.run_id is None:
+            return
+        prepare_state_dir(self.state.root, release=self.out)
+        old = read_marker(self.state.root)
+        if old is None or old["run_id"] != self.run_id:
+            write_marker(self.state.root, self.run_id)
+        self.secure()  # a resumed run also tightens what a killed one left
+
+    def secure(self) -> None:
+        """Main process: every folder of the state dir 0700, every file 0600 (after each stage)."""
+        if self.lock is not None and self.state.root.is_dir():
+            secure_state_dir(self.state.root)
+
+    def close(self, *, failed: bool = False) -> None:
+        """Tighten every file and folder of the state dir (0600 / 0700), then drop the lock.
+
+        Args:
+            failed: The run stopped with an error. If it made the state dir and no stage finished
+                (only the marker and ``config.toml`` are there), the stub is removed: a run that
+                failed on its input leaves nothing behind to clean up by hand.
+        """
+        if self.lock is None:
+            return
+        stub = failed and getattr(self.lock, "created", False) and self.state.entries() <= set(STUB)
+        try:
+            if read_marker(self.state.root) is not None and not stub:
+                self.secure()
+        finally:
+            self.lock.release()
+        if stub:
+            for name in (*STUB, LOCK):
+                (self.state.root / name).unlink(missing_ok=True)
+            try:
+                self.state.root.rmdir()
+            except OSError:  # something appeared meanwhile: keep it
+                pass
+
+
+
+def claim_state_dir(state: StateDir, out: Path, *, resume: bool, main: bool = True) -> RunClaim:
+    """Lock the state dir for this run and check it again under the lock.
+
+    The checks of :func:`check_outputs` run before the lock (so that a foreign folder is never
+    touched, not even by a lock file) and again once it is held (so that two runs started
+    together cannot both find the folders empty).
+
+    Args:
+        state: The state dir.
+        out: The release folder.
+        resume: ``--resume``: keep the marker's run id.
+        main: Whether this process takes the lock (the main process of an accelerate run).
+
+    Raises:
+        PfdError: Another run holds the lock (its pid is named), or a check fails.
+    """
+    try:
+        check_outputs(out, state, resume=resume)
+    except PfdError:
+        # A run holding the lock may be mid-write (its marker's temporary file, its first stage):
+        # name that run, not "files pfd did not write".
+        pid = StateLock.holder(state.root / LOCK)
+        if pid is not None:
+            raise PfdError(StateLock.busy_message(state.root).format(pid=pid)) from None
+        raise
+    if not main:
+        return RunClaim(state, out, None, None)
+    lock = StateLock(state.root)
+    try:
+        check_outputs(out, state, resume=resume)
+        marker = read_marker(state.root)
+        run_id = marker["run_id"] if resume and marker is not None else new_run_id()
+    except BaseException:
+        lock.release()
+        raise
+    return RunClaim(state, out, run_id, lock)
+

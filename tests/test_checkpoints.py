@@ -20,6 +20,7 @@ from pfd.nn.checkpoints import (
 )
 from pfd.nn.heads import create_head
 from pfd.nn.backbones import create_backbone
+from pfd.nn.registry import BACKBONES, family_of
 
 SIZE = 32
 
@@ -236,3 +237,19 @@ def test_torchscript_archive_is_refused_with_how_to_resave(tmp_path):
     # an ordinary checkpoint is not mistaken for one
     save_checkpoint(tmp_path / "plain.pt", backbone=model)
     assert load_backbone(tmp_path / "plain.pt").arch["name"] == "ir18"
+
+
+@pytest.mark.parametrize("name", sorted(BACKBONES))
+def test_every_family_recognises_its_own_plain_weights(name, tmp_path):
+    """The common test of the backbone registry: every registered model, saved as a plain state dict
+    (as its family's public weights are), is recognised by its family and loads bit for bit."""
+    family = family_of(name)
+    m = create_backbone(name, width=0.125, embedding_dim=16).eval()
+    assert m.arch["size"] == family.default_size  # the family's default input size
+    torch.save(m.state_dict(), tmp_path / "plain.pt")
+    arch = infer_arch(m.state_dict())
+    assert {k: arch[k] for k in ("name", "width", "size", "embedding_dim")} == {
+        k: m.arch[k] for k in ("name", "width", "size", "embedding_dim")}
+    x = torch.rand(2, 3, *((family.default_size,) * 2 if isinstance(family.default_size, int) else family.default_size))
+    assert torch.equal(load_backbone(tmp_path / "plain.pt").eval()(x), m(x))
+    assert create_backbone(name, width=0.125).arch["embedding_dim"] == family.default_dim

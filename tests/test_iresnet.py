@@ -148,7 +148,7 @@ def test_width_rounding_and_errors():
     with pytest.raises(PfdError, match="ir18"):
         create_backbone("resnet9000")
     with pytest.raises(ValueError, match="already registered"):
-        register_backbone("ir18")(lambda **kw: nn.Identity())
+        register_backbone("ir18", family="insightface")(lambda **kw: nn.Identity())
 
 
 @pytest.mark.parametrize("name", ["ir18", "adaface_ir18"])

@@ -19,17 +19,14 @@ from torch import nn
 import pfd.nn.iresnet  # noqa: F401 - registers ir* and adaface_ir*
 import pfd.nn.mobilefacenet  # noqa: F401 - registers mobilefacenet
 from pfd.errors import PfdError
-from pfd.nn.registry import BACKBONES, list_backbones
+from pfd.nn.registry import BACKBONES, family_of, list_backbones
 
 __all__ = ["create_backbone", "list_backbones", "default_size"]
 
-#: The input size of each family's published weights, when a name is given without one.
-_DEFAULT_SIZE: dict[str, Any] = {"mobilefacenet": [112, 96]}
-
 
 def default_size(name: str) -> Any:
-    """The input size a backbone's published weights take (112, or ``[112, 96]`` for MobileFaceNet)."""
-    return _DEFAULT_SIZE.get(name, 112)
+    """The input size a backbone's published weights take (its family's: 112, or ``[112, 96]`` for MobileFaceNet)."""
+    return family_of(name).default_size
 
 
 def create_backbone(
@@ -46,9 +43,9 @@ def create_backbone(
         name: Registered name (``ir18, ir34, ir50, ir100, adaface_ir18, ..., adaface_ir100,
             mobilefacenet``).
         width: Channel multiplier (1.0 = the published network; 0.25 is a fast CPU model).
-        size: Input size: a square side (a multiple of 16: 112 for public IResNet checkpoints) or
-            ``(H, W)`` for MobileFaceNet (both multiples of 16); default: the family's published one.
-        embedding_dim: Output feature dimension D (default 512, or 128 for MobileFaceNet).
+        size: Input size: a side or ``(H, W)``, each a multiple of 16; default: the family's
+            published one (112 for IResNet checkpoints, 112 x 96 for MobileFaceNet).
+        embedding_dim: Output feature dimension D (default: the family's, 512 or 128).
         dropout: Dropout before the fc layer (insightface default 0; AdaFace trained with 0.4).
 
     Returns:
@@ -58,13 +55,10 @@ def create_backbone(
     Raises:
         PfdError: Unknown name, non-positive width, or a size the family cannot take.
     """
-    try:
-        build = BACKBONES[name]
-    except KeyError:
-        raise PfdError(f"unknown backbone {name!r}; choose one of {', '.join(list_backbones())}") from None
+    family = family_of(name)
     if embedding_dim is None:
-        embedding_dim = 128 if name == "mobilefacenet" else 512
+        embedding_dim = family.default_dim
     if int(embedding_dim) < 1:
         raise PfdError(f"embedding_dim must be >= 1, got {embedding_dim}")
-    return build(width=width, size=default_size(name) if size is None else size, embedding_dim=embedding_dim,
-                 dropout=dropout)
+    return BACKBONES[name](width=width, size=family.default_size if size is None else size,
+                           embedding_dim=embedding_dim, dropout=dropout)

@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 import os
 import pickle
 import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -39,8 +37,7 @@ from pfd.errors import PfdError
 from pfd.io import atomic_torch_save
 from pfd.nn.heads import MarginHead, create_head
 from pfd.nn.backbones import create_backbone
-from pfd.nn.iresnet import STAGE_BLOCKS, stage_channels
-from pfd.nn.mobilefacenet import BOTTLENECKS, mobilefacenet_channels
+from pfd.nn.registry import FAMILIES, strip_wrappers
 
 __all__ = [
     "FORMAT",
@@ -55,7 +52,6 @@ __all__ = [
 
 FORMAT = "pfd-checkpoint"
 VERSION = 1
-_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 _LIST_MAX = 10
 
 
@@ -255,35 +251,18 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return _check_pfd(obj, path)
 
 
-def _strip_prefixes(sd: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for key, value in sd.items():
-        changed = True
-        while changed:
-            changed = False
-            for p in _WRAPPER_PREFIXES:
-                if key.startswith(p):
-                    key, changed = key[len(p) :], True
-        out[key] = value
-    return out
-
-
 def _backbone_state(obj: Any, path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict | None]:
-    """(state dict in our key names, saved arch or None) from any supported file content."""
+    """(state dict in our key names, saved arch or None) from any supported file content: a pfd
+    checkpoint, a family's foreign container (:attr:`~pfd.nn.registry.BackboneFamily.unwrap`) or a
+    plain state dict."""
     if _is_pfd(obj):
         obj = _check_pfd(obj, path)
-        return _strip_prefixes(obj["backbone"]), dict(obj["arch"])
-    if isinstance(obj, dict) and isinstance(obj.get("net_state_dict"), dict):
-        # The public MobileFaceNet training script's checkpoints: {"epoch": int, "net_state_dict": {...}}.
-        obj = obj["net_state_dict"]
-    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
-        # PyTorch-Lightning (AdaFace): the backbone lives under "model.", the margin head under "head."
-        sd = _strip_prefixes(obj["state_dict"])
-        if any(k.startswith("model.") for k in sd):
-            sd = {k[len("model.") :]: v for k, v in sd.items() if k.startswith("model.")}
-        sd = _strip_prefixes({k: v for k, v in sd.items() if not k.startswith("head.")})
+        return strip_wrappers(obj["backbone"]), dict(obj["arch"])
+    unwrapped = next((sd for f in FAMILIES.values() if (sd := f.unwrap(obj)) is not None), None)
+    if unwrapped is not None:
+        sd = strip_wrappers(unwrapped)
     elif isinstance(obj, dict):
-        sd = _strip_prefixes(obj)
+        sd = strip_wrappers(obj)
     else:
         raise PfdError(f"{path}: holds a {type(obj).__name__}, not model weights; expected a state dict or checkpoint")
     bad = [k for k, v in sd.items() if not isinstance(v, torch.Tensor)]
@@ -291,94 +270,28 @@ def _backbone_state(obj: Any, path: str | os.PathLike) -> tuple[dict[str, torch.
         raise PfdError(
             f"{path}: not a backbone state dict "
             f"(non-tensor entries: {', '.join(map(str, bad[:5])) or 'none, it is empty'}); "
-            "expected a pfd checkpoint, an insightface model.pt, an AdaFace .ckpt or MobileFaceNet weights"
+            "expected a pfd checkpoint or the weights of one of the backbone families ("
+            + ", ".join(f.name for f in FAMILIES.values()) + ")"
         )
     return sd, None
 
 
-def _count_indices(sd: dict[str, Any], prefix: str) -> int:
-    """Number of distinct ``i`` in keys ``prefix{i}.…``."""
-    found = {k[len(prefix) :].split(".", 1)[0] for k in sd if k.startswith(prefix)}
-    return len({int(i) for i in found if i.isdigit()})
-
-
-def _infer_width(chans: tuple[int, int, int, int]) -> float:
-    for w in sorted({c / b for c, b in zip(chans, (64, 128, 256, 512))}):
-        if stage_channels(w) == chans:
-            return w
-    raise PfdError(f"channel counts {chans} match no width multiplier; pass arch= with the model's settings")
-
-
-def _depth(blocks: tuple[int, ...], family: str) -> int:
-    for depth, b in STAGE_BLOCKS.items():
-        if b == blocks:
-            return depth
-    known = ", ".join(f"{d}: {b}" for d, b in STAGE_BLOCKS.items())
-    raise PfdError(f"{family} weights with {blocks} blocks per stage match no known depth ({known}); pass arch=")
-
-
 def infer_arch(sd: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Rebuild ``create_backbone`` arguments from an insightface-, AdaFace- or MobileFaceNet-layout state dict.
-
-    IResNet: depth comes from the block counts, width from the stage channel counts, ``size`` from
-    the fc input (``C4 · (S/16)²``) and ``embedding_dim`` from the fc output. MobileFaceNet: width
-    from the stem, ``size`` ``[H, W]`` from the global depthwise kernel (``H/16 x W/16``),
-    ``embedding_dim`` from ``linear1``. Dropout is not stored in weights and is set to 0.
+    """Rebuild ``create_backbone`` arguments from a foreign state dict: the first family that
+    recognises its layout (:attr:`~pfd.nn.registry.BackboneFamily.infer_arch`) reads depth, width,
+    input size and embedding dimension from the tensors. Dropout is not stored in weights and is 0.
 
     Raises:
-        PfdError: Unrecognised layout or counts.
+        PfdError: A layout no family recognises (listing what each expects), or counts that fit no model.
     """
-    if "dw_conv1.conv.weight" in sd and "linear7.conv.weight" in sd and "linear1.conv.weight" in sd:
-        return _infer_mobilefacenet(sd)
-    if "conv1.weight" in sd and "layer1.0.conv1.weight" in sd and "fc.weight" in sd:
-        blocks = tuple(_count_indices(sd, f"layer{s}.") for s in range(1, 5))
-        name = f"ir{_depth(blocks, 'insightface')}"
-        chans = tuple(int(sd[f"layer{s}.0.conv2.weight"].shape[0]) for s in range(1, 5))
-        fc = sd["fc.weight"]
-    elif "input_layer.0.weight" in sd and "output_layer.3.weight" in sd:
-        n = _count_indices(sd, "body.")
-        outs = [int(sd[f"body.{i}.res_layer.4.weight"].shape[0]) for i in range(n)]
-        groups: list[list[int]] = []
-        for c in outs:  # a stage is a run of blocks with the same output channels
-            if groups and groups[-1][0] == c:
-                groups[-1].append(c)
-            else:
-                groups.append([c])
-        name = f"adaface_ir{_depth(tuple(len(g) for g in groups), 'AdaFace')}"
-        chans = tuple(g[0] for g in groups)
-        fc = sd["output_layer.3.weight"]
-    else:
-        raise PfdError(
-            f"unrecognised backbone layout (first keys: {', '.join(list(sd)[:4])}); "
-            "expected insightface (conv1, layer1..4, fc), AdaFace (input_layer, body, output_layer) or "
-            "MobileFaceNet (conv1, dw_conv1, blocks, conv2, linear7, linear1) keys"
-        )
-    width = _infer_width(chans)  # type: ignore[arg-type]
-    dim, fc_in = (int(x) for x in fc.shape)
-    side = math.isqrt(fc_in // chans[3]) if fc_in % chans[3] == 0 else 0
-    if side < 1 or side * side * chans[3] != fc_in:
-        raise PfdError(f"fc input {fc_in} is not {chans[3]}·(size/16)²; pass arch= with the model's settings")
-    return {"name": name, "width": width, "size": 16 * side, "embedding_dim": dim, "dropout": 0.0}
-
-
-def _infer_mobilefacenet(sd: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """``create_backbone`` arguments of a MobileFaceNet state dict (see :func:`infer_arch`)."""
-    n_blocks = _count_indices(sd, "blocks.")
-    expected = sum(n for _, _, n, _ in BOTTLENECKS)
-    if n_blocks != expected:
-        raise PfdError(f"MobileFaceNet weights with {n_blocks} bottlenecks match no known layout ({expected}: "
-                       f"{list(BOTTLENECKS)}); pass arch=")
-    firsts = np.cumsum([0] + [n for _, _, n, _ in BOTTLENECKS])[:-1]
-    found = {"stem": int(sd["conv1.conv.weight"].shape[0]), "head": int(sd["conv2.conv.weight"].shape[0]),
-             "groups": [int(sd[f"blocks.{i}.conv.6.weight"].shape[0]) for i in firsts]}
-    bases = [64, 512, *(c for _, c, _, _ in BOTTLENECKS)]
-    counts = [found["stem"], found["head"], *found["groups"]]
-    width = next((w for w in sorted({c / b for c, b in zip(counts, bases)}) if mobilefacenet_channels(w) == found), None)
-    if width is None:
-        raise PfdError(f"MobileFaceNet channel counts {found} match no width multiplier; pass arch= with the model's settings")
-    kh, kw = (int(k) for k in sd["linear7.conv.weight"].shape[-2:])
-    return {"name": "mobilefacenet", "width": width, "size": plain_size((16 * kh, 16 * kw)),
-            "embedding_dim": int(sd["linear1.conv.weight"].shape[0]), "dropout": 0.0}
+    for family in FAMILIES.values():
+        arch = family.infer_arch(sd)
+        if arch is not None:
+            return arch
+    raise PfdError(
+        f"unrecognised backbone layout (first keys: {', '.join(list(sd)[:4])}); expected "
+        + ", ".join(f.layout for f in FAMILIES.values()) + " keys"
+    )
 
 
 def _listing(keys: list[str]) -> str:

@@ -24,6 +24,8 @@ hooks (the RTA BatchNorm loss) see them.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Callable
 
 import torch
@@ -31,7 +33,7 @@ from torch import nn
 
 from pfd.data.shape import image_hw, plain_size
 from pfd.errors import PfdError
-from pfd.nn.registry import FaceBackbone, register_backbone
+from pfd.nn.registry import BackboneFamily, FaceBackbone, register_backbone, register_family, strip_wrappers
 
 __all__ = ["STAGE_BLOCKS", "IResNet", "AdaFaceIR", "stage_channels"]
 
@@ -260,6 +262,78 @@ def _builder(cls: type[FaceBackbone], name: str, depth: int) -> Callable[..., nn
     return build
 
 
-for _depth in (18, 34, 50, 100):
-    register_backbone(f"ir{_depth}")(_builder(IResNet, f"ir{_depth}", _depth))
-    register_backbone(f"adaface_ir{_depth}")(_builder(AdaFaceIR, f"adaface_ir{_depth}", _depth))
+# --- foreign weights: how each layout is recognised (pfd.nn.checkpoints.infer_arch asks every family) ---
+
+
+def _count_indices(sd: dict[str, Any], prefix: str) -> int:
+    """Number of distinct ``i`` in keys ``prefix{i}.…``."""
+    found = {k[len(prefix) :].split(".", 1)[0] for k in sd if k.startswith(prefix)}
+    return len({int(i) for i in found if i.isdigit()})
+
+
+def _infer_width(chans: tuple[int, ...]) -> float:
+    for w in sorted({c / b for c, b in zip(chans, _BASE_CHANNELS)}):
+        if stage_channels(w) == chans:
+            return w
+    raise PfdError(f"channel counts {chans} match no width multiplier; pass arch= with the model's settings")
+
+
+def _depth(blocks: tuple[int, ...], family: str) -> int:
+    for depth, b in STAGE_BLOCKS.items():
+        if b == blocks:
+            return depth
+    known = ", ".join(f"{d}: {b}" for d, b in STAGE_BLOCKS.items())
+    raise PfdError(f"{family} weights with {blocks} blocks per stage match no known depth ({known}); pass arch=")
+
+
+def _arch(name: str, chans: tuple[int, ...], fc: torch.Tensor) -> dict[str, Any]:
+    """Width from the stage channels, ``size`` from the fc input (``C4 · (S/16)²``; square), D from its output."""
+    width = _infer_width(chans)
+    dim, fc_in = (int(x) for x in fc.shape)
+    side = math.isqrt(fc_in // chans[3]) if fc_in % chans[3] == 0 else 0
+    if side < 1 or side * side * chans[3] != fc_in:
+        raise PfdError(f"fc input {fc_in} is not {chans[3]}·(size/16)²; pass arch= with the model's settings")
+    return {"name": name, "width": width, "size": 16 * side, "embedding_dim": dim, "dropout": 0.0}
+
+
+def _infer_insightface(sd: dict[str, torch.Tensor]) -> dict[str, Any] | None:
+    """An insightface ``arcface_torch`` state dict (``conv1``, ``layer1..4``, ``fc``): depth from the block counts."""
+    if not ("conv1.weight" in sd and "layer1.0.conv1.weight" in sd and "fc.weight" in sd):
+        return None
+    blocks = tuple(_count_indices(sd, f"layer{s}.") for s in range(1, 5))
+    chans = tuple(int(sd[f"layer{s}.0.conv2.weight"].shape[0]) for s in range(1, 5))
+    return _arch(f"ir{_depth(blocks, 'insightface')}", chans, sd["fc.weight"])
+
+
+def _infer_adaface(sd: dict[str, torch.Tensor]) -> dict[str, Any] | None:
+    """An AdaFace ``net.py`` state dict (``input_layer``, ``body``, ``output_layer``): a stage is a run of
+    blocks with the same output channels."""
+    if not ("input_layer.0.weight" in sd and "output_layer.3.weight" in sd):
+        return None
+    n = _count_indices(sd, "body.")
+    groups: list[list[int]] = []
+    for c in (int(sd[f"body.{i}.res_layer.4.weight"].shape[0]) for i in range(n)):
+        if groups and groups[-1][0] == c:
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    name = f"adaface_ir{_depth(tuple(len(g) for g in groups), 'AdaFace')}"
+    return _arch(name, tuple(g[0] for g in groups), sd["output_layer.3.weight"])
+
+
+def _unwrap_lightning(obj: Any) -> dict[str, Any] | None:
+    """AdaFace's PyTorch-Lightning ``.ckpt``: the backbone under ``state_dict`` ``model.``, the head under ``head.``."""
+    if not (isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict)):
+        return None
+    sd = strip_wrappers(obj["state_dict"])
+    if any(k.startswith("model.") for k in sd):
+        sd = {k[len("model.") :]: v for k, v in sd.items() if k.startswith("model.")}
+    return strip_wrappers({k: v for k, v in sd.items() if not k.startswith("head.")})
+
+
+register_family(BackboneFamily("insightface", 112, 512, "insightface (conv1, layer1..4, fc)", _infer_insightface))
+register_family(BackboneFamily("adaface", 112, 512, "AdaFace (input_layer, body, output_layer)", _infer_adaface,
+                               unwrap=_unwrap_lightning))
+for _d in (18, 34, 50, 100):
+    register_backbone(f"ir{_d}", family="insightface")(_builder(IResNet, f"ir{_d}", _d))
+    register_backbone(f"adaface_ir{_d}", family="adaface")(_builder(AdaFaceIR, f"adaface_ir{_d}", _d))

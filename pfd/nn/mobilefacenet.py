@@ -28,12 +28,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from pfd.data.shape import canonical_size, image_hw, plain_size, size_text
 from pfd.errors import PfdError
-from pfd.nn.registry import FaceBackbone, register_backbone
+from pfd.nn.registry import BackboneFamily, FaceBackbone, register_backbone, register_family
 
 __all__ = ["BOTTLENECKS", "MobileFaceNet", "mobilefacenet_channels"]
 
@@ -153,4 +154,37 @@ def _build(*, width: float = 1.0, size: Any = (112, 96), embedding_dim: int = 12
 
 
 _build.__name__ = "mobilefacenet"
-register_backbone("mobilefacenet")(_build)
+
+
+def _infer(sd: dict[str, torch.Tensor]) -> dict[str, Any] | None:
+    """``create_backbone`` arguments of a MobileFaceNet state dict: width from the stem, ``size`` ``[H, W]``
+    from the global depthwise kernel (``H/16 x W/16``), D from ``linear1``; ``None`` for another layout."""
+    if not ("dw_conv1.conv.weight" in sd and "linear7.conv.weight" in sd and "linear1.conv.weight" in sd):
+        return None
+    found_ids = {k[len("blocks.") :].split(".", 1)[0] for k in sd if k.startswith("blocks.")}
+    n_blocks = len({int(i) for i in found_ids if i.isdigit()})
+    expected = sum(n for _, _, n, _ in BOTTLENECKS)
+    if n_blocks != expected:
+        raise PfdError(f"MobileFaceNet weights with {n_blocks} bottlenecks match no known layout ({expected}: "
+                       f"{list(BOTTLENECKS)}); pass arch=")
+    firsts = np.cumsum([0] + [n for _, _, n, _ in BOTTLENECKS])[:-1]
+    found = {"stem": int(sd["conv1.conv.weight"].shape[0]), "head": int(sd["conv2.conv.weight"].shape[0]),
+             "groups": [int(sd[f"blocks.{i}.conv.6.weight"].shape[0]) for i in firsts]}
+    bases = [_STEM, _HEAD, *(c for _, c, _, _ in BOTTLENECKS)]
+    counts = [found["stem"], found["head"], *found["groups"]]
+    width = next((w for w in sorted({c / b for c, b in zip(counts, bases)}) if mobilefacenet_channels(w) == found), None)
+    if width is None:
+        raise PfdError(f"MobileFaceNet channel counts {found} match no width multiplier; pass arch= with the model's settings")
+    kh, kw = (int(k) for k in sd["linear7.conv.weight"].shape[-2:])
+    return {"name": "mobilefacenet", "width": width, "size": plain_size((16 * kh, 16 * kw)),
+            "embedding_dim": int(sd["linear1.conv.weight"].shape[0]), "dropout": 0.0}
+
+
+def _unwrap(obj: Any) -> dict[str, Any] | None:
+    """The public MobileFaceNet training script's checkpoints: ``{"epoch": int, "net_state_dict": {...}}``."""
+    return obj["net_state_dict"] if isinstance(obj, dict) and isinstance(obj.get("net_state_dict"), dict) else None
+
+
+register_family(BackboneFamily("mobilefacenet", [112, 96], 128,
+                               "MobileFaceNet (conv1, dw_conv1, blocks, conv2, linear7, linear1)", _infer, unwrap=_unwrap))
+register_backbone("mobilefacenet", family="mobilefacenet")(_build)

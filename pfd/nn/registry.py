@@ -1,8 +1,12 @@
-"""What every face backbone shares: the registry of builders and the input handling.
+"""What every face backbone shares: the registry of families and builders, and the input handling.
 
-A backbone family (:mod:`pfd.nn.iresnet`, :mod:`pfd.nn.mobilefacenet`) subclasses
-:class:`FaceBackbone` and registers one builder per named model with :func:`register_backbone`;
-:func:`pfd.nn.backbones.create_backbone` builds any of them by name (one builder, as timm does).
+A backbone family (:mod:`pfd.nn.iresnet`: insightface's and AdaFace's IResNets,
+:mod:`pfd.nn.mobilefacenet`) subclasses :class:`FaceBackbone`, registers itself as a
+:class:`BackboneFamily` record that owns its defaults (input size, embedding dimension) and its
+foreign-weight conversion (how its layout is recognised in a plain state dict and how a foreign
+container holds it, timm's ``checkpoint_filter_fn``), and registers one builder per named model
+with :func:`register_backbone`. :func:`pfd.nn.backbones.create_backbone` builds any of them by
+name (one builder, as timm does) and :func:`pfd.nn.checkpoints.infer_arch` asks every family.
 
 Every backbone takes float RGB in ``[0, 1]`` of shape ``(B, 3, H, W)``, applies its own input
 convention inside ``forward`` (channel order and normalisation, recorded in :attr:`FaceBackbone.convention`)
@@ -13,6 +17,7 @@ that rebuild it (``name``, ``width``, ``size``, ``embedding_dim``, ``dropout``);
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -21,28 +26,98 @@ from torch import nn
 from pfd.data.shape import canonical_size, image_hw, size_text
 from pfd.errors import PfdError
 
-__all__ = ["BACKBONES", "FaceBackbone", "register_backbone", "list_backbones"]
+__all__ = ["BACKBONES", "FAMILIES", "BackboneFamily", "FaceBackbone", "register_family", "register_backbone",
+           "family_of", "list_backbones", "strip_wrappers", "WRAPPER_PREFIXES"]
+
+
+@dataclass(frozen=True)
+class BackboneFamily:
+    """What a family of backbones owns.
+
+    Attributes:
+        name: The family's name (``insightface``, ``adaface``, ``mobilefacenet``).
+        default_size: The input size its published weights take (``112``, ``[112, 96]``).
+        default_dim: Its published embedding dimension D.
+        layout: The keys that identify its state dicts (for an error that lists every family).
+        infer_arch: ``state dict -> create_backbone arguments``, or ``None`` when the keys are not
+            this family's layout (raises a :class:`~pfd.errors.PfdError` when they are but the
+            counts fit no model).
+        unwrap: ``file content -> state dict`` for a foreign container of this family's weights
+            (e.g. ``{"epoch", "net_state_dict"}``), or ``None`` when the content is not one.
+    """
+
+    name: str
+    default_size: Any
+    default_dim: int
+    layout: str
+    infer_arch: Callable[[dict[str, torch.Tensor]], dict[str, Any] | None]
+    unwrap: Callable[[Any], dict[str, Any] | None] = lambda obj: None
+
 
 #: name -> builder(*, width, size, embedding_dim, dropout) -> nn.Module
 BACKBONES: dict[str, Callable[..., nn.Module]] = {}
+#: family name -> its record, in registration order.
+FAMILIES: dict[str, BackboneFamily] = {}
+#: backbone name -> family name.
+_FAMILY_OF: dict[str, str] = {}
 
 
-def register_backbone(name: str) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
-    """Decorator adding a backbone builder to :data:`BACKBONES` under ``name``.
+def register_family(family: BackboneFamily) -> BackboneFamily:
+    """Add a family record (its name must be new)."""
+    if family.name in FAMILIES:
+        raise ValueError(f"backbone family {family.name!r} is already registered")
+    FAMILIES[family.name] = family
+    return family
+
+
+def register_backbone(name: str, *, family: str) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
+    """Decorator adding a backbone builder to :data:`BACKBONES` under ``name``, in ``family``.
 
     The builder takes keyword arguments ``width``, ``size``, ``embedding_dim`` and ``dropout``.
 
     Raises:
-        ValueError: If ``name`` is already registered.
+        ValueError: If ``name`` is already registered or ``family`` is not.
     """
 
     def deco(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         if name in BACKBONES:
             raise ValueError(f"backbone {name!r} is already registered")
+        if family not in FAMILIES:
+            raise ValueError(f"backbone family {family!r} is not registered")
         BACKBONES[name] = fn
+        _FAMILY_OF[name] = family
         return fn
 
     return deco
+
+
+#: Prefixes of wrapped modules' keys: DDP (``module.``) and ``torch.compile`` (``_orig_mod.``).
+WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+
+def strip_wrappers(sd: dict[str, Any]) -> dict[str, Any]:
+    """``sd`` with the :data:`WRAPPER_PREFIXES` removed from every key (repeatedly: ``module._orig_mod.``)."""
+    out = {}
+    for key, value in sd.items():
+        changed = True
+        while changed:
+            changed = False
+            for p in WRAPPER_PREFIXES:
+                if key.startswith(p):
+                    key, changed = key[len(p) :], True
+        out[key] = value
+    return out
+
+
+def family_of(name: str) -> BackboneFamily:
+    """The family record of backbone ``name``.
+
+    Raises:
+        PfdError: An unknown backbone name, listing the registered ones.
+    """
+    if name not in _FAMILY_OF:
+        raise PfdError(f"unknown backbone {name!r}; choose one of {', '.join(list_backbones())}")
+    return FAMILIES[_FAMILY_OF[name]]
 
 
 def list_backbones() -> list[str]:

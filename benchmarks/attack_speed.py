@@ -10,8 +10,8 @@ Prints two things (timings on a shared machine are noisy: read the ratios, run t
 
 Usage::
 
-    python benchmarks/attack_speed.py                      # defaults sized for a laptop CPU
-    python benchmarks/attack_speed.py --queries 4000 --gallery 200000 --ids 1000 5000 20000 --device cuda
+    python -m benchmarks.attack_speed                      # defaults sized for a laptop CPU
+    python -m benchmarks.attack_speed --queries 4000 --gallery 200000 --ids 1000 5000 20000 --device cuda
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
-from pfd.attacks.linkability.matching import streamed_top1  # noqa: E402
-from pfd.attacks.membership.statistics import identity_statistics  # noqa: E402
+from pfd.attacks.linkability.matching import streamed_top1
+from pfd.attacks.membership.statistics import identity_statistics
 
 
 def _best_of(fn, repeats: int) -> float:

@@ -16,7 +16,7 @@ a shared machine makes wall time noisy (CPU time is what the work costs). The de
 default; ``--full`` adds IR-50 at 112 px, D = 512 (the paper's setting; slow on a CPU).
 
 Usage:
-    python benchmarks/distill_speed.py [--full] [--threads 1] [--repeats 15]
+    python -m benchmarks.distill_speed [--full] [--threads 1] [--repeats 15]
 """
 
 from __future__ import annotations
@@ -33,16 +33,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pfd.allocator import tune_allocator  # noqa: E402
-from pfd.config import RTAConfig  # noqa: E402
-from pfd.data.shape import image_hw  # noqa: E402
-from pfd.distill.ogp import OGPStep, Rotation, ogp_param_groups  # noqa: E402
-from pfd.distill.rta import ProxyDistiller  # noqa: E402
-from pfd.nn.heads import create_head  # noqa: E402
-from pfd.nn.backbones import create_backbone  # noqa: E402
-from pfd.train import MarginStep  # noqa: E402
+from pfd.allocator import tune_allocator
+from pfd.config import RTAConfig
+from pfd.data.shape import image_hw
+from pfd.distill.ogp import OGPStep, Rotation, ogp_param_groups
+from pfd.distill.rta import ProxyDistiller
+from pfd.nn.heads import create_head
+from pfd.nn.backbones import create_backbone
+from pfd.train import MarginStep
 
 
 def _sync(device: torch.device) -> None:

@@ -8,7 +8,7 @@ L2-normalises, concatenates and returns the embeddings on the CPU. The printed r
 side is kept, which damps noise on a shared machine; treat the figures as indicative anyway.
 
 Usage:
-    python benchmarks/embed_throughput.py [--backbone ir18 --width 0.25 --size 64 --n 512]
+    python -m benchmarks.embed_throughput [--backbone ir18 --width 0.25 --size 64 --n 512]
 
 Uses ``pfd.nn.iresnet.create_backbone`` when it is importable, otherwise a small local conv net
 (printed either way).
@@ -24,10 +24,9 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
-from pfd.data.shape import image_hw  # noqa: E402
-from pfd.embed import Embedder, default_device  # noqa: E402
+from pfd.data.shape import image_hw
+from pfd.embed import Embedder, default_device
 
 
 class SmallConvNet(nn.Module):

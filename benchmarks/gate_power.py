@@ -16,8 +16,8 @@ rule out 5x chance; from ``K = 3`` a release at chance passes with ``M = 5`` in 
 while a leak of 5x chance passes in <= 2 %.
 
 Usage:
-    python benchmarks/gate_power.py [--draws 2000] [--multiples 4 5 6]
-    python benchmarks/gate_power.py --whole-gate [--ids 24] [--ipc 5 10] [--draws 10000]
+    python -m benchmarks.gate_power [--draws 2000] [--multiples 4 5 6]
+    python -m benchmarks.gate_power --whole-gate [--ids 24] [--ipc 5 10] [--draws 10000]
 
 ``--whole-gate`` runs :func:`pfd.distill.gate_null.null_refusals` instead: the whole gate (every
 linkability check of insider, public model and judge, on simulated embeddings with clustered
@@ -35,9 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
-from pfd.attacks.metrics import clustered_interval  # noqa: E402
+from pfd.attacks.metrics import clustered_interval
 
 
 def pass_rates(n_ids: int, k: int, ratio: float, multiples: list[float], *, draws: int, seed: int) -> dict[str, float]:

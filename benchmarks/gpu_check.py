@@ -25,8 +25,8 @@ few identities, steps and iterations, on the CPU in seconds: the test suite runs
 script cannot rot while no GPU is around.
 
 Usage:
-    python benchmarks/gpu_check.py                 # on a GPU, about 5 minutes on an H100/H200
-    python benchmarks/gpu_check.py --tiny          # CPU smoke run, seconds
+    python -m benchmarks.gpu_check                 # on a GPU, about 5 minutes on an H100/H200
+    python -m benchmarks.gpu_check --tiny          # CPU smoke run, seconds
 """
 
 from __future__ import annotations
@@ -49,19 +49,18 @@ import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT), str(HERE)]
 
-from distill_speed import _pair  # noqa: E402
+from benchmarks.distill_speed import _pair
 
-from pfd.config import RTAConfig  # noqa: E402
-from pfd.data.synthetic import SyntheticFaces  # noqa: E402
-from pfd.distill.ogp import OGPStep, Rotation, ogp_param_groups  # noqa: E402
-from pfd.release.state_dir import StateDir  # noqa: E402
-from pfd.distill.rta import ProxyDistiller  # noqa: E402
-from pfd.io import atomic_write_json, atomic_write_text  # noqa: E402
-from pfd.nn.heads import create_head  # noqa: E402
-from pfd.nn.backbones import create_backbone  # noqa: E402
-from pfd.train import MarginStep  # noqa: E402
+from pfd.config import RTAConfig
+from pfd.data.synthetic import SyntheticFaces
+from pfd.distill.ogp import OGPStep, Rotation, ogp_param_groups
+from pfd.release.state_dir import StateDir
+from pfd.distill.rta import ProxyDistiller
+from pfd.io import atomic_write_json, atomic_write_text
+from pfd.nn.heads import create_head
+from pfd.nn.backbones import create_backbone
+from pfd.train import MarginStep
 
 #: Dense bf16 tensor-core peak in TFLOP/s by a substring of ``torch.cuda.get_device_name`` (first
 #: match wins; SXM figures, no sparsity). Unknown devices report no fraction of peak.

@@ -13,7 +13,7 @@ Also prints the same for the low-resolution transform the privacy-utility benchm
 (16 wide x 19 high and back up, bilinear; the card: 57.9 %) when ``--lowres`` is given.
 
 Usage:
-    python benchmarks/mobilefacenet_check.py [--data-root DIR] [--model PATH] [--lowres]
+    python -m benchmarks.mobilefacenet_check [--data-root DIR] [--model PATH] [--lowres]
 
 Run by hand (the photos and the weights are outside the repository), never by the test suite.
 """
@@ -26,23 +26,22 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(Path(__file__).resolve().parent)]
 
-from pfd.data.faces import FaceFolder  # noqa: E402
-from pfd.data.faceset import TensorFaces  # noqa: E402
-from pfd.data.pairs import generate_pairs  # noqa: E402
-from pfd.embed import Embedder  # noqa: E402
-from pfd.nn.checkpoints import load_backbone  # noqa: E402
-from pfd.verify import evaluate_pairs  # noqa: E402
-from pu.data import center_crop_hw, degrade_lowres  # noqa: E402
+from pfd.data.faces import FaceFolder
+from pfd.data.faceset import TensorFaces
+from pfd.data.pairs import generate_pairs
+from pfd.embed import Embedder
+from pfd.nn.checkpoints import load_backbone
+from pfd.verify import evaluate_pairs
+from benchmarks.pu.data import center_crop_hw, degrade_lowres
 
 #: The model card's figures (``../shared/models/README.md``).
 CARD = {"celeba": 0.879, "lowres": 0.579}
 
 
 def load_set(root: Path, *, last: int, hw: tuple[int, int], low: bool) -> TensorFaces:
-    """The last ``last`` identities (sorted) at the model card's cut (:func:`pu.data.center_crop_hw`),
-    optionally through the 16 x 19 low-resolution transform (:func:`pu.data.degrade_lowres`)."""
+    """The last ``last`` identities (sorted) at the model card's cut (:func:`benchmarks.pu.data.center_crop_hw`),
+    optionally through the 16 x 19 low-resolution transform (:func:`benchmarks.pu.data.degrade_lowres`)."""
     folder = FaceFolder(root, size=112)  # the crops' own size: no resampling before the cut
     faces = center_crop_hw(folder.select_identities(range(folder.num_classes - last, folder.num_classes)),
                            width_frac=0.68, hw=hw)

@@ -1,7 +1,7 @@
 """Privacy-utility benchmark: what a release is worth to train on, and what it leaks (Table 3 / Fig. 3
 of the PFD paper, on a CPU), on any publisher's faces.
 
-Two **protocols**. ``target`` (the default; the paper's setting, :data:`pu.settings.TARGET`): the
+Two **protocols**. ``target`` (the default; the paper's setting, :data:`benchmarks.pu.settings.TARGET`): the
 public model is the shared pretrained MobileFaceNet (``../shared/models/mobilefacenet-casia.ckpt``,
 read in place; nothing is trained before the units), the public data are CelebA's 150 public people
 at full resolution, and the private and test people come from a domain the public model is weak
@@ -12,7 +12,7 @@ the public people + the release (head at the class means); public-ft, raw and pf
 the other rows on one (``row_seeds``). Results: ``benchmarks/results/privacy_utility_target.json``.
 ``trained`` (``--protocol trained``; the v2 table, ``privacy_utility.json``) is described next.
 
-A **scenario** (:mod:`pu.data`) names the public data, the private identities and the held-out test
+A **scenario** (:mod:`benchmarks.pu.data`) names the public data, the private identities and the held-out test
 identities as dataset specs. Presets of the trained protocol: ``celeba`` (private and test = CelebA identities, 72 + 72)
 and ``yaleb`` (private and test = Extended Yale B, 28 + 10: a lighting domain the public data
 lacks); ``--public/--private/--test`` replace parts of a preset (identity folders, RecordIO,
@@ -27,8 +27,8 @@ fine-tuned on public data + the release). Every row but ``base`` runs for ``seed
 (distillation, noise and downstream training seeded alike; mean ± sd).
 
 * **Utility**: 10-fold verification accuracy and TAR@FAR=1e-2 on the test identities' pairs
-  (:func:`pu.data.adaptive_pairs`; Yale B also on its subsets 1-3), each as a difference against
-  ``public-ft`` with a 95 % identity-bootstrap interval (:func:`pu.stats.paired_difference`).
+  (:func:`benchmarks.pu.data.adaptive_pairs`; Yale B also on its subsets 1-3), each as a difference against
+  ``public-ft`` with a 95 % identity-bootstrap interval (:func:`benchmarks.pu.stats.paired_difference`).
 * **Linkability**: VisMatch and Rank-1 Re-ID of the proxies, and of their reconstructions
   (:class:`pfd.attacks.linkability.reconstruction.BNInversion` through the public model, first seed only, one
   proxy per source identity), by the public and the insider (adapted-model) attacker: 8 figures
@@ -37,7 +37,7 @@ fine-tuned on public data + the release). Every row but ``base`` runs for ``seed
 * **Membership**: the geometric MIA (:func:`pfd.attacks.membership.audit.membership_audit`) of each
   downstream model, members = private identities, non-members = test identities; each
   statistic's a-priori AUC (mean over seeds) against ``base``'s with a stratified identity
-  bootstrap interval (:func:`pu.stats.auc_difference`). The calibrated verdict's count of LEAKS
+  bootstrap interval (:func:`benchmarks.pu.stats.auc_difference`). The calibrated verdict's count of LEAKS
   seeds is read beside :func:`group_check`: whether ``base`` (which saw neither group) already
   separates them, in which case a LEAKS count is inconclusive.
 
@@ -49,21 +49,21 @@ same settings, shards of an interrupted run included (``--force`` recomputes). M
 (default ``$PFD_CACHE_DIR/bench/privacy_utility``), outside the repository. Run by hand, not in CI.
 docs/benchmarks.md describes the protocol.
 
-This script is the entry point; the parts live in the package ``benchmarks/pu/``: :mod:`pu.data`
-(scenarios and the data split), :mod:`pu.settings`, :mod:`pu.units` (one (row, seed) unit),
-:mod:`pu.stats` (identity-bootstrap intervals), :mod:`pu.plan` (``--plan``), :mod:`pu.runner`
-(workers, shards, merging), :mod:`pu.report` / :mod:`pu.table` (the markdown) and
-:mod:`pu.ablation` (``benchmarks/pu_ablation.py``).
+This script is the entry point; the parts live in the package ``benchmarks/pu/``: :mod:`benchmarks.pu.data`
+(scenarios and the data split), :mod:`benchmarks.pu.settings`, :mod:`benchmarks.pu.units` (one (row, seed) unit),
+:mod:`benchmarks.pu.stats` (identity-bootstrap intervals), :mod:`benchmarks.pu.plan` (``--plan``), :mod:`benchmarks.pu.runner`
+(workers, shards, merging), :mod:`benchmarks.pu.report` / :mod:`benchmarks.pu.table` (the markdown) and
+:mod:`benchmarks.pu.ablation` (``benchmarks/pu_ablation.py``).
 
 Usage:
-    python benchmarks/privacy_utility.py --plan                 # estimated minutes by stage, runs nothing
-    python benchmarks/privacy_utility.py --scenario surveillance illumination   # the target table (resumable)
-    python benchmarks/privacy_utility.py --protocol trained ... # the v2 table's protocol
-    python benchmarks/privacy_utility.py --public-only          # train / reuse the public model
-    python benchmarks/privacy_utility.py [--scenario celeba yaleb] [--rows pfd raw] [--seeds 3] [--force]
-    python benchmarks/privacy_utility.py --scenario celeba --private DIR --test DIR --name mine
-    python benchmarks/privacy_utility.py --quick                # smoke test on synthetic data
-    python benchmarks/privacy_utility.py --summarise --work DIR # re-summarise stored units, train nothing
+    python -m benchmarks.privacy_utility --plan                 # estimated minutes by stage, runs nothing
+    python -m benchmarks.privacy_utility --scenario surveillance illumination   # the target table (resumable)
+    python -m benchmarks.privacy_utility --protocol trained ... # the v2 table's protocol
+    python -m benchmarks.privacy_utility --public-only          # train / reuse the public model
+    python -m benchmarks.privacy_utility [--scenario celeba yaleb] [--rows pfd raw] [--seeds 3] [--force]
+    python -m benchmarks.privacy_utility --scenario celeba --private DIR --test DIR --name mine
+    python -m benchmarks.privacy_utility --quick                # smoke test on synthetic data
+    python -m benchmarks.privacy_utility --summarise --work DIR # re-summarise stored units, train nothing
 """
 
 from __future__ import annotations
@@ -80,14 +80,13 @@ from typing import Any
 
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-from pfd.errors import PfdError  # noqa: E402
-from pfd.io import atomic_write_json, atomic_write_text, jsonable  # noqa: E402
-from pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario, shared_folders  # noqa: E402
-from pu.plan import THROUGHPUT, minutes, plan_passes, print_plan, rates  # noqa: E402
-from pu.report import markdown  # noqa: E402
-from pu.runner import (  # noqa: E402
+from pfd.errors import PfdError
+from pfd.io import atomic_write_json, atomic_write_text, jsonable
+from benchmarks.pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario, shared_folders
+from benchmarks.pu.plan import THROUGHPUT, minutes, plan_passes, print_plan, rates
+from benchmarks.pu.report import markdown
+from benchmarks.pu.runner import (
     make_resolver,
     merge_results,
     public_path,
@@ -99,7 +98,7 @@ from pu.runner import (  # noqa: E402
     train_public,
     unit_groups,
 )
-from pu.settings import (  # noqa: E402
+from benchmarks.pu.settings import (
     QUICK_SCENARIO,
     REPO,
     ROWS,

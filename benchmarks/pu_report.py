@@ -1,11 +1,8 @@
-"""Entry point of ``python benchmarks/pu_report.py``: see :mod:`pu.report` (benchmarks/pu/report.py)."""
+"""Entry point of ``python -m benchmarks.pu_report``: see :mod:`benchmarks.pu.report` (benchmarks/pu/report.py)."""
 
 import sys
-from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
-
-from pu.report import main  # noqa: E402
+from benchmarks.pu.report import main
 
 if __name__ == "__main__":
     sys.exit(main())

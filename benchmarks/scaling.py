@@ -24,9 +24,9 @@ stage whose time exponent exceeds 1.2 as super-linear (and memory exponents abov
 flat). Writes ``benchmarks/results/scaling.json``, ``scaling.md`` and ``scaling.png``.
 
 Usage:
-    python benchmarks/scaling.py            # about 10-15 min on one core of a 2-core machine
-    python benchmarks/scaling.py --quick    # smaller sweeps, 2-4 min
-    python benchmarks/scaling.py --public runs/public.pt   # reuse a public checkpoint
+    python -m benchmarks.scaling            # about 10-15 min on one core of a 2-core machine
+    python -m benchmarks.scaling --quick    # smaller sweeps, 2-4 min
+    python -m benchmarks.scaling --public runs/public.pt   # reuse a public checkpoint
 """
 
 from __future__ import annotations
@@ -45,10 +45,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT), str(HERE)]
 
-from pfd.io import atomic_write_json, atomic_write_text  # noqa: E402
-from pfd.release.state_dir import StateDir  # noqa: E402
+from pfd.io import atomic_write_json, atomic_write_text
+from pfd.release.state_dir import StateDir
 
 FULL = {"ids": [12, 24, 48, 96, 192], "ks": [2, 5, 10, 20], "gallery": [10**3, 10**4, 10**5, 10**6],
         "mia_ids": [100, 300, 1000, 3000]}

@@ -23,7 +23,7 @@ one machine should agree within the interval's half-width (a few hundredths). Wr
 ``speed.md``.
 
 Usage:
-    python benchmarks/speed.py [--device cpu|cuda] [--only demo|ir50|mobilefacenet] [--repeats 15] [--merge]
+    python -m benchmarks.speed [--device cpu|cuda] [--only demo|ir50|mobilefacenet] [--repeats 15] [--merge]
 """
 
 from __future__ import annotations
@@ -39,15 +39,14 @@ from typing import Any
 import torch
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
 
-from attack_speed import top1_ratio  # noqa: E402
-from distill_speed import bench_ogp, bench_rta  # noqa: E402
-from embed_throughput import embed_ratio  # noqa: E402
+from benchmarks.attack_speed import top1_ratio
+from benchmarks.distill_speed import bench_ogp, bench_rta
+from benchmarks.embed_throughput import embed_ratio
 
-from pfd.allocator import tune_allocator  # noqa: E402
-from pfd.io import atomic_write_json, atomic_write_text  # noqa: E402
-from pfd.nn.backbones import create_backbone  # noqa: E402
+from pfd.allocator import tune_allocator
+from pfd.io import atomic_write_json, atomic_write_text
+from pfd.nn.backbones import create_backbone
 
 #: name -> (arch, RTA batch, classes, RTA iterations, OGP batch, OGP steps, embed images, embed batch, top-1 queries x gallery)
 BACKBONES: dict[str, dict[str, Any]] = {

@@ -12,8 +12,8 @@ identity-disjoint ``synthetic:test`` split:
 
 Usage::
 
-    python benchmarks/synthetic_learnability.py                      # 48 px, 5 epochs, 2 threads
-    python benchmarks/synthetic_learnability.py --size 64 --epochs 8 --domain lowres
+    python -m benchmarks.synthetic_learnability                      # 48 px, 5 epochs, 2 threads
+    python -m benchmarks.synthetic_learnability --size 64 --epochs 8 --domain lowres
 
 The renderer's nuisance and identity-cue strengths were tuned with this script; run it again
 after changing them. Timing depends on the machine (a shared 2-core box takes ~2-6 minutes).
@@ -32,9 +32,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pfd.data.synthetic import DOMAINS, SyntheticFaces  # noqa: E402
+from pfd.data.synthetic import DOMAINS, SyntheticFaces
 
 TARGET = 0.90
 

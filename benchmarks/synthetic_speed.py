@@ -2,8 +2,8 @@
 
 Usage::
 
-    python benchmarks/synthetic_speed.py                 # 112 px, every domain
-    python benchmarks/synthetic_speed.py --size 64 --images 400 --rounds 5
+    python -m benchmarks.synthetic_speed                 # 112 px, every domain
+    python -m benchmarks.synthetic_speed --size 64 --images 400 --rounds 5
 
 Prints images/s per domain as wall-clock and CPU-time rates (best of ``--rounds`` rounds; on a
 shared machine the CPU-time rate is the fairer figure) and the ratio to the target. Rendering is
@@ -21,9 +21,8 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pfd.data.synthetic import DOMAINS, SyntheticFaces  # noqa: E402
+from pfd.data.synthetic import DOMAINS, SyntheticFaces
 
 TARGET = 300.0  # images per second per core at 112 px
 

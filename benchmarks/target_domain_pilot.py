@@ -4,21 +4,21 @@ The setting the PFD paper measures utility in: a strong public pretrained model 
 MobileFaceNet, 87.9 % on CelebA crops at 112 x 96) meets a target domain only the private set
 covers. ``surveillance``: CelebA's seeded split (150 public / 72 private / 72 test people), the
 public people at full resolution, the private and test people at 16 x 19 pixels and back up
-(``+lowres`` of :mod:`pu.data`). Rows, each the pretrained model fine-tuned for ``--epochs`` on:
+(``+lowres`` of :mod:`benchmarks.pu.data`). Rows, each the pretrained model fine-tuned for ``--epochs`` on:
 
 * ``public-ft``: the public people alone (the control for the extra training);
 * ``raw``: the public people + ``K`` low-resolution photos of each private person (a raw release);
 * ``pfd`` (``--pfd``): the public people + ``pfd distill``'s release of the private people (``K``
-  proxies each; OGP and RTA at the benchmark's settings, :data:`pu.settings.SETTINGS`), with the
+  proxies each; OGP and RTA at the benchmark's settings, :data:`benchmarks.pu.settings.SETTINGS`), with the
   publication gate's verdict (recorded; the release is measured either way).
 
 ``base`` (no fine-tuning) is measured too. Utility is 10-fold verification accuracy and TAR at
 FAR 1e-2 on the low-resolution test people's pairs, with a 95 % identity-bootstrap interval of each
-difference against ``public-ft`` (:mod:`pu.stats`). This is goal (a) of issue 19 on one seed: if raw
+difference against ``public-ft`` (:mod:`benchmarks.pu.stats`). This is goal (a) of issue 19 on one seed: if raw
 does not gain clearly here, the full benchmark cannot show what a release is worth.
 
 Usage:
-    python benchmarks/target_domain_pilot.py [--epochs 1] [--ipc 10] [--work DIR] [--threads 2]
+    python -m benchmarks.target_domain_pilot [--epochs 1] [--ipc 10] [--work DIR] [--threads 2]
 
 Run by hand (minutes on 2 cores: two fine-tuning epochs of MobileFaceNet at 112 x 96).
 """
@@ -35,20 +35,19 @@ import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(Path(__file__).resolve().parent)]
 
-from pfd.config import TrainConfig  # noqa: E402
-from pfd.data.faceset import ConcatFaces, to_memory  # noqa: E402
-from pfd.release.reader import read_release  # noqa: E402
-from pfd.release.state_dir import StateDir  # noqa: E402
-from pfd.embed import Embedder  # noqa: E402
-from pfd.io import atomic_write_json  # noqa: E402
-from pfd.nn.checkpoints import load_backbone  # noqa: E402
-from pfd.train import train  # noqa: E402
-from pfd.verify import verification_metrics  # noqa: E402
-from pu.data import SpecResolver, adaptive_pairs, pair_identities  # noqa: E402
-from pu.stats import identity_bootstrap_weights, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far  # noqa: E402
-from pu.units import per_identity  # noqa: E402
+from pfd.config import TrainConfig
+from pfd.data.faceset import ConcatFaces, to_memory
+from pfd.release.reader import read_release
+from pfd.release.state_dir import StateDir
+from pfd.embed import Embedder
+from pfd.io import atomic_write_json
+from pfd.nn.checkpoints import load_backbone
+from pfd.train import train
+from pfd.verify import verification_metrics
+from benchmarks.pu.data import SpecResolver, adaptive_pairs, pair_identities
+from benchmarks.pu.stats import identity_bootstrap_weights, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
+from benchmarks.pu.units import per_identity
 
 MODEL = REPO.parent / "shared" / "models" / "mobilefacenet-casia.ckpt"
 
@@ -57,7 +56,7 @@ def distill_pfd(private, model: Path, root: Path, *, ipc: int, iterations: int, 
     """``pfd distill`` of the private people from the public model: ``(release as a FaceSet, gate)``."""
     from pfd.config import DistillConfig, build_config
     from pfd.distill.pipeline import distill
-    from pu.settings import SETTINGS
+    from benchmarks.pu.settings import SETTINGS
 
     rel = root / "release"
     if not (rel / "manifest.json").is_file():

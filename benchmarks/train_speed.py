@@ -17,8 +17,8 @@ indicative.
 
 Usage::
 
-    python benchmarks/train_speed.py                                  # ir18/0.25, 48 px, 30 steps
-    python benchmarks/train_speed.py --size 64 --steps 20 --workers 1
+    python -m benchmarks.train_speed                                  # ir18/0.25, 48 px, 30 steps
+    python -m benchmarks.train_speed --size 64 --steps 20 --workers 1
 """
 
 from __future__ import annotations
@@ -32,14 +32,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
-from pfd.config import TrainConfig  # noqa: E402
-from pfd.data.faceset import TensorFaces  # noqa: E402
-from pfd.data.sources import open_faces  # noqa: E402
-from pfd.nn.heads import create_head  # noqa: E402
-from pfd.nn.backbones import create_backbone  # noqa: E402
-from pfd.train import Trainer, global_batches  # noqa: E402
+from pfd.config import TrainConfig
+from pfd.data.faceset import TensorFaces
+from pfd.data.sources import open_faces
+from pfd.nn.heads import create_head
+from pfd.nn.backbones import create_backbone
+from pfd.train import Trainer, global_batches
 
 TARGET = 0.9
 

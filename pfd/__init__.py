@@ -61,7 +61,8 @@ _EXPORTS: dict[str, str] = {
     )},
     # distillation building blocks
     **{n: "pfd.distill.ogp" for n in ("Rotation", "OGPStep", "ogp_loss", "rotate")},
-    **{n: "pfd.distill.rta" for n in ("kmeans_prototypes", "rta_loss", "distill_loss", "ProxyDistiller")},
+    **{n: "pfd.distill.rta" for n in ("rta_loss", "distill_loss", "ProxyDistiller")},
+    "kmeans_prototypes": "pfd.distill.prototypes",
     **{n: "pfd.distill.gate" for n in ("publication_checks", "PublicationRefused")},
     "OGPTrainer": "pfd.distill.ogp_trainer",
     # attacks

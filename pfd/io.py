@@ -20,8 +20,6 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-import torch
-
 from pfd.errors import PfdError, os_error
 
 try:  # POSIX; on other systems nothing is locked (documented in docs/distill.md)
@@ -118,6 +116,8 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2, sha
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save`` that never leaves a truncated file behind."""
+    import torch  # here: pfd.io is read by the configs, which the CLI loads before it needs torch
+
     buf = io.BytesIO()
     torch.save(obj, buf)
     atomic_write_bytes(path, buf.getvalue())

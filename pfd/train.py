@@ -38,8 +38,9 @@ from pfd.data.faceset import ConcatFaces, FaceSet
 from pfd.data.shape import same_size, size_text
 from pfd.errors import PfdError
 from pfd.io import atomic_open, same_path
+from pfd.runtime import make_accelerator, set_threads
 
-__all__ = ["Trainer", "MarginStep", "StepOutput", "make_accelerator", "train", "lr_lambda", "open_training_data", "global_batches"]
+__all__ = ["Trainer", "MarginStep", "StepOutput", "train", "lr_lambda", "open_training_data", "global_batches"]
 
 log = logging.getLogger(__name__)
 
@@ -84,20 +85,6 @@ def global_batches(n: int, *, batch_size: int, seed: int, epoch: int) -> np.ndar
     perm = np.random.default_rng([seed, epoch]).permutation(n)
     nb = n // batch_size
     return perm[: nb * batch_size].reshape(nb, batch_size)
-
-
-def set_threads(threads: int) -> None:
-    """``torch.set_num_threads`` for ``--threads`` (0: leave torch's setting), at most one per core.
-
-    More intra-op threads than cores do not add speed, they make OpenMP threads wait on each other:
-    ``--threads 1000`` on 2 cores ran a minute-long distillation for over five.
-    """
-    if threads <= 0:
-        return
-    cores = os.cpu_count() or threads
-    if threads > cores:
-        log.warning("--threads %d is more than the %d CPU cores here; using %d", threads, cores, cores)
-    torch.set_num_threads(min(threads, cores))
 
 
 def open_training_data(specs: Sequence[str], *, size: Any, min_images: int, skip_bad: bool = False) -> FaceSet:
@@ -490,22 +477,6 @@ def _drop_metrics_after(path: Path, step: int) -> None:
             continue
     with atomic_open(path, "w") as f:
         f.write("".join(f"{line}\n" for line in kept))
-
-
-def make_accelerator(mixed_precision: str = "auto") -> Any:
-    """An ``accelerate.Accelerator``; ``"auto"`` is bf16 on CUDA and full precision elsewhere.
-
-    Without CUDA the accelerator is told it runs on the CPU: that is what lets accelerate
-    recognise a ``torchrun`` / ``accelerate launch --multi_gpu --num_processes N`` start on a
-    CPU-only machine as data-parallel (gloo) instead of N independent single-process runs.
-    """
-    from accelerate import Accelerator
-
-    cuda = torch.cuda.is_available()
-    mp = mixed_precision
-    if mp == "auto":
-        mp = "bf16" if cuda else "no"
-    return Accelerator(mixed_precision=mp, cpu=not cuda)
 
 
 #: Settings that may differ when a run is resumed: they do not change what is computed.

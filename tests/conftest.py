@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -29,14 +28,11 @@ def _seed_and_cache(tmp_path_factory, monkeypatch):
     yield
 
 
+#: The repository's benchmarks/ folder (its results and recipes are read by some tests).
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="session")
-def bench() -> Iterator[Callable[[str], Any]]:
-    """``bench("scaling")`` imports a script of ``benchmarks/`` (they are scripts, not a package)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module
-    finally:
-        sys.path.remove(str(BENCH))
+def bench() -> Callable[[str], Any]:
+    """``bench("scaling")`` imports ``benchmarks.scaling`` (the benchmarks are a package of the checkout)."""
+    return lambda name: importlib.import_module(f"benchmarks.{name}")

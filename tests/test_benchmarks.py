@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import importlib
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.conftest import BENCH
 
 
 @pytest.fixture(scope="module")
 def bench_modules():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("privacy_utility"), importlib.import_module("pu.report")
-    finally:
-        sys.path.remove(str(BENCH))
+    return importlib.import_module("benchmarks.privacy_utility"), importlib.import_module("benchmarks.pu.report")
 
 
 def test_privacy_utility_skips_cleanly_without_the_photos(bench_modules, tmp_path, capsys):
@@ -48,7 +42,7 @@ def test_results_table_shows_each_row_with_chance_and_intervals(bench_modules):
 def test_light_angle_reads_yale_b_names_and_subsets_follow_it(bench_modules):
     import math
 
-    yd = importlib.import_module("pu.yale")
+    yd = importlib.import_module("benchmarks.pu.yale")
     assert yd.light_angle("yaleB01/yaleB01_P00A+000E+00.pgm") == 0.0
     # acos(cos 35° · cos 15°) = 37.9°: subset 3; (+85°, +20°) = 85.3°: subset 5.
     assert abs(yd.light_angle("yaleB02_P00A+035E+15.pgm") - math.degrees(math.acos(math.cos(math.radians(35)) * math.cos(math.radians(15))))) < 1e-9
@@ -91,8 +85,8 @@ def test_rescore_bounds_the_membership_p_exactly_and_widens_clustered_links(benc
 
 
 def test_ablation_variants_change_only_their_settings_and_the_table_counts_links(bench_modules):
-    pu = importlib.import_module("pu.settings")
-    abl = importlib.import_module("pu.ablation")
+    pu = importlib.import_module("benchmarks.pu.settings")
+    abl = importlib.import_module("benchmarks.pu.ablation")
     base = abl.variant_settings("default")
     assert base["seeds"] == 1 and base["rta"] == pu.SETTINGS["rta"] and "method" not in base
     raw4 = abl.variant_settings("raw-ipc4")
@@ -110,8 +104,8 @@ def test_ablation_variants_change_only_their_settings_and_the_table_counts_links
 
 
 def test_target_ablation_variants_start_from_the_target_protocol(bench_modules):
-    pu = importlib.import_module("pu.settings")
-    abl = importlib.import_module("pu.ablation")
+    pu = importlib.import_module("benchmarks.pu.settings")
+    abl = importlib.import_module("benchmarks.pu.ablation")
     base = abl.variant_settings("default", "target")
     assert base["public_model"] == pu.TARGET["public_model"] and base["rta"]["ipc"] == 10 and "row_seeds" not in base
     ds2 = abl.variant_settings("ds2-raw", "target")
@@ -128,7 +122,7 @@ def test_target_ablation_variants_start_from_the_target_protocol(bench_modules):
 def test_merge_joins_scenarios_run_in_parallel_and_refuses_other_settings(bench_modules, tmp_path):
     import json
 
-    runner = importlib.import_module("pu.runner")
+    runner = importlib.import_module("benchmarks.pu.runner")
     key = "k" * 16
     a = {"version": 2, "settings_hash": key, "settings": {"seeds": 3}, "scenarios": {"celeba": {"units": {"base/seed0": {}}, "rows": {}}},
          "public_model": {"verification_curve": {"celeba": []}}}
@@ -151,7 +145,7 @@ def test_merge_joins_scenarios_run_in_parallel_and_refuses_other_settings(bench_
 def test_cached_public_model_is_reused_from_a_moved_work_dir_but_not_with_other_settings(bench_modules, tmp_path, monkeypatch):
     from pfd.config import TrainConfig, build_config, config_to_dict
 
-    runner = importlib.import_module("pu.runner")
+    runner = importlib.import_module("benchmarks.pu.runner")
     cfg = build_config(TrainConfig, {"epochs": 3, "out": str(tmp_path / "new" / "public-x")})
     stored = {"train": {**config_to_dict(cfg), "out": "/elsewhere/public-x"}}
     (tmp_path / "model.pt").write_bytes(b"x")
@@ -163,7 +157,7 @@ def test_cached_public_model_is_reused_from_a_moved_work_dir_but_not_with_other_
 
 
 def test_units_group_by_scenario_and_seed_costliest_first(bench_modules):
-    runner = importlib.import_module("pu.runner")
+    runner = importlib.import_module("benchmarks.pu.runner")
     todo = {"yaleb": [("base", 0), ("raw", 0), ("pfd", 0), ("raw", 1)], "celeba": [("raw", 0), ("pfd", 0), ("raw", 1), ("pfd", 1)]}
     groups = runner.unit_groups(todo, cost={"celeba": 3.0, "yaleb": 1.0})
     assert [(sc, seed) for sc, seed, _ in groups] == [("celeba", 0), ("celeba", 1), ("yaleb", 0), ("yaleb", 1)]
@@ -178,7 +172,7 @@ def test_units_group_by_scenario_and_seed_costliest_first(bench_modules):
 def test_shards_of_an_interrupted_run_are_read_back_only_with_the_same_settings(bench_modules, tmp_path):
     import json
 
-    runner = importlib.import_module("pu.runner")
+    runner = importlib.import_module("benchmarks.pu.runner")
     (tmp_path / "shards").mkdir()
     write = lambda name, doc: (tmp_path / "shards" / name).write_text(json.dumps(doc))  # noqa: E731
     write("celeba-seed0.json", {"settings_hash": "k", "scenario": "celeba", "units": {"raw/seed0": {"a": 1}},
@@ -210,8 +204,8 @@ def test_a_bad_private_set_is_one_line_before_any_work(bench_modules, tmp_path, 
 
 
 def test_seeds_caps_every_row_and_the_table_says_what_ran(bench_modules):
-    settings = importlib.import_module("pu.settings")
-    table = importlib.import_module("pu.table")
+    settings = importlib.import_module("benchmarks.pu.settings")
+    table = importlib.import_module("benchmarks.pu.table")
     s = settings.protocol_settings("target")
     capped = settings.apply_seeds(s, 1)
     assert all(len(settings.row_seeds(n, capped)) == 1 for n in ("public-ft", "raw", "pfd", "blur"))

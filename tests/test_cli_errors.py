@@ -170,7 +170,7 @@ def test_attack_commands_take_skip_bad_and_no_progress(cmd):
 
 def test_attack_skip_bad_reaches_the_private_set(tmp_path):
     """A corrupt private image stops the scorecard's loader unless --skip-bad is given."""
-    from pfd.attacks.scorecard.run import _Sets
+    from pfd.attacks.scorecard.run import ReleaseSets
 
     folder = tmp_path / "private"
     g = np.random.default_rng(0)
@@ -182,9 +182,9 @@ def test_attack_skip_bad_reaches_the_private_set(tmp_path):
             Image.fromarray(g.integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(folder / ident / f"{k}.png")
     (folder / "a" / "3.png").write_bytes(b"not a png")
     with pytest.raises(PfdError, match="3.png"):
-        faces = _Sets(str(folder), tmp_path).private(32)
+        faces = ReleaseSets(str(folder), tmp_path).private(32)
         [faces[i] for i in range(len(faces))]
-    faces = _Sets(str(folder), tmp_path, skip_bad=True).private(32)
+    faces = ReleaseSets(str(folder), tmp_path, skip_bad=True).private(32)
     assert len(faces) == 6 and all(faces[i][0].shape == (3, 32, 32) for i in range(6))
 
 
@@ -346,7 +346,7 @@ def test_a_cache_dir_that_is_a_file_is_one_line(tmp_path, monkeypatch):
 def test_more_threads_than_cores_are_capped(monkeypatch, caplog):
     import os
 
-    from pfd.train import set_threads
+    from pfd.runtime import set_threads
 
     before = torch.get_num_threads()
     try:

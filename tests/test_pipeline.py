@@ -173,26 +173,6 @@ def test_pfd_proxies_are_far_from_their_source_and_rta_only_close(runs):
 # -- the other methods ------------------------------------------------------------------------
 
 
-def test_sre2l_and_raw_methods(public, tmp_path):
-    res = distill(tiny_distill_config(public, tmp_path / "s", method="sre2l", rta={"iterations": 5}), progress=False)
-    assert json.loads((res.release / "manifest.json").read_text())["method"] == "sre2l"
-    assert res.summary["losses"]["rta"]["rta_last"] == 0.0  # no L_RTA in SRe2L
-    raw = distill(tiny_distill_config(public, tmp_path / "r", method="raw"), progress=False)
-    faces = open_faces(PRIVATE)
-    pmap = read_proxy_map(raw.state_dir)
-    idx = torch.load(raw.state_dir / "prototypes.pt", weights_only=True)["raw_index"]
-    rows = pmap["extra"]["prototype_row"]
-    rel = read_release(raw.release)
-    names = [rel.name(i) for i in range(len(rel))]
-    per_id: dict[int, set[int]] = {}
-    for k, r in enumerate(pmap["proxies"]):
-        src = int(idx[rows[k]])  # the real image chosen for this proxy's prototype
-        assert faces.labels[src] == r["source"]
-        assert torch.equal(rel.load(names.index(r["file"])), faces.load(src))  # the real pixels, relabelled
-        per_id.setdefault(r["source"], set()).add(src)
-    assert all(len(v) == 2 for v in per_id.values())  # K distinct real images per identity
-
-
 # -- bad input and clobbering -----------------------------------------------------------------
 
 

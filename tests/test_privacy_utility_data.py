@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,17 +11,16 @@ import pytest
 import torch
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import pu.plan as pu_plan  # noqa: E402
-import pu.settings as pu_settings  # noqa: E402
-import pu.units as pu_units  # noqa: E402
-from pu.data import SpecResolver, adaptive_pairs, celeba_split, pair_identities  # noqa: E402
+import benchmarks.pu.plan as pu_plan
+import benchmarks.pu.settings as pu_settings
+import benchmarks.pu.units as pu_units
+from benchmarks.pu.data import SpecResolver, adaptive_pairs, celeba_split, pair_identities
 
-from pfd.data.faceset import TensorFaces  # noqa: E402
-from pfd.errors import PfdError  # noqa: E402
+from pfd.data.faceset import TensorFaces
+from pfd.errors import PfdError
 
-import torch  # noqa: E402
+import torch
 
 
 def _counts(n: int = 40, seed: int = 1) -> dict[str, int]:
@@ -146,7 +144,7 @@ def test_shared_celeba_split_when_present():
 def _pu():
     import importlib
 
-    return importlib.import_module("privacy_utility")
+    return importlib.import_module("benchmarks.privacy_utility")
 
 
 def _args(**kw):
@@ -210,7 +208,7 @@ def test_unit_hash_ignores_the_seed_counts_only():
 
 
 def test_shared_folders_of_specs():
-    from pu.data import shared_folders
+    from benchmarks.pu.data import shared_folders
 
     assert shared_folders(["synthetic:public", "celeba:public", "yale-a", "yale-b:test"]) == {
         "celeba-faces", "yale-a", "extended-yale-b-cropped"}
@@ -234,7 +232,7 @@ def test_per_identity_pick_and_link_summary():
 
 
 def test_v2_table_shows_differences_intervals_and_chance():
-    from pu.report import markdown
+    from benchmarks.pu.report import markdown
 
     diff = {"diff": 0.021, "ci95": [-0.004, 0.046], "row_mean": 0.81, "row_sd": 0.01}
     ref = {"diff": 0.0, "ci95": [0.0, 0.0], "row_mean": 0.79, "row_sd": 0.02}
@@ -259,7 +257,7 @@ def test_v2_table_shows_differences_intervals_and_chance():
 
 
 def test_augmented_faces_are_reproducible_variants():
-    from pu.augment import AugmentedFaces, augment_image
+    from benchmarks.pu.augment import AugmentedFaces, augment_image
 
     faces = TensorFaces(torch.rand(4, 3, 16, 16), [0, 0, 1, 1])
     a, b = AugmentedFaces(faces, {"crop_scale": [0.6, 0.9]}, seed=3), AugmentedFaces(faces, {"crop_scale": [0.6, 0.9]}, seed=3)
@@ -300,7 +298,7 @@ def test_plan_counts_image_passes_by_stage():
 
 
 def test_groups_that_base_already_separates_make_the_leaks_count_inconclusive():
-    from pu.report import markdown
+    from benchmarks.pu.report import markdown
 
     rng = np.random.default_rng(0)
     loose = {s: {"members": list(rng.normal(-1.5, 1, 28)), "nonmembers": list(rng.normal(0, 1, 10))} for s in pu_settings.MIA_STATS}
@@ -337,7 +335,7 @@ def test_lowres_spec_option_degrades_on_the_fly_at_a_non_square_size():
 
 
 def test_non_square_celeba_crop_keeps_the_central_width_at_the_models_aspect():
-    from pu.data import center_crop_hw
+    from benchmarks.pu.data import center_crop_hw
 
     img = torch.zeros(1, 3, 112, 112)
     img[..., :, 18:94] = 1.0  # a bright central band of 76 px, the 0.68 the crop keeps
@@ -347,7 +345,7 @@ def test_non_square_celeba_crop_keeps_the_central_width_at_the_models_aspect():
 
 
 def test_target_goals_are_met_or_missed_by_their_rules():
-    from pu.table import target_goals
+    from benchmarks.pu.table import target_goals
 
     def diff(d, lo, hi):
         return {"diff": d, "ci95": [lo, hi]}
@@ -384,7 +382,7 @@ def test_target_goals_are_met_or_missed_by_their_rules():
 
 
 def test_the_no_shift_control_is_not_judged_by_the_goals():
-    from pu.table import markdown_v2
+    from benchmarks.pu.table import markdown_v2
 
     acc = {"diff": 0.003, "ci95": [-0.004, 0.01], "row_mean": 0.9, "row_sd": 0.0}
     sdoc = {"rows": {"raw": {"row": "raw", "seeds": [0], "utility": {"all": {"accuracy": acc}}}}, "units": {}}
@@ -398,7 +396,7 @@ def test_the_no_shift_control_is_not_judged_by_the_goals():
 def test_release_dir_depends_on_the_distillation_not_the_downstream(tmp_path):
     from types import SimpleNamespace
 
-    from pu.data import TARGET_SCENARIOS
+    from benchmarks.pu.data import TARGET_SCENARIOS
 
     def where(settings, method="pfd", seed=0, scenario="surveillance"):
         bench = SimpleNamespace(s=settings, sc=TARGET_SCENARIOS[scenario], work=tmp_path)

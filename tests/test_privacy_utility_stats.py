@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from pu.stats import (  # noqa: E402
+from benchmarks.pu.stats import (
     auc_difference,
     identity_bootstrap_weights,
     paired_difference,
@@ -18,8 +15,8 @@ from pu.stats import (  # noqa: E402
     weighted_tar_at_far,
 )
 
-from pfd.attacks.metrics import auc  # noqa: E402
-from pfd.verify import kfold_accuracy, tar_at_far  # noqa: E402
+from pfd.attacks.metrics import auc
+from pfd.verify import kfold_accuracy, tar_at_far
 
 
 def _pairs(n_ids: int, per: int, rng: np.random.Generator, *, effect: float = 1.0, id_sd: float = 0.5):
@@ -106,7 +103,7 @@ def test_intervals_detect_a_real_difference():
 
 
 def test_bias_corrected_interval():
-    from pu.stats import bc_interval
+    from benchmarks.pu.stats import bc_interval
 
     boot = np.random.default_rng(5).normal(0.0, 1.0, 4001)
     med = float(np.median(boot))

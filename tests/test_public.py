@@ -60,9 +60,9 @@ def test_pretrained_model_is_cached_and_reused(tmp_path, monkeypatch):
 
 def test_public_checkpoint_architecture_checks():
     model = create_backbone("ir18", width=0.125, size=32, embedding_dim=16)
-    pub.check_public_arch(model, "p.pt", size=32, backbone="ir18")
-    pub.check_public_arch(model, "p.pt", size=32)
+    check_arch(model, "p.pt", size=32, backbone="ir18")
+    check_arch(model, "p.pt", size=32)
     with pytest.raises(PfdError, match=r"p.pt: the public model is ir18 .*32px.* uses 112px.*--size 32"):
-        pub.check_public_arch(model, "p.pt", size=112)
+        check_arch(model, "p.pt", size=112)
     with pytest.raises(PfdError, match="expects backbone 'ir50'"):
-        pub.check_public_arch(model, "p.pt", size=32, backbone="ir50")
+        check_arch(model, "p.pt", size=32, backbone="ir50")

@@ -11,8 +11,12 @@ import torch
 
 from pfd.attacks.linkability.matching import visual_matching
 from pfd.attacks.membership.statistics import STATISTICS, membership_report
-from pfd.attacks.scorecard.plots import kde, plot_densities, plot_match_grid, plot_roc
-from pfd.attacks.scorecard.report import format_markdown, jsonable, summary_rows, verdict, write_report
+from pfd.attacks.plots import kde, plot_densities, plot_match_grid, plot_roc
+from pfd.attacks.attributes.attack import AttributesResult
+from pfd.attacks.contract import verdict
+from pfd.attacks.linkability.attacks import LinkRows
+from pfd.attacks.membership.attack import MembershipResult, membership_row
+from pfd.attacks.scorecard.report import format_markdown, jsonable, write_report
 from pfd.attacks.scorecard.run import Scorecard
 
 
@@ -49,12 +53,12 @@ def test_summary_rows_carry_chance_interval_and_verdict(membership):
     gallery = rng.normal(size=(40, 8))
     labels = np.repeat(np.arange(10), 4)
     vis = visual_matching(gallery[::4] + 0.01, labels[::4], gallery, labels)  # every proxy links
-    link = {"target": "proxies", "attacker": "public", "vismatch": vis.as_dict(), "reid": vis.as_dict()}
     attr = {"balanced_accuracy": 0.3, "chance_balanced_accuracy": 0.25, "ci95_balanced_accuracy": [0.2, 0.4],
             "p_balanced_accuracy": 0.2, "macro_f1": 0.9, "chance_macro_f1": 0.24, "ci95_macro_f1": [0.8, 0.95],
             "p_macro_f1": 0.001}
-    data = {"linkability": [link], "attributes": {"aux": "x", "per_attribute": {"tone": attr}}, "membership": membership}
-    rows = summary_rows(data)
+    results = [LinkRows("linkability", [{"target": "proxies", "attacker": "public", "vismatch": vis, "reid": vis}],
+                        ("vismatch", "reid")), AttributesResult("x", {"tone": attr}), MembershipResult(membership)]
+    rows = Scorecard(data={}, results={str(i): r for i, r in enumerate(results)}).rows  # each result renders its rows
     assert [r["attack"] for r in rows][:2] == ["VisMatch (proxies)", "Rank-1 Re-ID (proxies)"]
     assert rows[0]["value"] == 1.0 and rows[0]["chance"] == pytest.approx(0.1) and rows[0]["verdict"] == "LEAKS"
     tone = [r for r in rows if r["attack"].startswith("Attribute tone")]
@@ -72,8 +76,6 @@ def test_summary_rows_carry_chance_interval_and_verdict(membership):
 
 
 def test_membership_row_is_inconclusive_when_the_reference_already_separates_the_groups():
-    from pfd.attacks.scorecard.report import membership_row
-
     rng = np.random.default_rng(0)
     m, lm = _clusters(12, 4, 0.3, rng)
     n, ln = _clusters(12, 4, 0.6, rng)
@@ -97,12 +99,13 @@ def test_write_report_is_strict_json_and_markdown_lists_skips(tmp_path, membersh
             "timings": {"load": 0.5}}
     grid = {"proxies": torch.rand(2, 3, 16, 16), "matches": torch.rand(2, 3, 16, 16),
             "sources": torch.rand(2, 3, 16, 16), "success": [True, False]}
-    paths = write_report(Scorecard(data=data, grid=grid), tmp_path)
+    paths = write_report(Scorecard(data=data, grid=grid, results={"membership": MembershipResult(membership)}), tmp_path)
     doc = json.loads(paths["json"].read_text())  # strict JSON: inf thresholds became null
     assert doc["summary"] and doc["plots"]["matches"] == "matches.png"
     assert all(p.is_file() for p in paths.values())
     md = paths["markdown"].read_text()
-    assert "- attributes: no aux" in md and "| Membership:" in md and "0.500" in md
+    assert "- attributes: no aux" in md and "| Membership:" in md and "0.500" in md and "## Membership of the release" in md
+    assert doc["plots"]["membership_roc"] == "membership_roc.png"  # the result drew its own plots
     # Issue 20: "4 images (2 of them are sources of proxies)" read as if images were the sources.
     assert "2 identities (2 of them sources of proxies), 4 images" in md and "16 px" in md
     assert format_markdown({**data, "membership": {}}, [], {}).count("No attack could run") == 1

@@ -15,11 +15,11 @@ from pfd.distill.ogp import Rotation, rotate
 from pfd.distill.rta import (
     ProxyDistiller,
     distill_loss,
-    kmeans_prototypes,
     proxy_batches,
     rta_loss,
     rta_loss_full,
 )
+from pfd.distill.prototypes import kmeans_prototypes
 from pfd.errors import PfdError
 from pfd.nn.inversion import batch_generator, cosine_lr
 from tests.distill_stubs import CosineHead, calibrated_net, one_thread  # noqa: F401 (fixture)

@@ -43,6 +43,10 @@ def _raw(world, k=2):
     return world.private.images[idx], world.private.labels[idx]
 
 
+#: Each attack's table: only the linkability family (no reconstruction, no attribute probe).
+NO_RECON_NO_ATTRS = {"reconstruction": {"enabled": False}, "attributes": {"enabled": False}}
+
+
 def _links(card):
     return {(r["target"], r["attacker"], key): r[key] for r in card.data["linkability"] for key in ("vismatch", "reid")}
 
@@ -50,7 +54,7 @@ def _links(card):
 @pytest.mark.slow
 def test_raw_release_links_and_noise_release_is_at_chance(world, tmp_path):
     """Acceptance: raw + insider >= 0.9 for both attacks; pure noise within the 95 % interval of chance."""
-    only_links = dict(reconstruct=False, attributes=False)
+    only_links = dict(attacks=NO_RECON_NO_ATTRS)
     release, state = _layout(tmp_path / "raw", world, *_raw(world))
     raw = _links(run_scorecard(AttackConfig(release=str(release), state_dir=str(state), **only_links), progress=False))
     held_rel, held_state = _layout(tmp_path / "held", world, world.held_out.images, world.held_out.labels)
@@ -78,8 +82,9 @@ def test_pfd_attack_writes_json_markdown_and_plots(world, tmp_path):
     """Acceptance: every report output exists and the markdown shows chance beside every figure."""
     release, state = _layout(tmp_path, world, *_raw(world))
     recipe = tmp_path / "attack.toml"
-    recipe.write_text("[attack]\npermutations = 200\nrecon_iterations = 15\nrecon_batch_size = 20\n\n"
-                      "[attack.downstream]\nbatch_size = 16\nwidth = 0.125\n")
+    recipe.write_text("[attack.attributes]\npermutations = 200\n\n[attack.membership]\npermutations = 200\n\n"
+                      "[attack.reconstruction]\niterations = 15\nbatch_size = 20\n\n"
+                      "[attack.membership.downstream]\nbatch_size = 16\nwidth = 0.125\n")
     report = tmp_path / "report"
     res = CliRunner().invoke(main, [
         "attack", "--recipe", str(recipe), "--release", str(release), "--state-dir", str(state),
@@ -91,7 +96,7 @@ def test_pfd_attack_writes_json_markdown_and_plots(world, tmp_path):
     for png in ("matches.png", "membership_roc.png", "membership_density.png"):
         assert (report / png).stat().st_size > 2000
     assert data["skipped"] == {} and data["private"]["spec"] == PRIVATE
-    assert data["settings"]["recon_iterations"] == 15 and data["membership"]["downstream"]["max_steps"] == 8
+    assert data["settings"]["reconstruction"]["iterations"] == 15 and data["membership"]["downstream"]["max_steps"] == 8
     rows = data["summary"]
     kinds = {(r["attack"].split(" (")[0].split(":")[0], r["attacker"]) for r in rows}
     assert {("VisMatch", "public"), ("Rank-1 Re-ID", "insider"), ("Attribute tone", "public probe"),
@@ -192,7 +197,7 @@ def test_a_recorded_private_set_that_cannot_be_opened_says_to_pass_private(world
     release, state = _layout(tmp_path, world, *_raw(world), private="celeba:private+lowres (in memory)")
     with pytest.raises(PfdError, match=r"records the private set as 'celeba:private\+lowres \(in memory\)'.*pass "
                                        r"--private with those images .*--export SPEC DIR"):
-        run_scorecard(AttackConfig(release=str(release), state_dir=str(state), reconstruct=False, attributes=False),
+        run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS),
                       progress=False)
 
 
@@ -201,7 +206,7 @@ def test_the_gates_judge_and_pfd_checkpoints_as_attackers_get_their_rows(world, 
     `--attacker state/judge_model.pt` (a pfd checkpoint) was refused as "not an ONNX file"."""
     release, state = _layout(tmp_path, world, *_raw(world))
     shutil.copy(world.lowres, state / "judge_model.pt")
-    card = run_scorecard(AttackConfig(release=str(release), state_dir=str(state), reconstruct=False, attributes=False,
+    card = run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS,
                                       attackers=[str(world.insider)]), progress=False)
     roles = {r["attacker"] for r in card.data["linkability"]}
     assert {"public", "insider", "judge", Path(world.insider).stem} <= roles, roles

@@ -9,8 +9,8 @@ labels, by the public model and by every downstream model), the publisher's *pri
   ``synthetic:<split>[,key=value...]``;
 * a named part of the shared data (``--data-root``, default ``../shared/data``):
   ``celeba:public`` / ``celeba:private`` / ``celeba:test`` (:func:`celeba_split`),
-  ``yale-b:private`` / ``yale-b:test`` (:func:`pu.yale.split_yale_b`, near-black images dropped)
-  and ``yale-a`` (cropped, :func:`pu.yale.yale_a`);
+  ``yale-b:private`` / ``yale-b:test`` (:func:`benchmarks.pu.yale.split_yale_b`, near-black images dropped)
+  and ``yale-a`` (cropped, :func:`benchmarks.pu.yale.yale_a`);
 * any of those followed by ``+lowres``: the same faces brought down to ``lowres`` pixels
   (``(19, 16)``, 19 high x 16 wide, by default) and back up, bilinear: a deterministic
   surveillance-like domain made on the fly (:func:`degrade_lowres`), never a copy of the photos.
@@ -49,7 +49,7 @@ from pfd.data.pairs import VerificationPairs, generate_pairs
 from pfd.data.shape import canonical_size, image_hw
 from pfd.data.sources import ACCEPTED_SPECS, open_faces
 from pfd.errors import PfdError
-from pu.yale import N_PRIVATE, YALE_A, YALE_B, split_yale_b, yale_a, yale_b
+from benchmarks.pu.yale import N_PRIVATE, YALE_A, YALE_B, split_yale_b, yale_a, yale_b
 
 __all__ = ["CELEBA", "SCENARIOS", "TARGET_SCENARIOS", "TARGET_CONTROLS", "Scenario", "celeba_split", "SpecResolver", "adaptive_pairs", "pair_identities", "shared_folders"]
 
@@ -84,7 +84,7 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-#: Scenarios of the target-domain protocol (``--protocol target``; :data:`pu.settings.TARGET`): the
+#: Scenarios of the target-domain protocol (``--protocol target``; :data:`benchmarks.pu.settings.TARGET`): the
 #: public model is the pretrained MobileFaceNet and the public data CelebA's public people at full
 #: resolution; the private and test people come from a domain that only the private set covers.
 TARGET_SCENARIOS: dict[str, Scenario] = {

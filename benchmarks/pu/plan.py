@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 
-from pu.data import Scenario, SpecResolver
-from pu.settings import ROWS, PLAIN_FINETUNE, row_seeds
-from pu.yale import moderate_light
+from benchmarks.pu.data import Scenario, SpecResolver
+from benchmarks.pu.settings import ROWS, PLAIN_FINETUNE, row_seeds
+from benchmarks.pu.yale import moderate_light
 
 #: Assumed throughputs (images/s) of the recipe's network (IResNet-18 w0.5, 64 px, batch 64) on the
 #: 2-core development machine with one torch thread, for --plan: training (forward + backward),
@@ -46,7 +46,7 @@ def plan_passes(settings: dict[str, Any], *, private_ids: int, private_images: i
     """Image passes of one scenario by stage, ``{stage: {kind: passes}}`` (``kind`` in
     :data:`THROUGHPUT`), from the settings and the data sizes: the cost model behind ``--plan``.
 
-    Per seed of each row (:func:`pu.settings.row_seeds`): the shared plain fine-tune (``ogp.epochs``
+    Per seed of each row (:func:`benchmarks.pu.settings.row_seeds`): the shared plain fine-tune (``ogp.epochs``
     over the private images, once per seed any plain row runs) and pfd's OGP (the same times
     :data:`OGP_EXTENSION`), one RTA run per RTA method (``ipc × ids × iterations`` input-gradient
     passes), one downstream training per row but ``base`` (``epochs × (public images + release)``),

@@ -14,7 +14,7 @@ linkability figures) are re-scored from what the json stores, without rerunning 
   interval at ``n_eff = n / K`` is conservative (never narrower than the true clustered one); with
   every private identity a source of ``K`` proxies, chance is ``1/N`` for both attacks.
 
-``python benchmarks/pu_report.py [json]`` (default: the v1 results, ``privacy_utility_v1.json``;
+``python -m benchmarks.pu_report [json]`` (default: the v1 results, ``privacy_utility_v1.json``;
 version-2 results are scored when written) re-scores the json in place (adds ``rescored`` to each
 row) and rewrites the markdown beside it.
 """
@@ -173,7 +173,7 @@ def verdict_table(doc: Mapping[str, Any]) -> list[str]:
 def markdown(doc: Mapping[str, Any]) -> str:
     """The tables a person reads: utility, linkability and membership per row; details below."""
     if doc.get("version") == 2:  # scenarios and seeds: pu.table
-        from pu.table import markdown_v2
+        from benchmarks.pu.table import markdown_v2
 
         return markdown_v2(doc)
     order = doc.get("row_order") or sorted(doc.get("rows", {}))

@@ -21,11 +21,11 @@ from pfd.io import jsonable
 from pfd.nn.checkpoints import load_checkpoint
 from pfd.train import train
 from pfd.allocator import tune_allocator
-from pu.augment import AugmentedFaces
-from pu.data import Scenario, SpecResolver
-from pu.report import markdown
-from pu.settings import ROWS, PLAIN_FINETUNE, ROW_BY_NAME, load_average, model_size, row_seeds, settings_hash, slug, unit_key
-from pu.units import Bench, group_check
+from benchmarks.pu.augment import AugmentedFaces
+from benchmarks.pu.data import Scenario, SpecResolver
+from benchmarks.pu.report import markdown
+from benchmarks.pu.settings import ROWS, PLAIN_FINETUNE, ROW_BY_NAME, load_average, model_size, row_seeds, settings_hash, slug, unit_key
+from benchmarks.pu.units import Bench, group_check
 
 def _same_training(path: Path, cfg: TrainConfig) -> bool:
     if not path.is_file():

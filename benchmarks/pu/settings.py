@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from pfd.config import load_recipe
-from pu.data import Scenario
+from benchmarks.pu.data import Scenario
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,7 +82,7 @@ SETTINGS: dict[str, Any] = {
 #: The target-domain protocol (issue 19; the paper's setting): the public model is the shared
 #: pretrained MobileFaceNet (CASIA-WebFace, 112 x 96; no public training in the run), the public
 #: data are CelebA's public people at full resolution, and the private and test people come from a
-#: domain the public model is weak on (:data:`pu.data.TARGET_SCENARIOS`). The downstream is the
+#: domain the public model is weak on (:data:`benchmarks.pu.data.TARGET_SCENARIOS`). The downstream is the
 #: pilot's measured protocol (docs/benchmarks.md, "Target-domain pilot"): one epoch over all the
 #: public images + the release, SGD 0.01, ArcFace s 32 m 0.5 with the head at the class means.
 #: Releases at the paper's K = 10 images per identity. Seeds go where they decide the goals:

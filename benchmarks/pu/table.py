@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from pu.data import TARGET_CONTROLS
+from benchmarks.pu.data import TARGET_CONTROLS
 
 __all__ = ["markdown_v2"]
 

@@ -31,17 +31,17 @@ from pfd.release.lint import lint_release
 from pfd.release.format import MANIFEST
 from pfd.release.state_dir import StateDir, new_run_id, write_marker
 from pfd.distill.pipeline import Distillation, distill
-from pfd.distill.private_set import private_set_record, record_private_set
+from pfd.release.private_set import private_set_record, record_private_set
 from pfd.embed import Embedder
 from pfd.io import sha256_file
 from pfd.nn.checkpoints import load_backbone, load_checkpoint
 from pfd.train import train
 from pfd.verify import tar_at_far, verification_metrics
-from pu.data import Scenario, SpecResolver, adaptive_pairs, pair_identities
-from pu.settings import PLAIN_FINETUNE, MIA_STATS, load_average, row_seeds, unit_key, slug
-from pu.stats import auc_difference, identity_bootstrap_weights, paired_difference
-from pu.stats import weighted_kfold_accuracy, weighted_tar_at_far
-from pu.yale import moderate_light
+from benchmarks.pu.data import Scenario, SpecResolver, adaptive_pairs, pair_identities
+from benchmarks.pu.settings import PLAIN_FINETUNE, MIA_STATS, load_average, row_seeds, unit_key, slug
+from benchmarks.pu.stats import auc_difference, identity_bootstrap_weights, paired_difference
+from benchmarks.pu.stats import weighted_kfold_accuracy, weighted_tar_at_far
+from benchmarks.pu.yale import moderate_light
 
 class Bench:
     """One scenario: its data, pairs and per-row work folders; the public model is shared."""
@@ -49,7 +49,7 @@ class Bench:
     def __init__(self, settings: dict[str, Any], scenario: Scenario, *, resolver: SpecResolver, work: Path,
                  public: Path, progress: bool, judge: Path | None = None) -> None:
         self.s, self.sc, self.work, self.public, self.progress = settings, scenario, work, public, progress
-        #: A face model no loss sees (:func:`pu.runner.train_judge`): a third attacker and the gate's judge.
+        #: A face model no loss sees (:func:`benchmarks.pu.runner.train_judge`): a third attacker and the gate's judge.
         self.judge = judge
         self.resolver = resolver
         self.size = resolver.size

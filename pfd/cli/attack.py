@@ -39,8 +39,27 @@ def _floats(value: str | None, flag: str) -> list[float] | None:
     return vals
 
 
+def _attack_options(fn: Any) -> Any:
+    """One option per field of every registered attack's config (:func:`pfd.attacks.contract.attack_options`):
+    a bool is an on/off switch, the rest take a value; the parameter is ``<attack>__<field>``."""
+    import typing
+
+    import pfd.attacks.builtin  # noqa: F401 - registers the built-in attacks (their configs only: no torch)
+    from pfd.attacks.contract import attack_options
+
+    for opt in reversed(attack_options()):
+        name = f"{opt.attack}__{opt.field}"
+        tp = opt.type if not isinstance(opt.type, str) else {"bool": bool, "int": int, "float": float, "str": str}.get(
+            opt.type.split(" ")[0], str)
+        if tp is bool or opt.type == "bool":
+            fn = click.option(f"{opt.flag}/--no-{opt.flag[2:]}", name, default=None, help=opt.help)(fn)
+        else:
+            fn = click.option(opt.flag, name, type=tp if tp in (int, float) else str, help=opt.help)(fn)
+    return fn
+
+
 @main.group("attack", invoke_without_command=True)
-@click.option("--recipe", help="TOML recipe; its [attack] table (and [attack.downstream]) is used.")
+@click.option("--recipe", help="TOML recipe; its [attack] table (and an attack's [attack.NAME] table) is used.")
 @click.option("--release", help="The release folder to score.")
 @click.option("--private", help="The private set the release came from (default: recorded in the state dir).")
 @click.option("--state-dir", help="The publisher's state dir (proxy->source map, public and adapted models).")
@@ -60,19 +79,10 @@ def _floats(value: str | None, flag: str) -> list[float] | None:
               help="Resize to their input by stretching (default) or padding to its aspect (dlib, face-api).")
 @click.option("--attacker-distance", type=click.Choice(["cosine", "euclidean"]),
               help="How they compare embeddings (default cosine).")
-@click.option("--public", help="Public data for the downstream membership test (with --holdout).")
-@click.option("--holdout", help="Same-domain held-out identities: non-members of the membership test.")
-@click.option("--attr-data", help="Labelled auxiliary set (attributes.csv) for the attribute probe.")
-@click.option("--attributes/--no-attributes", default=None, help="Run attribute recovery (default on).")
-@click.option("--reconstruct/--no-reconstruct", default=None, help="Run the reconstruction attack (default on).")
+@_attack_options
 @click.option("--reconstructor", help="module:function mapping embeddings (n, D) to images (n, 3, H, W) in [0, 1], "
               "used instead of the BN-prior inversion.")
-@click.option("--recon-iterations", type=int, help="Inversion steps per batch.")
-@click.option("--recon-batch-size", type=int, help="Images inverted together.")
-@click.option("--recon-lr", type=float, help="Inversion learning rate.")
-@click.option("--recon-lambda-bn", type=float, help="Weight of the BatchNorm prior.")
-@click.option("--recon-limit", type=int, help="Reconstruct at most N proxies (seeded sample; 0 = all).")
-@click.option("--downstream-steps", type=int, help="Training steps of the downstream model.")
+@click.option("--downstream-steps", type=int, help="Training steps of the membership test's downstream model.")
 @click.option("--batch-size", type=int, help="Embedding batch size.")
 @click.option("--flip/--no-flip", default=None, help="Flip-fused embeddings.")
 @click.option("--seed", type=int)
@@ -84,9 +94,10 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
     """Audit a release (scorecard) or a model (subcommands mia, dataset).
 
     Without a subcommand, runs every applicable attack on a release and writes report.json,
-    report.md (one summary table) and plots to --report: linkability (VisMatch, Rank-1 Re-ID) with
-    the public and the insider model, reconstruction, attribute recovery and, with --public and
-    --holdout, membership leakage through a downstream model.
+    report.md (one summary table) and plots to --report: linkability (VisMatch, Rank-1 Re-ID, their
+    hubness-corrected forms, the rank of the source) with the public, the insider and the judge's
+    model, reconstruction, attribute recovery and, with --public and --holdout, membership leakage
+    through a downstream model.
 
     \b
     Examples:
@@ -100,14 +111,22 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
     if ctx.invoked_subcommand is not None:
         return
     from pfd.attacks.report_folder import report_folder
-    from pfd.attacks.scorecard.report import summary_rows, summary_table, write_report
+    from pfd.attacks.scorecard.report import summary_table, write_report
     from pfd.attacks.scorecard.run import run_scorecard
     from pfd.config import AttackConfig, build_config, load_recipe
 
     table = dict(load_recipe(recipe).get("attack", {})) if recipe else {}
+    attacks: dict[str, dict[str, Any]] = {}
+    for key in [k for k in kw if "__" in k]:  # <attack>__<field>: an attack's own option
+        value = kw.pop(key)
+        if value is not None:
+            attack, name = key.split("__", 1)
+            attacks.setdefault(attack, {})[name] = value
     if downstream_steps is not None:
-        table["downstream"] = {**table.get("downstream", {}), "max_steps": downstream_steps}
-    cfg = build_config(AttackConfig, table, flags(**kw))
+        membership = {**table.get("membership", {}), **attacks.get("membership", {})}
+        attacks["membership"] = {**attacks.get("membership", {}),
+                                 "downstream": {**membership.get("downstream", {}), "max_steps": downstream_steps}}
+    cfg = build_config(AttackConfig, table, flags(**kw), attacks)
     if not cfg.release:
         click.echo(ctx.get_help())
         raise PfdError("pass --release RELEASE --state-dir STATE (or a subcommand: mia, dataset)")
@@ -116,7 +135,7 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
     with report_folder(cfg.report, release=cfg.release):  # pfd's own or new, one audit at a time, before any work
         card = run_scorecard(cfg, reconstructor=recon, progress=progress)
         paths = write_report(card, cfg.report)
-    click.echo("\n".join(summary_table(summary_rows(card.data))))
+    click.echo("\n".join(summary_table(card.rows)))
     for reason in card.data["skipped"].values():
         click.echo(f"skipped: {reason}")
     click.echo(f"report  {paths['markdown']}")

@@ -18,7 +18,7 @@ from pfd.config.stages import AttackConfig, BaselineConfig, DistillConfig, EvalC
 from pfd.data.shape import MAX_SIDE, image_hw
 from pfd.errors import PfdError
 
-__all__ = ["check_config", "validate_config"]
+__all__ = ["Checker", "check_config", "validate_config"]
 
 #: CLI flag of a setting where it is not ``--`` + the name with dashes (``pfd distill``'s nested tables).
 _FLAGS: dict[str, str | None] = {
@@ -52,15 +52,24 @@ def _size_ok(v: Any) -> bool:
         return False
 
 
-class _Checker:
-    """Collects the rules of one dataclass; raises on the first broken one, naming the flag."""
+class Checker:
+    """Collects the rules of one dataclass; raises on the first broken one, naming the flag.
 
-    def __init__(self, cfg: Any, prefix: str, flags: bool) -> None:
+    Args:
+        cfg: The dataclass.
+        prefix: Its key prefix in messages (``rta.``).
+        flags: Name the CLI flag too.
+        flag_names: Flag of a field where it is not ``--`` + the name with dashes (a plugin's options).
+    """
+
+    def __init__(self, cfg: Any, prefix: str, flags: bool, flag_names: dict[str, str] | None = None) -> None:
         self.cfg, self.prefix, self.flags = cfg, prefix, flags
+        self.flag_names = flag_names or {}
 
     def _name(self, field: str) -> str:
         key = f"{self.prefix}{field}"
-        flag = _FLAGS.get(key, "--" + field.replace("_", "-")) if self.flags else None
+        default = self.flag_names.get(field, "--" + field.replace("_", "-"))
+        flag = _FLAGS.get(key, default) if self.flags else None
         return f"{flag} ({key})" if flag else key
 
     def __call__(self, field: str, ok: Any, need: str) -> None:
@@ -99,7 +108,7 @@ class _Checker:
 
 
 def _check_train(cfg: TrainConfig, prefix: str = "", flags: bool = True) -> None:
-    c = _Checker(cfg, prefix, flags)
+    c = Checker(cfg, prefix, flags)
     c.choice("head_init", ("random", "class_means"))
     c.at_least("seed", 0)  # numpy generators take no negative seed
     c.paths("data", "init", "out")
@@ -126,7 +135,7 @@ def _check_train(cfg: TrainConfig, prefix: str = "", flags: bool = True) -> None
 
 
 def _check_eval(cfg: EvalConfig, prefix: str = "", flags: bool = True) -> None:
-    c = _Checker(cfg, prefix, flags)
+    c = Checker(cfg, prefix, flags)
     c.at_least("seed", 0)
     c.paths("model", "pairs", "data", "out")
     c.at_least("num_pairs", 1)
@@ -136,7 +145,7 @@ def _check_eval(cfg: EvalConfig, prefix: str = "", flags: bool = True) -> None:
 
 
 def _check_ogp(cfg: OGPConfig, prefix: str = "ogp.", flags: bool = True) -> None:
-    c = _Checker(cfg, prefix, flags)
+    c = Checker(cfg, prefix, flags)
     c.at_least("seed", 0)
     c.positive("scale")
     c.non_negative("margin")
@@ -160,7 +169,7 @@ def _check_ogp(cfg: OGPConfig, prefix: str = "ogp.", flags: bool = True) -> None
 
 
 def _check_rta(cfg: RTAConfig, prefix: str = "rta.", flags: bool = True) -> None:
-    c = _Checker(cfg, prefix, flags)
+    c = Checker(cfg, prefix, flags)
     c.at_least("seed", 0)
     c.at_least("kmeans_seed", 0)
     c.at_least("ipc", 1)
@@ -184,7 +193,7 @@ def _check_rta(cfg: RTAConfig, prefix: str = "rta.", flags: bool = True) -> None
 
 
 def _check_baseline(cfg: BaselineConfig, prefix: str = "baseline.", flags: bool = True) -> None:
-    c = _Checker(cfg, prefix, flags)
+    c = Checker(cfg, prefix, flags)
     c.at_least("seed", 0)
     c.positive("epsilon")
     c.at_least("cell", 0)
@@ -193,7 +202,7 @@ def _check_baseline(cfg: BaselineConfig, prefix: str = "baseline.", flags: bool 
 
 
 def _check_release(cfg: ReleaseConfig, prefix: str = "release.", flags: bool = True) -> None:
-    c = _Checker(cfg, prefix, flags)
+    c = Checker(cfg, prefix, flags)
     c.at_least("label_seed", 0)
     c("rule_out", lambda v: v == 0 or (v >= 1 and math.isfinite(v)), "must be 0 (off) or a multiple of chance >= 1")
     c("alpha", lambda v: 0 < v < 1, "must be a rate in (0, 1), e.g. 0.001")
@@ -201,7 +210,7 @@ def _check_release(cfg: ReleaseConfig, prefix: str = "release.", flags: bool = T
 
 
 def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> None:
-    c = _Checker(cfg, prefix, flags)
+    c = Checker(cfg, prefix, flags)
     c.paths("private", "public", "out", "state_dir", "embed_cache")
     c("method", lambda v: isinstance(v, str) and bool(v), "must name a method (pfd distill --help lists them)")
     c("size", _size_ok, f"must be a side or HxW, each a positive multiple of 16 up to {MAX_SIDE}")
@@ -238,22 +247,15 @@ def _check_judge(cfg: DistillConfig) -> None:
 
 
 def _check_attack(cfg: AttackConfig, prefix: str = "", flags: bool = True) -> None:
-    c = _Checker(cfg, prefix, flags)
+    c = Checker(cfg, prefix, flags)
     c.at_least("seed", 0)
-    c.paths("release", "private", "state_dir", "public_model", "report", "public", "holdout", "attr_data", "attackers")
+    c.paths("release", "private", "state_dir", "public_model", "report", "attackers")
     c("report", lambda v: not v or not Path(v).expanduser().is_file(), "must name a folder (not an existing file)")
     c.at_least("batch_size", 1)
-    c.at_least("chunk", 1)
     c.at_least("public_model_size", 0)
     c.at_least("attacker_size", 0)
-    c.at_least("recon_iterations", 1)
-    c.at_least("recon_batch_size", 1)
-    c.positive("recon_lr")
-    c.non_negative("recon_lambda_bn")
-    c.at_least("recon_limit", 0)
-    c.at_least("permutations", 1)
-    c.at_least("mia_folds", 2)
     c.at_least("grid_rows", 0)
+    c("attacks", lambda v: all(isinstance(t, dict) for t in v.values()), "must hold one table per attack")
 
 
 _VALIDATORS: dict[type, Any] = {
@@ -271,6 +273,8 @@ def check_config(cfg: Any) -> None:
     check = _VALIDATORS.get(type(cfg))
     if check is not None:
         check(cfg)
+    elif callable(getattr(cfg, "check", None)):  # a plugin's config owns its rules (an attack's)
+        cfg.check()
 
 
 def validate_config(cfg: Any) -> Any:

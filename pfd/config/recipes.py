@@ -162,7 +162,9 @@ def build_config(cls: type[C], *layers: Mapping[str, Any] | None, where: str | N
     """Build a stage dataclass from defaults overlaid with recipe/CLI layers.
 
     Later layers win; ``None`` values in a layer mean "not given" (so unset CLI flags do not
-    override the recipe). Nested dataclass fields take nested tables and merge key by key.
+    override the recipe). Nested dataclass fields take nested tables and merge key by key. A config
+    whose class names a ``TABLES_FIELD`` (a dict field) collects every other sub-table into it, by
+    name: the tables of registered plugins (``[attack.reconstruction]``) that the config does not list.
 
     Args:
         cls: The config dataclass.
@@ -181,12 +183,22 @@ def build_config(cls: type[C], *layers: Mapping[str, Any] | None, where: str | N
     where = where or cls.__name__
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    tables = getattr(cls, "TABLES_FIELD", None)  # a dict field that collects the sub-tables of plugins
     merged: dict[str, Any] = {}
     for layer in layers:
         if not layer:
             continue
         for key, value in layer.items():
             name = key.replace("-", "_")
+            if name not in fields and tables and isinstance(value, Mapping):
+                merged.setdefault(tables, {})
+                merged[tables][name] = {**merged[tables].get(name, {}), **value}
+                continue
+            if name == tables and isinstance(value, Mapping):
+                merged.setdefault(tables, {})
+                for k, v in value.items():
+                    merged[tables][k] = {**merged[tables].get(k, {}), **v}
+                continue
             if name not in fields:
                 raise PfdError(
                     f"{where}: unknown setting {key!r}; valid settings are {', '.join(sorted(fields))}"
@@ -215,7 +227,9 @@ def config_to_dict(cfg: Any) -> dict[str, Any]:
 
     def conv(v: Any) -> Any:
         if dataclasses.is_dataclass(v):
-            return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
+            tables = getattr(v, "TABLES_FIELD", None)  # plugin tables sit beside the fields, as a recipe has them
+            out = {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v) if f.name != tables}
+            return {**out, **conv(getattr(v, tables))} if tables else out
         if isinstance(v, (list, tuple)):
             return [conv(x) for x in v]
         if isinstance(v, Path):

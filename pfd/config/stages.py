@@ -7,7 +7,7 @@ values over them, and :mod:`pfd.config.checks` holds the range rules.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from pfd.data.shape import ImageSizeSetting
 
@@ -370,7 +370,11 @@ ATTACK_DOWNSTREAM_DEFAULTS: dict[str, Any] = {
 
 @dataclass
 class AttackConfig:
-    """``pfd attack``: the release scorecard.
+    """``pfd attack``: the release scorecard's shared settings; each attack's own are its table.
+
+    Every registered attack (:mod:`pfd.attacks.contract`) owns a config dataclass; its settings come
+    from the recipe's ``[attack.<name>]`` table (``[attack.reconstruction]``, ``[attack.membership]``,
+    ...) and its ``pfd attack`` options, and are collected here in :attr:`attacks` by name.
 
     Attributes:
         release: Release folder to score.
@@ -384,26 +388,9 @@ class AttackConfig:
         report: Output folder for report.json, report.md and plots.
         skip_bad: Skip (and list) unreadable images of identity-folder sets (private, public,
             holdout, attribute data) instead of stopping at the first one.
-        public: Public training data of the downstream membership test (empty: skip it).
-        holdout: Same-domain held-out identities (non-members) for the membership test.
-        attr_data: Auxiliary labelled set the attacker fits the attribute probe on (empty: the
-            synthetic ``public`` split for a synthetic private set, else skip).
-        attributes: Run attribute recovery.
         batch_size: Embedding batch size.
-        chunk: Gallery chunk size for streamed top-1 search.
         flip: Embed with flip fusion (image + mirror), insightface style.
-        reconstruct: Run the reconstruction attack.
-        recon_iterations: Adam steps of the BN-prior inversion per batch.
-        recon_batch_size: Images inverted together.
-        recon_lr: Peak learning rate of the inversion.
-        recon_lambda_bn: Weight of the BatchNorm prior.
-        recon_limit: Reconstruct at most this many proxies (a seeded sample; 0 = all).
-        permutations: Permutation draws of the attribute chance levels.
-        mia_folds: Cross-validation folds of the fused membership classifier.
         grid_rows: Proxies shown in the match grid.
-        downstream: :class:`TrainConfig` settings of the downstream model (``[attack.downstream]``),
-            laid over :data:`ATTACK_DOWNSTREAM_DEFAULTS`; ``data`` and ``out`` are set by the
-            scorecard.
         seed: Seed.
         attackers: Outside attacker models, each adding linkability rows: ``.onnx``, TorchScript,
             ``.toml`` attacker spec or ``module:callable`` (:mod:`pfd.attacks.models.outside`).
@@ -414,7 +401,10 @@ class AttackConfig:
         attacker_distance: ``cosine`` or ``euclidean``.
         attacker_channels: ``rgb`` or ``bgr``.
         (A ``.toml`` attacker spec carries its own convention; these apply to the other kinds.)
+        attacks: Each attack's own settings by name (its ``[attack.<name>]`` table).
     """
+
+    TABLES_FIELD: ClassVar[str] = "attacks"
 
     release: str = ""
     private: str = ""
@@ -424,23 +414,9 @@ class AttackConfig:
     insider: bool = True
     report: str = "report"
     skip_bad: bool = False
-    public: str = ""
-    holdout: str = ""
-    attr_data: str = ""
-    attributes: bool = True
     batch_size: int = 256
-    chunk: int = 4096
     flip: bool = False
-    reconstruct: bool = True
-    recon_iterations: int = 100
-    recon_batch_size: int = 64
-    recon_lr: float = 0.1
-    recon_lambda_bn: float = 0.01
-    recon_limit: int = 0
-    permutations: int = 1000
-    mia_folds: int = 5
     grid_rows: int = 8
-    downstream: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     attackers: list[str] = field(default_factory=list)
     attacker_size: int = 0
@@ -449,5 +425,6 @@ class AttackConfig:
     attacker_resize: str = "stretch"
     attacker_distance: str = "cosine"
     attacker_channels: str = "rgb"
+    attacks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 

@@ -1,5 +1,6 @@
-"""Face data: identity folders, RecordIO, verification pairs, the synthetic set (releases: :mod:`pfd.release`)."""
+"""Face data: identity folders, RecordIO, verification pairs, the synthetic set (releases: :mod:`pfd.release`).
 
-from pfd.data.faceset import ConcatFaces, FaceSet, FaceSubset, TensorFaces
-
-__all__ = ["ConcatFaces", "FaceSet", "FaceSubset", "TensorFaces"]
+Every source is a :class:`pfd.data.faceset.FaceSet`; :func:`pfd.data.sources.open_faces` opens a
+dataset spec as one. (The package itself imports nothing: :mod:`pfd.data.shape`, which the configs
+use, then loads without torch.)
+"""

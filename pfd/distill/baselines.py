@@ -3,7 +3,7 @@
 The PFD paper compares against face anonymisation (FA) and differential privacy (DP) methods
 (Table 1, Fig. 3). ``pfd distill --method dp-pix`` and ``--method blur`` are the classic,
 training-free members of those two families: they take the same K real images per identity as
-``raw`` (:func:`pfd.distill.pipeline.raw_selection`) and release transformed copies of them under
+``raw`` (:func:`pfd.distill.prototypes.raw_selection`) and release transformed copies of them under
 arbitrary labels. The transforms are pure functions of ``(B, 3, H, W)`` float tensors in [0, 1]:
 
 * **DP-Pix** (L. Fan, "Image pixelization with differential privacy", DBSec 2018, LNCS 10980,

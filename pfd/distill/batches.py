@@ -17,7 +17,7 @@ from pfd.errors import PfdError
 from pfd.io import atomic_torch_save
 from pfd.release.state_dir import StateDir
 
-__all__ = ["save_batch", "load_batch"]
+__all__ = ["save_batch", "load_batch", "gather_batches"]
 
 
 def save_batch(state: StateDir, index: int, *, rows: np.ndarray, proxies: np.ndarray, embeddings: torch.Tensor,
@@ -59,3 +59,21 @@ def load_batch(state: StateDir, index: int) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - any damage means: recompute this batch
         raise PfdError(f"{path}: unreadable batch file ({type(e).__name__}); delete it and rerun with --resume") from None
 
+
+def gather_batches(state: StateDir, n_batches: int, n_proxies: int) -> tuple[list[dict[str, Any]], torch.Tensor]:
+    """Every batch file of a finished RTA stage, checked to cover each proxy exactly once.
+
+    Returns:
+        ``(batch documents in order, prototype rows (NK,) in that order)``.
+
+    Raises:
+        PfdError: A batch is missing (``--resume`` finishes it) or the files do not cover the proxies.
+    """
+    missing = [b for b in range(n_batches) if not state.batch(b).is_file()]
+    if missing:
+        raise PfdError(f"{state.batches}: batches {missing[:5]} are missing; rerun with --resume to finish them")
+    docs = [load_batch(state, b) for b in range(n_batches)]
+    rows = torch.cat([d["rows"] for d in docs])
+    if not torch.equal(rows.sort().values, torch.arange(n_proxies)):
+        raise PfdError(f"{state.batches}: batch files do not cover every proxy exactly once; delete the folder and rerun")
+    return docs, rows

@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 from pfd.config import DistillConfig, config_to_dict, load_recipe
 from pfd.errors import PfdError
-from pfd.io import check_writable, path_within, same_path
-from pfd.release.state_dir import RunClaim, StateDir, check_outputs, check_outside_release, check_separate, claim_state_dir
+from pfd.io import path_within, same_path
+from pfd.release.state_dir import RunClaim, StateDir, claim_state_dir
 
 __all__ = ["claim_run", "check_same_settings", "is_main_rank"]
 
@@ -114,17 +114,10 @@ def _check_apart_from_private(cfg: DistillConfig, out: Path, state_root: Path) -
 
 
 def claim_run(cfg: DistillConfig, *, main: bool | None = None, check_inputs: Callable[[], None] | None = None) -> RunClaim:
-    """Claim the folders of a ``pfd distill`` run: every folder and resume check, then the lock.
-
-    In order, each refusing before anything is written:
-
-    1. the release and the state dir are separate (:func:`pfd.release.state_dir.check_separate`), and
-       an embedding cache (private state) lies outside the release;
-    2. :func:`~pfd.release.state_dir.check_outputs`: no earlier work is clobbered and no foreign folder touched;
-    3. on ``--resume``, :func:`check_same_settings`: the settings equal the state dir's run;
-    4. ``check_inputs()``: the caller's checks of what it reads (the private set), which must
-       also fail before anything is written;
-    5. :func:`~pfd.release.state_dir.claim_state_dir`: the lock (main process), the checks of 2 again under it, the run id.
+    """Claim the folders of a ``pfd distill`` run: the state dir's rules
+    (:func:`~pfd.release.state_dir.claim_state_dir`), with a distillation's own checks before the lock:
+    the release and the state dir apart from the private set, on ``--resume`` the same settings
+    (:func:`check_same_settings`), then ``check_inputs()`` (what the run reads).
 
     Args:
         cfg: The resolved distill config (``out``, ``state_dir``, ``embed_cache``, ``resume``).
@@ -139,16 +132,14 @@ def claim_run(cfg: DistillConfig, *, main: bool | None = None, check_inputs: Cal
     """
     out = Path(cfg.out).expanduser()
     state = StateDir.at(cfg.state_dir)
-    check_separate(out, state.root)
-    if cfg.embed_cache:  # cached private embeddings are private state: never inside the release
-        check_outside_release(Path(cfg.embed_cache).expanduser(), out, what="the embedding cache", option="--embed-cache")
-    _check_apart_from_private(cfg, out, state.root)
-    for path, option in ((out, "--out"), (state.root, "--state-dir")):
-        check_writable(path, option)
-    check_outputs(out, state, resume=cfg.resume)
-    if cfg.resume:
-        check_same_settings(state, cfg)
-    if check_inputs is not None:
-        check_inputs()
-    return claim_state_dir(state, out, resume=cfg.resume, main=is_main_rank() if main is None else main)
 
+    def distillation_checks() -> None:
+        _check_apart_from_private(cfg, out, state.root)
+        if cfg.resume:
+            check_same_settings(state, cfg)
+        if check_inputs is not None:
+            check_inputs()
+
+    return claim_state_dir(state, out, resume=cfg.resume, main=is_main_rank() if main is None else main,
+                           embed_cache=Path(cfg.embed_cache).expanduser() if cfg.embed_cache else None,
+                           check=distillation_checks)

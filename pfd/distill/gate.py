@@ -48,6 +48,7 @@ nearest match of a large share of all proxies (its own proxies then link by cons
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,7 +57,8 @@ import torch
 from pfd.errors import PfdError
 
 __all__ = ["RULE_OUT", "ALPHA", "HUB_SHARE", "ATTACKS", "defer_hubs", "PublicationRefused", "interval_verdict", "linkability_check", "link_diagnostics",
-           "margin_check", "competence_check", "publication_checks", "failed_checks", "failure_cause", "format_checks"]
+           "margin_check", "competence_check", "publication_checks", "failed_checks", "failure_cause", "format_checks",
+           "refusal_message"]
 
 
 class PublicationRefused(PfdError):
@@ -336,3 +338,61 @@ def format_checks(checks: list[dict[str, Any]]) -> str:
             lines.append(f"{c['name']:<21} {100 * c['rate']:.1f}% (CI {100 * lo:.1f}-{100 * hi:.1f}%, "
                          f"chance {100 * c['chance']:.1f}%{rules}) {verdict}{why}")  # fmt: skip
     return "\n".join(lines)
+
+
+def refusal_message(failed: list[dict[str, Any]], cfg: Any, state_dir: Path) -> str:
+    """The one-line reason a release was not published, with the fix for the cause it measured.
+
+    Args:
+        failed: The checks that failed (:func:`failed_checks`).
+        cfg: The run's :class:`~pfd.config.DistillConfig`.
+        state_dir: Where the state is kept (for ``--resume``).
+    """
+    from pfd.distill.methods import get_method
+
+    parts = []
+    for c in failed:
+        if c["name"] == "judge_competence":
+            parts.append(f"the judge identifies only {c['rate']:.1%} of the private images (chance {c['chance']:.1%}), so its "
+                         "checks would vouch for nothing; pass a --judge that recognises these faces")
+        elif c["name"] == "ogp_margin":
+            parts.append(f"OGP left {1 - c['value']:.0%} of the private embeddings above the repulsion margin "
+                         f"(target {c['target']:.0%} below)")  # fmt: skip
+        elif c.get("leaks", True):
+            parts.append(f"{c['name']} links {c['rate']:.1%} of the proxies, above chance {c['chance']:.1%} "
+                         f"(at least {c.get('leak_low', c['ci95'][0]):.1%} at the gate's family-wise level; "
+                         f"95% CI {c['ci95'][0]:.1%}-{c['ci95'][1]:.1%})")  # fmt: skip
+        else:
+            cause = failure_cause(c).split(": ", 1)
+            parts.append(f"{c['name']} cannot rule out linking {c['ci95'][1]:.1%} of the proxies "
+                         f"({c['bound_multiple']:.1f}x chance {c['chance']:.1%}, more than the {c['rule_out']:g}x "
+                         f"the release must exclude{': ' + cause[1] if len(cause) > 1 else ''})")  # fmt: skip
+    links = [c for c in failed if c["name"] not in ("ogp_margin", "judge_competence")]
+    keep = f"The state is kept in {state_dir}"
+    if all(c["name"] == "judge_competence" for c in failed):
+        return (f"not published: {'; '.join(parts)}. {keep}: rerun with --resume and another --judge (a face model "
+                "no loss sees that recognises the private people), or --allow-linkable to publish anyway")
+    if links and len(links) == len(failed) and all(not c.get("leaks", True) for c in links):
+        if any(c.get("hub") for c in links):
+            fix = ("one private identity draws most matches (a hub, docs/distill.md#hubs): check it for duplicates "
+                   "or a broken image, or pass --resume --allow-linkable to publish anyway")
+        elif get_method(cfg.method).decouples and any("clustered by source" in failure_cause(c) for c in links):
+            fix = ("the links cluster by source, a residual link rather than too small an audit: distill again into a "
+                   "new --state-dir with the de-linking term (--lambda-delink 10 --judge CKPT), or pass --resume "
+                   "--allow-linkable to publish anyway")
+        else:
+            # The audit is too small to show the proxies unlinkable: more proxies per identity fixes it.
+            fix = (f"distill again into a new --state-dir with more proxies per identity (--ipc; K = {cfg.rta.ipc} now, "
+                   "the power table in docs/distill.md wants K >= 3), or pass --resume --allow-linkable to publish anyway")
+        return f"not published: {'; '.join(parts)}. {keep}: {fix}"
+    if get_method(cfg.method).decouples:
+        public_leak = any(c["name"].startswith("public_") and c.get("leaks", True) for c in links)
+        fix = ("rerun with --resume and a longer OGP schedule (--ogp-steps, e.g. twice counts.ogp_steps of "
+               "summary.json), or pass --allow-linkable to publish anyway")
+        if public_leak and not cfg.rta.lambda_delink:
+            fix = ("distill again into a new --state-dir with the de-linking term against the public model "
+                   "(--lambda-delink 10 --judge CKPT), or " + fix)
+    else:
+        fix = (f"--method {cfg.method} does not decouple the proxies from their sources (it is an ablation or "
+               "baseline row): use --method pfd, or pass --resume --allow-linkable to publish it anyway")
+    return f"not published: {'; '.join(parts)}. {keep}: {fix}"

@@ -51,7 +51,7 @@ class Method:
         rotated: OGP's rotation (eq. 1-5): a 2N-class head, M ∈ SO(D), proxies on the internal
             class y + N (eq. 7); otherwise an N-class head and M = I.
         rta: L_RTA against the K-means prototypes (eq. 9) in the proxies' loss.
-        real_images: It releases (transformed) real private images, K per identity (:func:`pfd.distill.pipeline.raw_selection`),
+        real_images: It releases (transformed) real private images, K per identity (:func:`pfd.distill.prototypes.raw_selection`),
             instead of distilled proxies.
         decouples: It decouples the proxies from their sources by design (the method to publish
             with); the others are ablation or baseline rows that link.

@@ -30,20 +30,34 @@ import torch
 from pfd.config import DistillConfig, config_to_dict, save_config, validate_config
 from pfd.data.faces import check_min_identities, check_min_images
 from pfd.data.faceset import FaceSet, to_memory
-from pfd.release.format import to_uint8
-from pfd.release.writer import clear_interrupted_release, write_proxy_map, write_release
-from pfd.distill.claim import claim_run
-from pfd.distill.methods import check_method, get_method
-from pfd.distill.batches import load_batch, save_batch
-from pfd.release.state_dir import StateDir
 from pfd.data.shape import same_size, size_text
+from pfd.data.sources import open_faces
+from pfd.distill.batches import gather_batches, save_batch
+from pfd.distill.claim import claim_run
+from pfd.distill.delink import PublicView
+from pfd.distill.gate import PublicationRefused, failed_checks, format_checks, publication_checks, refusal_message
+from pfd.distill.init_pool import InitPool, check_disjoint
+from pfd.distill.methods import check_method
+from pfd.distill.ogp import Rotation, rotate
+from pfd.distill.ogp_trainer import OGPTrainer
+from pfd.distill.prototypes import kmeans_prototypes, raw_selection
+from pfd.distill.public import pretrained_public_model
+from pfd.distill.rta import ProxyDistiller, proxy_batches
 from pfd.distill.summary import build_summary
-from pfd.embed import class_centers
+from pfd.embed import Embedder, class_centers
 from pfd.errors import PfdError
 from pfd.io import atomic_torch_save, atomic_write_bytes, atomic_write_json
+from pfd.nn.checkpoints import check_arch, load_backbone, load_checkpoint, load_head, read_arch, save_checkpoint
+from pfd.nn.inversion import batch_generator
+from pfd.nn.spatial_stats import spatial_targets
 from pfd.progress import progress_bar, stage_line
+from pfd.release.format import to_uint8
+from pfd.release.private_set import check_private_set, private_set_record, record_private_set
+from pfd.release.state_dir import StateDir
+from pfd.release.writer import clear_interrupted_release, write_proxy_map, write_release
+from pfd.runtime import make_accelerator, set_threads
 
-__all__ = ["DistillResult", "Distillation", "distill", "raw_selection"]
+__all__ = ["DistillResult", "Distillation", "distill"]
 
 log = logging.getLogger(__name__)
 
@@ -67,35 +81,6 @@ class DistillResult:
 # --------------------------------------------------------------------------------------------
 # Pure helpers
 # --------------------------------------------------------------------------------------------
-
-
-def raw_selection(emb: torch.Tensor, labels: np.ndarray, P: torch.Tensor, proto_identity: torch.Tensor) -> np.ndarray:
-    """For each prototype row, the sample of its identity nearest to it, each sample used once.
-
-    Rows are served in order (an identity's largest cluster first), so the K images of an
-    identity are distinct and follow its K-means modes.
-
-    Args:
-        emb: Normalised embeddings ``(n, D)`` in the space P lives in.
-        labels: Identity of each sample ``(n,)``.
-        P: Prototypes ``(NK, D)``.
-        proto_identity: Identity of each prototype row ``(NK,)``.
-
-    Returns:
-        Sample index of each prototype row ``(NK,)``.
-    """
-    labels = np.asarray(labels)
-    out = np.empty(len(P), dtype=np.int64)
-    used: set[int] = set()
-    for r in range(len(P)):
-        idx = np.flatnonzero(labels == int(proto_identity[r]))
-        sims = (emb[idx].double() @ P[r].double()).numpy()
-        for j in np.argsort(-sims, kind="stable"):
-            if int(idx[j]) not in used:
-                out[r] = idx[j]
-                used.add(int(idx[j]))
-                break
-    return out
 
 
 def _last_metrics(path: Path) -> dict[str, float]:
@@ -133,53 +118,18 @@ class Distillation:
         self, cfg: DistillConfig, *, faces: FaceSet | None = None, accelerator: Any | None = None, progress: bool = True,
         init_faces: FaceSet | None = None,
     ) -> None:
-        from pfd.data.sources import open_faces
-        from pfd.train import make_accelerator, set_threads
-
-        validate_config(cfg)  # every numeric setting, before any work
         self.method = check_method(cfg)  # the method's record and its own rules
-        set_threads(cfg.threads)
         self.cfg = cfg
         _ = self.baseline  # a bad --epsilon / --dp-cell / --blur-sigma fails before anything is written
+        validate_config(cfg)  # every numeric setting, before any work
         self.out = Path(cfg.out).expanduser()
-        self.state = StateDir.at(cfg.state_dir)
         self.embed_cache = Path(cfg.embed_cache).expanduser() if cfg.embed_cache else None
-
-        def check_private() -> None:  # after the folder checks, before the lock: nothing written yet
-            self.faces = faces if faces is not None else to_memory(
-                open_faces(cfg.private, size=cfg.size, min_images=max(1, cfg.min_images), skip_bad=cfg.skip_bad))
-            if not same_size(self.faces.size, cfg.size):
-                raise PfdError(f"{cfg.private}: images are {size_text(self.faces.size)} but size is {size_text(cfg.size)}; "
-                               "set --size consistently")
-            k = cfg.rta.ipc
-            check_min_images(self.faces, k, need=f"K = {k} proxies per class (rta.ipc) need at least {k}", fix="lower --ipc")
-            check_min_identities(self.faces, 2, what="a release", where=cfg.private)
-            from pfd.distill.private_set import check_private_set, private_set_record
-
-            # --resume only with the private set the state dir was made from (issue 27: a renamed
-            # identity folder published a proxy map naming the wrong source for every proxy).
-            self.private_record = (check_private_set(self.state.private_set, self.faces, spec=cfg.private)
-                                   if cfg.resume else private_set_record(self.faces))
-            if len(self.faces) < cfg.ogp.batch_size:
-                raise PfdError(f"{cfg.private}: {len(self.faces)} private images, fewer than one fine-tuning batch of "
-                               f"{cfg.ogp.batch_size}; lower --ogp-batch-size")
-            if cfg.public and not (cfg.resume and self.state.public_model.is_file()):
-                # A missing, unreadable or other-size public checkpoint fails here, before a state dir exists.
-                from pfd.distill.public import check_public_arch
-                from pfd.nn.checkpoints import read_arch
-
-                check_public_arch(read_arch(Path(cfg.public).expanduser()), cfg.public, size=cfg.size, backbone=cfg.backbone)
-            self.init_pool = self._init_pool(init_faces)
-            judge = cfg.release.judge
-            if judge and judge != "pretrain":
-                from pfd.distill.public import check_public_arch
-                from pfd.nn.checkpoints import read_arch
-
-                check_public_arch(read_arch(Path(judge).expanduser()), judge, size=cfg.size)
-
-        # Folders, resume settings, the private set, then one writer per state dir (a lock held by
-        # the main process until close()), checked again under it.
-        self.claim = claim_run(cfg, check_inputs=check_private)
+        self._given = (faces, init_faces)
+        # Folders, resume settings, the inputs (after the folder checks, before the lock: nothing is
+        # written yet), then one writer per state dir (a lock held by the main process until close()),
+        # checked again under it.
+        self.claim = claim_run(cfg, check_inputs=self._check_inputs)
+        set_threads(cfg.threads)
         self.acc = accelerator if accelerator is not None else make_accelerator(cfg.mixed_precision)
         self.progress = progress
         self.times: dict[str, float] = {}
@@ -191,10 +141,43 @@ class Distillation:
             self.claim.begin()  # 0700 and the marker, before anything else
             save_config(cfg, self.state.config, section="distill")
             if not (cfg.resume and self.state.private_set.is_file()):
-                from pfd.distill.private_set import record_private_set
-
                 record_private_set(self.state.private_set, self.private_record)
         self.acc.wait_for_everyone()
+
+    @property
+    def state(self) -> StateDir:
+        """The run's state dir (its layout: :class:`~pfd.release.state_dir.StateDir`)."""
+        return StateDir.at(self.cfg.state_dir)
+
+    def _check_inputs(self) -> None:
+        """What the run reads, checked before anything is written: the private set (sizes, K images
+        per identity, one fine-tuning batch, and on ``--resume`` the set the run started from), the
+        public checkpoint and the judge (architecture and size), and the public faces the proxies
+        start from (``rta.init = "public"``: none of them a private photo)."""
+        cfg = self.cfg
+        faces, init_faces = self._given
+        self.faces = faces if faces is not None else to_memory(
+            open_faces(cfg.private, size=cfg.size, min_images=max(1, cfg.min_images), skip_bad=cfg.skip_bad))
+        if not same_size(self.faces.size, cfg.size):
+            raise PfdError(f"{cfg.private}: images are {size_text(self.faces.size)} but size is {size_text(cfg.size)}; "
+                           "set --size consistently")
+        k = cfg.rta.ipc
+        check_min_images(self.faces, k, need=f"K = {k} proxies per class (rta.ipc) need at least {k}", fix="lower --ipc")
+        check_min_identities(self.faces, 2, what="a release", where=cfg.private)
+        if len(self.faces) < cfg.ogp.batch_size:
+            raise PfdError(f"{cfg.private}: {len(self.faces)} private images, fewer than one fine-tuning batch of "
+                           f"{cfg.ogp.batch_size}; lower --ogp-batch-size")
+        if cfg.public and not (cfg.resume and self.state.public_model.is_file()):
+            # A missing, unreadable or other-size public checkpoint fails here, before a state dir exists.
+            check_arch(read_arch(Path(cfg.public).expanduser()), cfg.public, size=cfg.size, backbone=cfg.backbone)
+        judge = cfg.release.judge
+        if judge and judge != "pretrain":
+            check_arch(read_arch(Path(judge).expanduser()), judge, size=cfg.size)
+        # --resume only with the private set the state dir was made from (issue 27: a renamed
+        # identity folder published a proxy map naming the wrong source for every proxy).
+        self.private_record = (check_private_set(self.state.private_set, self.faces, spec=cfg.private)
+                               if cfg.resume else private_set_record(self.faces))
+        self.init_pool = self._init_pool(init_faces)
 
     def _init_pool(self, given: FaceSet | None) -> Any:
         """The public photos the proxies start from (``rta.init = "public"``), checked against the
@@ -202,9 +185,6 @@ class Distillation:
         cfg = self.cfg
         if cfg.rta.init != "public" or self.method.real_images:
             return None
-        from pfd.data.sources import open_faces
-        from pfd.distill.init_pool import InitPool, check_disjoint
-
         pool = to_memory(given if given is not None else open_faces(cfg.rta.init_data, size=cfg.size))
         if not same_size(pool.size, cfg.size):
             raise PfdError(f"--init-data {cfg.rta.init_data}: images are {size_text(pool.size)} but size is "
@@ -231,56 +211,43 @@ class Distillation:
             stage_line(stage, self.times[stage], skipped=skipped)
             self.claim.secure()  # 0700/0600 whatever the umask, also if the run is killed later
 
-    # -- stage 0: the public model -----------------------------------------------------------
+    # -- stage 0: the public model (and the gate's judge) -----------------------------------
     def public(self) -> Path:
-        """Copy the public checkpoint (given, or pretrained and cached) to ``state/public_model.pt``."""
-        from pfd.distill.public import check_public_arch, pretrained_public_model
-        from pfd.nn.checkpoints import load_backbone, load_checkpoint, save_checkpoint
+        """Copy the public checkpoint (given, or pretrained and cached) to ``state/public_model.pt``,
+        and the judge (``release.judge``, a model no loss sees) to ``state/judge_model.pt``."""
 
         t0, cfg, dst = time.perf_counter(), self.cfg, self.state.public_model
         skip = cfg.resume and dst.is_file()
         if not skip:
-            if cfg.public:
-                src = Path(cfg.public).expanduser()
-            else:
-                pre = cfg.pretrain.__class__(**{**config_to_dict(cfg.pretrain), "size": cfg.size})
-                src = pretrained_public_model(pre, accelerator=self.acc, progress=self.progress)
-            model = load_backbone(src)
-            check_public_arch(model, src, size=cfg.size, backbone=cfg.backbone)
-            if self.acc.is_main_process:
-                try:
-                    load_checkpoint(src)  # a pfd checkpoint: keep it as is
-                    atomic_write_bytes(dst, src.read_bytes())
-                except PfdError:  # insightface / AdaFace weights: store the backbone in pfd format
-                    save_checkpoint(dst, backbone=model, config={"source": str(src)})
-            self.acc.wait_for_everyone()
+            self._store_model(Path(cfg.public).expanduser() if cfg.public else self._pretrained(cfg.pretrain.seed),
+                              dst, backbone=cfg.backbone)
         else:
-            check_public_arch(load_backbone(dst), dst, size=cfg.size, backbone=cfg.backbone)
-        self._judge()
+            check_arch(load_backbone(dst), dst, size=cfg.size, backbone=cfg.backbone)
+        judge = cfg.release.judge
+        if not judge:
+            self.state.judge_model.unlink(missing_ok=True)  # a resumed run may have dropped its judge
+        else:  # copied again on --resume too: the judge may have changed (it touches no stage but the gate)
+            src = self._pretrained(cfg.release.judge_seed, "pretrain judge") if judge == "pretrain" else Path(judge).expanduser()
+            self._store_model(src, self.state.judge_model)
         self._timed("public", t0, skip)
         return dst
 
-    def _judge(self) -> None:
-        """``state/judge_model.pt``: the gate's judge (``release.judge``), a model no loss sees."""
-        from pfd.distill.public import check_public_arch, pretrained_public_model
-        from pfd.nn.checkpoints import load_backbone, load_checkpoint, save_checkpoint
+    def _pretrained(self, seed: int, desc: str = "pretrain public") -> Path:
+        """The recipe's pretrained public model with ``seed`` (trained once, then cached)."""
 
-        cfg, dst = self.cfg, self.state.judge_model
-        judge = cfg.release.judge
-        if not judge:
-            dst.unlink(missing_ok=True)  # a resumed run may have dropped its judge
-            return
-        # Copied again on --resume too: the judge may have changed (it touches no stage but the gate).
-        if judge == "pretrain":
-            pre = cfg.pretrain.__class__(**{**config_to_dict(cfg.pretrain), "size": cfg.size, "seed": cfg.release.judge_seed})
-            src = pretrained_public_model(pre, accelerator=self.acc, progress=self.progress, desc="pretrain judge")
-        else:
-            src = Path(judge).expanduser()
+        cfg = self.cfg
+        pre = cfg.pretrain.__class__(**{**config_to_dict(cfg.pretrain), "size": cfg.size, "seed": seed})
+        return pretrained_public_model(pre, accelerator=self.acc, progress=self.progress, desc=desc)
+
+    def _store_model(self, src: Path, dst: Path, *, backbone: str = "") -> None:
+        """Check ``src`` (architecture, size) and store it at ``dst``: a pfd checkpoint as it is, foreign
+        weights (insightface, AdaFace, MobileFaceNet) as a pfd checkpoint of their backbone."""
+
         model = load_backbone(src)
-        check_public_arch(model, src, size=cfg.size)
+        check_arch(model, src, size=self.cfg.size, backbone=backbone)
         if self.acc.is_main_process:
             try:
-                load_checkpoint(src)
+                load_checkpoint(src)  # a pfd checkpoint: keep it as is
                 atomic_write_bytes(dst, src.read_bytes())
             except PfdError:
                 save_checkpoint(dst, backbone=model, config={"source": str(src)})
@@ -295,7 +262,6 @@ class Distillation:
         from the newest OGP checkpoint, and what was computed from the shorter run (prototypes,
         RTA batches, summary) is removed so that it is redone.
         """
-        from pfd.nn.checkpoints import load_checkpoint
 
         t0, cfg, st = time.perf_counter(), self.cfg, self.state
         trainer = None
@@ -323,7 +289,6 @@ class Distillation:
         return _last_metrics(st.ogp / "metrics.jsonl")
 
     def _ogp_trainer(self) -> Any:
-        from pfd.distill.ogp_trainer import OGPTrainer
 
         cfg, st = self.cfg, self.state
         return OGPTrainer(
@@ -349,8 +314,6 @@ class Distillation:
 
     def _write_rotation(self) -> None:
         """``rotation.pt`` from the adapted checkpoint (M = exp(A − Aᵀ), eq. 1; I without OGP)."""
-        from pfd.distill.ogp import Rotation
-        from pfd.nn.checkpoints import load_checkpoint
 
         ck = load_checkpoint(self.state.adapted)
         dim = int(ck["arch"]["embedding_dim"])
@@ -368,7 +331,6 @@ class Distillation:
 
     def load_adapted(self) -> tuple[torch.nn.Module, torch.nn.Module, torch.Tensor]:
         """The adapted backbone and head (eval mode) and M, as every later stage sees them."""
-        from pfd.nn.checkpoints import load_backbone, load_head
 
         backbone = load_backbone(self.state.adapted).to(self.acc.device)
         head = load_head(self.state.adapted).to(self.acc.device)
@@ -378,9 +340,6 @@ class Distillation:
     # -- stage 2: prototypes (eq. 8) ---------------------------------------------------------
     def prototypes(self, backbone: torch.nn.Module, M: torch.Tensor) -> dict[str, Any]:
         """Per-identity K-means on ``E Mᵀ`` (E for the non-rotating methods); ``prototypes.pt``."""
-        from pfd.distill.ogp import rotate
-        from pfd.distill.rta import kmeans_prototypes
-        from pfd.embed import Embedder
 
         t0, cfg, st = time.perf_counter(), self.cfg, self.state
         skip = cfg.resume and st.prototypes.is_file()
@@ -412,7 +371,6 @@ class Distillation:
 
     def _spatial_targets(self, backbone: torch.nn.Module) -> dict[str, Any]:
         """Domain-level spatial statistics of the private set in the adapted model (:mod:`pfd.nn.spatial_stats`)."""
-        from pfd.nn.spatial_stats import spatial_targets
 
         n, b = len(self.faces), 128
         batches = (torch.stack([self.faces[i][0] for i in range(lo, min(lo + b, n))]).to(self.acc.device)
@@ -422,13 +380,11 @@ class Distillation:
     # -- stage 3: proxies (eq. 6-10) ---------------------------------------------------------
     def batches(self) -> list[np.ndarray]:
         """Prototype rows of every proxy batch."""
-        from pfd.distill.rta import proxy_batches
 
         return proxy_batches(self.N * self.cfg.rta.ipc, self.cfg.rta.batch_size)
 
     def proxies(self, backbone: torch.nn.Module, head: torch.nn.Module, protos: dict[str, Any]) -> None:
         """Distill (or, for ``raw``, select) this process's unfinished batches into batch files."""
-        from pfd.distill.rta import ProxyDistiller
 
         t0, cfg, st = time.perf_counter(), self.cfg, self.state
         batches = self.batches()
@@ -473,14 +429,11 @@ class Distillation:
 
     def _embed(self, model: torch.nn.Module, x: Any, cache: Path | None = None) -> torch.Tensor:
         """Normalised embeddings ``(n, D)`` of a face set or an image batch (``cache``: the embedding cache)."""
-        from pfd.embed import Embedder
 
         return Embedder(model, batch_size=256, device=self.acc.device, cache_dir=cache)(x)
 
     def _public_view(self) -> Any:
         """The public model and its private gallery, for the de-linking term (:mod:`pfd.distill.delink`)."""
-        from pfd.distill.delink import PublicView
-        from pfd.nn.checkpoints import load_backbone
 
         model = load_backbone(self.state.public_model).to(self.acc.device)
         gallery = self._embed(model, self.faces, self.embed_cache)  # (m, D), shared with the gate's public check
@@ -493,7 +446,6 @@ class Distillation:
 
     def real_images(self, index: torch.Tensor, *, batch_index: int) -> torch.Tensor:
         """The selected private images ``(B, 3, H, W)``, through the method's transform (the baselines)."""
-        from pfd.nn.inversion import batch_generator
 
         x = torch.stack([self.faces[int(i)][0] for i in index])
         if self.method.transform is None:
@@ -504,8 +456,6 @@ class Distillation:
     def gate(self, backbone: torch.nn.Module, docs: list[dict[str, Any]], source: np.ndarray,
              protos: dict[str, Any]) -> list[dict[str, Any]]:
         """The publication gate's checks (:mod:`pfd.distill.gate`) on the released pixels."""
-        from pfd.distill.gate import publication_checks
-        from pfd.nn.checkpoints import load_backbone
 
         proxies = torch.cat([d["proxies"] for d in docs]).float().div_(255.0)  # (NK, 3, H, W)
         labels = np.asarray(self.faces.labels)
@@ -539,20 +489,12 @@ class Distillation:
             PfdError: A check of the gate failed and ``release.allow_linkable`` is off: nothing is
                 published, the state (with ``summary.json`` naming the failed checks) is kept.
         """
-        from pfd.distill.gate import failed_checks, format_checks
 
         t0, cfg, st = time.perf_counter(), self.cfg, self.state
         summary = None
         refused = None
         if self.acc.is_main_process:
-            batches = self.batches()
-            missing = [b for b in range(len(batches)) if not st.batch(b).is_file()]
-            if missing:
-                raise PfdError(f"{st.batches}: batches {missing[:5]} are missing; rerun with --resume to finish them")
-            docs = [load_batch(st, b) for b in range(len(batches))]
-            rows = torch.cat([d["rows"] for d in docs])
-            if not torch.equal(rows.sort().values, torch.arange(len(protos["P"]))):
-                raise PfdError(f"{st.batches}: batch files do not cover every proxy exactly once; delete the folder and rerun")
+            docs, rows = gather_batches(st, len(self.batches()), len(protos["P"]))
             proxies = torch.cat([d["proxies"] for d in docs]).numpy()  # (NK, 3, H, W) uint8
             pid = protos["proto_identity"]
             source = pid[rows].numpy()
@@ -585,8 +527,7 @@ class Distillation:
             )  # fmt: skip
             summary["gate"] = gate
             if st.adapted.is_file():
-                from pfd.nn.checkpoints import load_checkpoint
-
+        
                 steps = int(load_checkpoint(st.adapted).get("step") or 0)
                 # Every method fine-tunes; only pfd's fine-tuning is OGP (the others train a plain head).
                 summary["counts"]["finetune_steps"] = steps
@@ -596,65 +537,12 @@ class Distillation:
                 summary["baseline"] = {"method": cfg.method, **self.baseline}
             atomic_write_json(st.summary, summary)
             if not publish:
-                refused = _refusal(failed, cfg, st.root)
+                refused = refusal_message(failed, cfg, st.root)
         self.acc.wait_for_everyone()
         if refused is not None:
-            from pfd.distill.gate import PublicationRefused
 
             raise PublicationRefused(refused, summary)
         return summary
-
-
-def _refusal(failed: list[dict[str, Any]], cfg: DistillConfig, state_dir: Path) -> str:
-    """The one-line reason a release was not published, with the fix for the cause it measured."""
-    from pfd.distill.gate import failure_cause
-
-    parts = []
-    for c in failed:
-        if c["name"] == "judge_competence":
-            parts.append(f"the judge identifies only {c['rate']:.1%} of the private images (chance {c['chance']:.1%}), so its "
-                         "checks would vouch for nothing; pass a --judge that recognises these faces")
-        elif c["name"] == "ogp_margin":
-            parts.append(f"OGP left {1 - c['value']:.0%} of the private embeddings above the repulsion margin "
-                         f"(target {c['target']:.0%} below)")  # fmt: skip
-        elif c.get("leaks", True):
-            parts.append(f"{c['name']} links {c['rate']:.1%} of the proxies, above chance {c['chance']:.1%} "
-                         f"(at least {c.get('leak_low', c['ci95'][0]):.1%} at the gate's family-wise level; "
-                         f"95% CI {c['ci95'][0]:.1%}-{c['ci95'][1]:.1%})")  # fmt: skip
-        else:
-            cause = failure_cause(c).split(": ", 1)
-            parts.append(f"{c['name']} cannot rule out linking {c['ci95'][1]:.1%} of the proxies "
-                         f"({c['bound_multiple']:.1f}x chance {c['chance']:.1%}, more than the {c['rule_out']:g}x "
-                         f"the release must exclude{': ' + cause[1] if len(cause) > 1 else ''})")  # fmt: skip
-    links = [c for c in failed if c["name"] not in ("ogp_margin", "judge_competence")]
-    keep = f"The state is kept in {state_dir}"
-    if all(c["name"] == "judge_competence" for c in failed):
-        return (f"not published: {'; '.join(parts)}. {keep}: rerun with --resume and another --judge (a face model "
-                "no loss sees that recognises the private people), or --allow-linkable to publish anyway")
-    if links and len(links) == len(failed) and all(not c.get("leaks", True) for c in links):
-        if any(c.get("hub") for c in links):
-            fix = ("one private identity draws most matches (a hub, docs/distill.md#hubs): check it for duplicates "
-                   "or a broken image, or pass --resume --allow-linkable to publish anyway")
-        elif get_method(cfg.method).decouples and any("clustered by source" in failure_cause(c) for c in links):
-            fix = ("the links cluster by source, a residual link rather than too small an audit: distill again into a "
-                   "new --state-dir with the de-linking term (--lambda-delink 10 --judge CKPT), or pass --resume "
-                   "--allow-linkable to publish anyway")
-        else:
-            # The audit is too small to show the proxies unlinkable: more proxies per identity fixes it.
-            fix = (f"distill again into a new --state-dir with more proxies per identity (--ipc; K = {cfg.rta.ipc} now, "
-                   "the power table in docs/distill.md wants K >= 3), or pass --resume --allow-linkable to publish anyway")
-        return f"not published: {'; '.join(parts)}. {keep}: {fix}"
-    if get_method(cfg.method).decouples:
-        public_leak = any(c["name"].startswith("public_") and c.get("leaks", True) for c in links)
-        fix = ("rerun with --resume and a longer OGP schedule (--ogp-steps, e.g. twice counts.ogp_steps of "
-               "summary.json), or pass --allow-linkable to publish anyway")
-        if public_leak and not cfg.rta.lambda_delink:
-            fix = ("distill again into a new --state-dir with the de-linking term against the public model "
-                   "(--lambda-delink 10 --judge CKPT), or " + fix)
-    else:
-        fix = (f"--method {cfg.method} does not decouple the proxies from their sources (it is an ablation or "
-               "baseline row): use --method pfd, or pass --resume --allow-linkable to publish it anyway")
-    return f"not published: {'; '.join(parts)}. {keep}: {fix}"
 
 
 def distill(
@@ -677,7 +565,6 @@ def distill(
         PfdError: Bad input (before any work), another architecture's public checkpoint, or a
             non-finite loss (finished batches are kept; fix and rerun with ``--resume``).
     """
-    from pfd.distill.gate import PublicationRefused
 
     run = Distillation(cfg, faces=faces, accelerator=accelerator, progress=progress, init_faces=init_faces)
     try:

@@ -23,7 +23,7 @@ from pfd.data.faceset import FaceSet
 from pfd.data.shape import same_size, size_text
 from pfd.errors import PfdError
 
-__all__ = ["public_cache_dir", "pretrain_key", "pretrained_public_model", "check_public_arch"]
+__all__ = ["public_cache_dir", "pretrain_key", "pretrained_public_model"]
 
 #: Settings that do not change the trained weights.
 # skip_bad: the images it skips change the data summary hashed below, not the model settings.
@@ -86,31 +86,3 @@ def pretrained_public_model(cfg: TrainConfig, *, accelerator: Any | None = None,
     trainer.desc = desc
     trainer.resume()
     return trainer.fit()
-
-
-def check_public_arch(model: nn.Module | Mapping[str, Any], path: str | os.PathLike, *, size: Any, backbone: str = "") -> None:
-    """Refuse a public checkpoint whose architecture does not match the run's settings.
-
-    Args:
-        model: The loaded backbone (with ``arch``), or the arch itself (:func:`pfd.nn.checkpoints.read_arch`).
-        path: Its file, for the message.
-        size: The image size of the run (``S`` or ``(H, W)``).
-        backbone: Expected backbone name (empty: any).
-
-    Raises:
-        PfdError: Naming the checkpoint's architecture and what was expected.
-    """
-    arch = dict(model) if isinstance(model, Mapping) else dict(getattr(model, "arch", {}) or {})
-    own = arch.get("size", size)
-    what = f"{arch.get('name')} (width {arch.get('width')}, {size_text(own)}, D = {arch.get('embedding_dim')})"
-    if not same_size(own, size):
-        flag = size_text(own).removesuffix("px")
-        raise PfdError(
-            f"{path}: the public model is {what} but this run uses {size_text(size)} images; "
-            f"pass --size {flag} or a checkpoint built for {size_text(size)}"
-        )
-    if backbone and arch.get("name") != backbone:
-        raise PfdError(
-            f"{path}: the public model is {what} but the recipe expects backbone {backbone!r}; "
-            "pass a matching --public checkpoint or --backbone ''"
-        )

@@ -3,7 +3,7 @@
 * eq. 6  ``L_bn``: BatchNorm statistics of the proxies -> :class:`pfd.nn.bn_hooks.BNStatistics`
 * eq. 7  ``L_cls^RTA = L_CE(h(φ(s)), y)`` on the internal proxy class y  -> :func:`distill_loss`
 * eq. 8  K-means prototypes ``P`` (NK × D) on ``E_ort = E Mᵀ``; ``A* = P Pᵀ``, ``A_syn = E_syn Pᵀ``
-  -> :func:`kmeans_prototypes`
+  -> :func:`pfd.distill.prototypes.kmeans_prototypes`
 * eq. 9  ``L_RTA`` with separate diagonal / off-diagonal normalisation -> :func:`rta_loss`
 * eq. 10 ``L_distill = L_cls^RTA + λ_RTA L_RTA + λ_bn L_bn`` -> :func:`distill_loss`
 * pfd's additions, off by default: ``+ λ_sp L_sp`` (spatial feature statistics,
@@ -23,9 +23,8 @@ OGP trained. :func:`distill_loss` takes logits, so a caller can pass plain scale
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -39,90 +38,13 @@ from pfd.nn.spatial_stats import SpatialStatistics
 from pfd.progress import progress_bar
 
 __all__ = [
-    "kmeans_prototypes",
     "rta_loss",
     "rta_loss_full",
     "distill_loss",
     "proxy_batches",
-    "DistillResult",
+    "ProxyBatch",
     "ProxyDistiller",
 ]
-
-
-# --------------------------------------------------------------------------------------------
-# Prototypes (eq. 8)
-# --------------------------------------------------------------------------------------------
-
-
-def kmeans_prototypes(
-    emb_rot: torch.Tensor | np.ndarray,
-    labels: torch.Tensor | np.ndarray,
-    *,
-    k: int,
-    seed: int = 0,
-    n_init: int = 10,
-    num_identities: int | None = None,
-    identities: Sequence[str] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-identity K-means prototypes of the rotated embeddings (eq. 8's P).
-
-    For each identity i, ``sklearn.cluster.KMeans(n_clusters=k, n_init=n_init,
-    random_state=seed)`` runs on that identity's rows of ``E_ort = E Mᵀ`` (float64); the
-    centres are L2-normalised. Rows of P are identity-major (identity 0's K prototypes, then
-    identity 1's, ...). Within an identity the K centres are ordered by cluster size
-    (largest first), ties broken by the smallest sample index in the cluster, so the order
-    depends only on the data and the seed, never on K-means' arbitrary cluster numbering.
-
-    Args:
-        emb_rot: Rotated normalised embeddings ``(n, D)``.
-        labels: Identity labels ``(n,)`` in ``[0, N)``.
-        k: Prototypes per identity K (= proxy images per class).
-        seed: K-means seed.
-        n_init: K-means restarts.
-        num_identities: N (default ``labels.max() + 1``).
-        identities: Identity names, only for error messages.
-
-    Returns:
-        ``(P (N·K, D) float32 normalised, proto_identity (N·K,) int64)``.
-
-    Raises:
-        PfdError: If an identity has fewer than K images.
-    """
-    from sklearn.cluster import KMeans
-    from threadpoolctl import threadpool_limits
-
-    x = emb_rot.detach().cpu().double().numpy() if isinstance(emb_rot, torch.Tensor) else np.asarray(emb_rot, np.float64)
-    y = labels.cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
-    y = y.astype(np.int64)
-    n_id = int(num_identities) if num_identities is not None else int(y.max()) + 1
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    counts = np.bincount(y, minlength=n_id)
-    for i in range(n_id):
-        if counts[i] < k:
-            who = f"identity {i}" + (f" ({identities[i]!r})" if identities is not None else "")
-            raise PfdError(
-                f"{who}: {counts[i]} images, fewer than K = {k} proxies per class; "
-                f"drop identities with fewer than {k} images (min_images = {k}) or lower rta.ipc"
-            )
-    protos = np.empty((n_id * k, x.shape[1]), dtype=np.float64)
-    for i in range(n_id):
-        idx = np.flatnonzero(y == i)  # ascending sample indices
-        # One identity is a few dozen points: OpenMP/BLAS threads only add start-up cost
-        # (~6x slower here) and one thread makes the result independent of the core count.
-        with warnings.catch_warnings(), threadpool_limits(1):
-            # Duplicate embeddings give fewer distinct clusters than K; the centres still exist.
-            warnings.simplefilter("ignore")
-            km = KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit(x[idx])
-        assign = km.labels_
-        size = np.bincount(assign, minlength=k)
-        first = np.array([idx[assign == c].min() if size[c] else np.iinfo(np.int64).max for c in range(k)])
-        order = np.lexsort((first, -size))  # size descending, then first member ascending
-        protos[i * k : (i + 1) * k] = km.cluster_centers_[order]
-    norms = np.linalg.norm(protos, axis=1, keepdims=True)
-    P = torch.from_numpy(protos / np.maximum(norms, 1e-12)).float()
-    proto_identity = torch.arange(n_id, dtype=torch.int64).repeat_interleave(k)
-    return P, proto_identity
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,7 +136,7 @@ def proxy_batches(num_proxies: int, batch_size: int) -> list[np.ndarray]:
 
 
 @dataclass
-class DistillResult:
+class ProxyBatch:
     """One distilled batch.
 
     Attributes:
@@ -327,7 +249,7 @@ class ProxyDistiller:
     def distill_batch(
         self, rows: torch.Tensor | np.ndarray | None, classes: torch.Tensor | np.ndarray | None, *, batch_index: int,
         sources: torch.Tensor | np.ndarray | None = None, on_step: Callable[[], Any] | None = None,
-    ) -> DistillResult:
+    ) -> ProxyBatch:
         """Distill one batch.
 
         Args:
@@ -401,7 +323,7 @@ class ProxyDistiller:
         h = engine.history
         history = {k: h.get(k, []) for k in ("cls", "rta", "bn", "total")} | {k: v for k, v in h.items() if k not in
                                                                               ("cls", "rta", "bn", "total")}
-        return DistillResult(s.detach().cpu().float(), history)
+        return ProxyBatch(s.detach().cpu().float(), history)
 
     @torch.no_grad()
     def embed(self, proxies: torch.Tensor) -> torch.Tensor:

@@ -27,12 +27,12 @@ import os
 import pickle
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from torch import nn
 
-from pfd.data.shape import plain_size, size_text
+from pfd.data.shape import plain_size, same_size, size_text
 from pfd.errors import PfdError
 from pfd.io import atomic_torch_save
 from pfd.nn.heads import MarginHead, create_head
@@ -48,6 +48,7 @@ __all__ = [
     "load_head",
     "infer_arch",
     "read_arch",
+    "check_arch",
 ]
 
 FORMAT = "pfd-checkpoint"
@@ -403,3 +404,31 @@ def load_head(path: str | os.PathLike) -> MarginHead:
     head = create_head(**spec)
     _load_strict(head, stored["state_dict"], path, f"{spec.get('kind')} head ({spec.get('num_classes')} classes)")
     return head.eval()
+
+
+def check_arch(model: nn.Module | Mapping[str, Any], path: str | os.PathLike, *, size: Any, backbone: str = "") -> None:
+    """Refuse a public checkpoint whose architecture does not match the run's settings.
+
+    Args:
+        model: The loaded backbone (with ``arch``), or the arch itself (:func:`read_arch`).
+        path: Its file, for the message.
+        size: The image size of the run (``S`` or ``(H, W)``).
+        backbone: Expected backbone name (empty: any).
+
+    Raises:
+        PfdError: Naming the checkpoint's architecture and what was expected.
+    """
+    arch = dict(model) if isinstance(model, Mapping) else dict(getattr(model, "arch", {}) or {})
+    own = arch.get("size", size)
+    what = f"{arch.get('name')} (width {arch.get('width')}, {size_text(own)}, D = {arch.get('embedding_dim')})"
+    if not same_size(own, size):
+        flag = size_text(own).removesuffix("px")
+        raise PfdError(
+            f"{path}: the public model is {what} but this run uses {size_text(size)} images; "
+            f"pass --size {flag} or a checkpoint built for {size_text(size)}"
+        )
+    if backbone and arch.get("name") != backbone:
+        raise PfdError(
+            f"{path}: the public model is {what} but the recipe expects backbone {backbone!r}; "
+            "pass a matching --public checkpoint or --backbone ''"
+        )

@@ -49,10 +49,10 @@ import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pfd.errors import PfdError
-from pfd.io import PidLock, atomic_write_json, path_within
+from pfd.io import PidLock, atomic_write_json, check_writable, path_within
 from pfd.release.format import MANIFEST, read_manifest
 
 __all__ = [
@@ -453,22 +453,41 @@ class RunClaim:
 
 
 
-def claim_state_dir(state: StateDir, out: Path, *, resume: bool, main: bool = True) -> RunClaim:
-    """Lock the state dir for this run and check it again under the lock.
+def claim_state_dir(state: StateDir, out: Path, *, resume: bool, main: bool = True, embed_cache: Path | None = None,
+                    check: Callable[[], None] | None = None) -> RunClaim:
+    """Claim a state dir for one run: every folder rule, the caller's own checks, then the lock.
 
-    The checks of :func:`check_outputs` run before the lock (so that a foreign folder is never
-    touched, not even by a lock file) and again once it is held (so that two runs started
-    together cannot both find the folders empty).
+    In order, each refusing before anything is written:
+
+    1. the release and the state dir are separate (:func:`check_separate`), and an embedding cache
+       (private state) lies outside the release;
+    2. both folders can be written (``--out``, ``--state-dir``);
+    3. :func:`check_outputs`: no earlier work is clobbered and no foreign folder touched;
+    4. ``check()``: the caller's checks (a distillation's settings and inputs), which must also
+       fail before anything is written;
+    5. the lock (main process), then the checks of 3 again under it (so that two runs started
+       together cannot both find the folders empty), and the run id.
 
     Args:
         state: The state dir.
         out: The release folder.
         resume: ``--resume``: keep the marker's run id.
         main: Whether this process takes the lock (the main process of an accelerate run).
+        embed_cache: A cache of private embeddings (``--embed-cache``), or ``None``.
+        check: The caller's checks, between the read-only ones and the lock.
+
+    Returns:
+        The claim; :meth:`RunClaim.begin` then writes the marker, :meth:`RunClaim.close` ends it.
 
     Raises:
-        PfdError: Another run holds the lock (its pid is named), or a check fails.
+        PfdError: The first check that fails, naming the folder or option and the fix; another
+            run holds the lock (its pid is named).
     """
+    check_separate(out, state.root)
+    if embed_cache is not None:  # cached private embeddings are private state: never inside the release
+        check_outside_release(embed_cache, out, what="the embedding cache", option="--embed-cache")
+    for path, option in ((out, "--out"), (state.root, "--state-dir")):
+        check_writable(path, option)
     try:
         check_outputs(out, state, resume=resume)
     except PfdError:
@@ -478,6 +497,8 @@ def claim_state_dir(state: StateDir, out: Path, *, resume: bool, main: bool = Tr
         if pid is not None:
             raise PfdError(StateLock.busy_message(state.root).format(pid=pid)) from None
         raise
+    if check is not None:
+        check()
     if not main:
         return RunClaim(state, out, None, None)
     lock = StateLock(state.root)
@@ -489,4 +510,3 @@ def claim_state_dir(state: StateDir, out: Path, *, resume: bool, main: bool = Tr
         lock.release()
         raise
     return RunClaim(state, out, run_id, lock)
-

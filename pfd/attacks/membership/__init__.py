@@ -9,11 +9,6 @@
   al. 2026, Algorithm 1);
 * :mod:`~pfd.attacks.membership.audit`: both audits on any model (``pfd attack mia|dataset``);
 * :mod:`~pfd.attacks.membership.downstream`: a release's membership leakage, through a model
-  trained on public data + the release.
-
-``pfd.attacks.membership`` re-exports the geometric statistics (its names before the attacks were
-grouped by family).
+  trained on public data + the release;
+* :mod:`~pfd.attacks.membership.attack`: that as a registered scorecard attack.
 """
-
-from pfd.attacks.membership.statistics import *  # noqa: F401,F403 - the family's main names
-from pfd.attacks.membership.statistics import __all__  # noqa: F401

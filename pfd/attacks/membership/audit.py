@@ -275,7 +275,7 @@ def run_mia(
                                reference=ref, reference_sets=ref_sets)
         rep.update(members=str(members), nonmembers=str(nonmembers), head_source=source)
         if report:
-            from pfd.attacks.scorecard.plots import plot_densities, plot_roc
+            from pfd.attacks.plots import plot_densities, plot_roc
 
             out = Path(report)
             atomic_write_json(out / "membership.json", jsonable(rep))

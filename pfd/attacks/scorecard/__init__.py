@@ -1,11 +1,7 @@
-"""The release scorecard: every attack on a release, collected, written and drawn.
+"""The release scorecard: every registered attack on a release, collected and written.
 
 * :mod:`~pfd.attacks.scorecard.inputs`: the release, the state dir and the private set, checked;
-* :mod:`~pfd.attacks.scorecard.run`: :func:`run_scorecard`, which runs linkability, reconstruction,
-  attribute recovery and the release-membership audit (PFD paper, "Privacy evaluation");
-* :mod:`~pfd.attacks.scorecard.report`: ``report.json`` / ``report.md``;
-* :mod:`~pfd.attacks.scorecard.plots`: ROC curves, densities, match grids.
+* :mod:`~pfd.attacks.scorecard.run`: :func:`~pfd.attacks.scorecard.run.run_scorecard`, which runs
+  every registered attack (:mod:`pfd.attacks.contract`; PFD paper, "Privacy evaluation");
+* :mod:`~pfd.attacks.scorecard.report`: ``report.json`` / ``report.md`` and the plots.
 """
-
-from pfd.attacks.scorecard.run import *  # noqa: F401,F403 - the family's main names
-from pfd.attacks.scorecard.run import __all__  # noqa: F401

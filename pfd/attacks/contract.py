@@ -1,0 +1,229 @@
+"""The attack contract: what every attack of the scorecard is, and the registry ``pfd attack`` iterates.
+
+An attack is a class with its own config dataclass, a test of whether it can run on what the
+scorecard was given, and a ``run`` that returns a result which renders its own report parts::
+
+    @register_attack
+    class MyAttack(Attack):
+        name, title, flag_prefix = "my_attack", "My attack", "my"
+        config = MyConfig                      # a dataclass; pfd attack gets one option per field
+        def applicable(self, inputs): ...      # None, or why it cannot run (the report lists it)
+        def run(self, inputs): ...             # -> an AttackResult
+
+:func:`pfd.attacks.scorecard.run.run_scorecard` runs every registered attack in registration order
+on one :class:`AttackInputs` (the release, its state, the private set, the attackers and their
+embeddings, and the results of the attacks that ran before); :mod:`pfd.attacks.scorecard.report`
+writes what the results render. Each summary row states its chance level, a 95 % interval (or a
+p-value) and the verdict of :func:`verdict`, whose false-LEAKS rate under the null is tested
+(``tests/attacks/test_null_calibration.py``). ``tests/attacks/test_contract.py`` runs over every
+registered attack; docs/attacks.md, "Adding an attack", walks through one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+if TYPE_CHECKING:  # the registry is read by the CLI at start-up, before torch is needed
+    import numpy as np
+    import torch
+
+__all__ = ["verdict", "summary_row", "Clock", "AttackInputs", "AttackResult", "Attack", "ATTACKS", "register_attack",
+           "option", "attack_options"]
+
+
+def verdict(ci: tuple[float, float] | list[float] | None, chance: float, *, p: float | None = None,
+            alpha: float = 0.05) -> str:
+    """The verdict of one figure.
+
+    With a p-value (a test): ``"LEAKS"`` if ``p <= alpha``, else ``"≈ chance"``. Otherwise from the
+    interval: ``"LEAKS"`` if it lies above chance, ``"below chance"`` if below, else ``"≈ chance"``.
+    """
+    if p is not None:
+        return "LEAKS" if p <= alpha else "≈ chance"
+    assert ci is not None
+    lo, hi = float(ci[0]), float(ci[1])
+    if lo > chance:
+        return "LEAKS"
+    if hi < chance:
+        return "below chance"
+    return "≈ chance"
+
+
+def summary_row(attack: str, attacker: str, value: float, chance: float, ci: Any, kind: str, *,
+                test_p: float | None = None, **extra: Any) -> dict[str, Any]:
+    """One row of the summary table: ``{"attack", "attacker", "value", "chance", "ci95", "kind", "verdict", ...}``.
+
+    Args:
+        attack: What was measured (``"VisMatch (proxies)"``).
+        attacker: Whose model (``public``, ``insider``, ...).
+        value: The figure.
+        chance: Its chance level.
+        ci: Its 95 % interval (``None`` for a pure test).
+        kind: ``"rate"`` (count/n), ``"score"`` (a metric in [0, 1]) or ``"auc"``.
+        test_p: A test's p-value: the verdict is the test's.
+        extra: More fields (``count``, ``n``, ...).
+    """
+    return {"attack": attack, "attacker": attacker, "value": float(value), "chance": float(chance),
+            "ci95": None if ci is None else [float(ci[0]), float(ci[1])], "kind": kind,
+            "verdict": verdict(ci, chance, p=test_p), **({"p": test_p} if test_p is not None else {}), **extra}
+
+
+class Clock:
+    """Wall-clock seconds per stage, for the report."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def run(self, stage: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - t0
+
+
+@dataclass
+class AttackInputs:
+    """What every attack of one scorecard run gets.
+
+    Attributes:
+        cfg: The shared settings (:class:`~pfd.config.AttackConfig`).
+        state: The release and the publisher's state (:class:`~pfd.attacks.scorecard.inputs.ReleaseState`).
+        sets: The private set and the release, opened once per image size (``private(size)``, ``proxies(size)``).
+        attackers: The models, the public one first, then the insider, the gate's judge and the auditor's own.
+        source: ``(q,)`` private label of each proxy (scoring only).
+        labels: ``(g,)`` private labels.
+        private_spec: How the private set was given.
+        progress: Progress bars.
+        clock: Seconds per stage.
+        reconstructor: A user's reconstructor (replaces the BN-prior inversion), or ``None``.
+        results: The results of the attacks that ran before, by name.
+        skipped: Why an attack or a part of one did not run, by name.
+    """
+
+    cfg: Any
+    state: Any
+    sets: Any
+    attackers: list[Any]
+    source: "np.ndarray"
+    labels: "np.ndarray"
+    private_spec: str
+    progress: bool = True
+    clock: Clock = field(default_factory=Clock)
+    reconstructor: "Callable[[torch.Tensor], torch.Tensor] | None" = None
+    results: dict[str, "AttackResult"] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    _emb: "dict[str, dict[str, torch.Tensor]]" = field(default_factory=dict, repr=False)
+
+    @property
+    def public(self) -> Any:
+        """The public attacker (the first)."""
+        return self.attackers[0]
+
+    def embeddings(self, attacker: Any) -> "dict[str, torch.Tensor]":
+        """``{"private": (g, D), "proxies": (q, D)}`` of one attacker, embedded once per run."""
+        if attacker.role not in self._emb:
+            size = attacker.input_size(self.state.image_size)
+            self._emb[attacker.role] = self.clock.run("embed", lambda: {
+                "private": attacker.embed(self.sets.private(size)), "proxies": attacker.embed(self.sets.proxies(size))})
+        return self._emb[attacker.role]
+
+
+class AttackResult:
+    """What an attack found; it renders its own parts of the report (override what applies)."""
+
+    def sections(self) -> dict[str, Any]:
+        """Its keys of ``report.json`` (a list under a key another result also fills is concatenated)."""
+        return {}
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Its rows of the summary table (:func:`summary_row`)."""
+        return []
+
+    def markdown(self) -> list[str]:
+        """Its section of ``report.md`` (lines)."""
+        return []
+
+    def plots(self, folder: Path) -> dict[str, str]:
+        """Write its plots into ``folder``; ``{name: file name}``."""
+        return {}
+
+
+class Attack(ABC):
+    """One attack of the scorecard (see the module docstring).
+
+    Class attributes:
+        name: Registry key, also the key of its settings in ``report.json`` and of its
+            ``[attack.<name>]`` recipe table.
+        title: Its name in the report.
+        config: Its config dataclass (fields with :func:`option` metadata become ``pfd attack`` options).
+        flag_prefix: Prefix of its options' flags (``--<prefix>-<field>``) unless a field names its flag.
+
+    Args:
+        config: An instance of :attr:`config`.
+    """
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    config: ClassVar[type]
+    flag_prefix: ClassVar[str] = ""
+
+    def __init__(self, config: Any) -> None:
+        self.cfg = config
+
+    @abstractmethod
+    def applicable(self, inputs: AttackInputs) -> str | None:
+        """``None`` when it can run on ``inputs``, else the reason it cannot (one line, with the fix)."""
+
+    @abstractmethod
+    def run(self, inputs: AttackInputs) -> AttackResult:
+        """Run it; raises :class:`~pfd.errors.PfdError` for bad input."""
+
+
+#: Registered attacks in the order the scorecard runs them (a later one may read an earlier one's result).
+ATTACKS: dict[str, type[Attack]] = {}
+
+
+def register_attack(cls: type[Attack]) -> type[Attack]:
+    """Class decorator: add an attack to :data:`ATTACKS` (its name must be new)."""
+    if cls.name in ATTACKS:
+        raise ValueError(f"attack {cls.name!r} is already registered")
+    if not dataclasses.is_dataclass(cls.config):
+        raise TypeError(f"attack {cls.name!r}: config must be a dataclass")
+    ATTACKS[cls.name] = cls
+    return cls
+
+
+def option(default: Any = dataclasses.MISSING, *, help: str, flag: str | None = None, cli: bool = True,
+           **kw: Any) -> Any:
+    """A config field with its ``pfd attack`` option: ``help`` text, an explicit ``flag``, or ``cli=False``
+    for a setting read from the recipe only (``[attack.<name>]``)."""
+    return field(default=default, metadata={"help": help, "flag": flag, "cli": cli}, **kw)
+
+
+@dataclass(frozen=True)
+class _Option:
+    attack: str
+    field: str
+    flag: str
+    type: Any
+    help: str
+
+
+def attack_options() -> list[_Option]:
+    """The ``pfd attack`` options of every registered attack's config: one per field with :func:`option`
+    metadata; a bool field is an on/off switch (``--x/--no-x``)."""
+    out = []
+    for name, cls in ATTACKS.items():
+        for f in dataclasses.fields(cls.config):
+            meta = f.metadata
+            if not meta.get("cli", False):
+                continue
+            flag = meta.get("flag") or f"--{cls.flag_prefix}-{f.name}".replace("_", "-")
+            out.append(_Option(name, f.name, flag, f.type, meta["help"]))
+    return out

@@ -1,0 +1,332 @@
+"""The linkability family's attacks on a release, as registered scorecard attacks.
+
+* ``linkability``: VisMatch and Rank-1 Re-ID of the proxies, for every attacker
+  (:mod:`pfd.attacks.linkability.matching`);
+* ``hubness``: the same two with the hubness-corrected ranking (CSLS,
+  :mod:`pfd.attacks.linkability.hubness`), the attacker a cross-domain gallery calls for;
+* ``source_rank``: the rank-last attack and the test that the source's rank is uniform
+  (:mod:`pfd.attacks.linkability.ranks`): a proxy reliably *far* from its source links too;
+* ``reconstruction``: each proxy's public-model embedding turned back into an image
+  (:mod:`pfd.attacks.linkability.reconstruction`), then linked like the proxies.
+
+Each row is a rate with the gallery's chance and an interval clustered by source identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from typing import TYPE_CHECKING
+
+from pfd.attacks.contract import Attack, AttackInputs, AttackResult, option, register_attack, summary_row
+from pfd.config.checks import Checker
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+# The attacks' maths (torch) is imported where they run: this module, with its configs, is read by
+# the CLI at start-up to make pfd attack's options.
+
+__all__ = ["LinkabilityConfig", "LinkabilityAttack", "HubnessAttack", "SourceRankAttack", "ReconstructionConfig",
+           "ReconstructionAttack", "LinkRows"]
+
+_NAMES = {"vismatch": "VisMatch", "reid": "Rank-1 Re-ID", "vismatch_csls": "VisMatch, hubness-corrected",
+          "reid_csls": "Rank-1 Re-ID, hubness-corrected", "reid_last": "Rank-last Re-ID"}
+
+
+@dataclass
+class LinkRows(AttackResult):
+    """Linkability figures: per (target, attacker), one :class:`~pfd.attacks.linkability.matching.LinkabilityResult` per attack.
+
+    Attributes:
+        key: Its key in ``report.json`` (a list of ``{"target", "attacker", <attack>: {...}}``).
+        links: ``[{"target", "attacker", <attack>: LinkabilityResult, ...}]``.
+        attacks: The attack names of each entry, in row order.
+        text: Its section of ``report.md``.
+    """
+
+    key: str
+    links: list[dict[str, Any]]
+    attacks: tuple[str, ...]
+    text: list[str] = field(default_factory=list)
+
+    def sections(self) -> dict[str, Any]:
+        return {self.key: [{"target": r["target"], "attacker": r["attacker"],
+                            **{a: r[a].as_dict() for a in self.attacks}} for r in self.links]}
+
+    def rows(self) -> list[dict[str, Any]]:
+        out = []
+        for link in self.links:
+            for a in self.attacks:
+                r = link[a]
+                out.append(summary_row(f"{_NAMES[a]} ({link['target']})", link["attacker"], r.rate, r.chance, r.ci95,
+                                       "rate", count=r.count, n=r.n, n_eff=r.n_eff))
+        return out
+
+    def markdown(self) -> list[str]:
+        return self.text
+
+
+def _link(inputs: AttackInputs, target: str, attacker: Any, query: "torch.Tensor", source: "np.ndarray",
+          *, chunk: int = 4096) -> dict[str, Any]:
+    """VisMatch and Re-ID of ``query`` against ``attacker``'s embeddings of the private gallery."""
+    from pfd.attacks.linkability.matching import rank1_reid, visual_matching
+
+    gallery = inputs.embeddings(attacker)["private"]
+
+    def both() -> dict[str, Any]:
+        return {"target": target, "attacker": attacker.role,
+                "vismatch": visual_matching(query, source, gallery, inputs.labels, chunk=chunk, metric=attacker.distance),
+                "reid": rank1_reid(query, source, gallery, inputs.labels, chunk=chunk, metric=attacker.distance)}
+
+    return inputs.clock.run("linkability", both)
+
+
+@dataclass
+class LinkabilityConfig:
+    """``linkability``: VisMatch and Rank-1 Re-ID of the proxies.
+
+    Attributes:
+        chunk: Gallery chunk of the streamed exact top-1 search (memory, not results).
+    """
+
+    chunk: int = option(4096, help="Gallery chunk of the streamed top-1 search.", cli=False)
+
+    def check(self) -> None:
+        Checker(self, "attack.linkability.", flags=False).at_least("chunk", 1)
+
+
+@register_attack
+class LinkabilityAttack(Attack):
+    """VisMatch (nearest private image) and Rank-1 Re-ID (nearest identity template) of each proxy,
+    by every attacker (PFD paper, "Source-Identity Linkability")."""
+
+    name, title, config = "linkability", "Linkability", LinkabilityConfig
+
+    def applicable(self, inputs: AttackInputs) -> str | None:
+        return None
+
+    def run(self, inputs: AttackInputs) -> LinkRows:
+        links = [_link(inputs, "proxies", a, inputs.embeddings(a)["proxies"], inputs.source, chunk=self.cfg.chunk)
+                 for a in inputs.attackers]
+        text = ["", "## Linkability", "",
+                "VisMatch: is a proxy's nearest private image of its source identity? Rank-1 Re-ID: is the "
+                "nearest identity template its source (cosine attackers: the normalised sum of the unit embeddings of "
+                "the identity's images; Euclidean attackers: the plain mean of their raw embeddings, compared by "
+                "distance)? The public attacker holds a "
+                "public model and the private gallery; the insider also holds the publisher's adapted model "
+                "(worst case); other rows are the auditor's own models. Intervals: exact, at the effective sample "
+                "size of proxies clustered by source identity (report.json: n_eff, design_effect)."]
+        return LinkRows("linkability", links, ("vismatch", "reid"), text)
+
+
+@dataclass
+class HubnessConfig:
+    """``hubness``: VisMatch and Re-ID with the CSLS ranking.
+
+    Attributes:
+        k: Nearest proxies in each gallery item's hubness (Conneau et al.: 10).
+    """
+
+    k: int = option(10, help="CSLS neighbours of the hubness-corrected attacks.", flag="--csls-k")
+
+    def check(self) -> None:
+        Checker(self, "attack.hubness.", flags=True, flag_names={"k": "--csls-k"}).at_least("k", 1)
+
+
+@register_attack
+class HubnessAttack(Attack):
+    """VisMatch and Re-ID of each proxy with the hubness-corrected ranking (CSLS), by every cosine
+    attacker: a private identity near most proxies (a hub) no longer takes every match."""
+
+    name, title, config = "hubness", "Linkability, hubness-corrected", HubnessConfig
+
+    def applicable(self, inputs: AttackInputs) -> str | None:
+        return None
+
+    def run(self, inputs: AttackInputs) -> LinkRows:
+        from pfd.attacks.linkability.hubness import rank1_reid_csls, visual_matching_csls
+
+        links = []
+        for a in inputs.attackers:
+            if a.distance != "cosine":  # CSLS is a cosine-similarity correction
+                continue
+            e = inputs.embeddings(a)
+            links.append(inputs.clock.run("linkability", lambda e=e, a=a: {
+                "target": "proxies", "attacker": a.role,
+                "vismatch_csls": visual_matching_csls(e["proxies"], inputs.source, e["private"], inputs.labels, k=self.cfg.k),
+                "reid_csls": rank1_reid_csls(e["proxies"], inputs.source, e["private"], inputs.labels, k=self.cfg.k)}))
+        text = ["", "## Linkability, hubness-corrected", "",
+                f"The same two attacks ranked by CSLS (k = {self.cfg.k}): a gallery item's similarity is discounted by "
+                "its mean similarity to its nearest proxies, so a private identity near most proxies (a hub) no longer "
+                "takes every match. Proxies and private photos are two domains, where hubs form."]
+        return LinkRows("hubness", links, ("vismatch_csls", "reid_csls"), text)
+
+
+@dataclass
+class SourceRankResult(AttackResult):
+    """The rank-last attack and the uniformity test, per attacker."""
+
+    tests: list[dict[str, Any]]
+
+    def sections(self) -> dict[str, Any]:
+        return {"source_rank": self.tests}
+
+    def rows(self) -> list[dict[str, Any]]:
+        out = []
+        for t in self.tests:
+            last = t["reid_last"]
+            out.append(summary_row("Rank-last Re-ID (proxies)", t["attacker"], last["rate"], last["chance"], last["ci95"],
+                                   "rate", count=last["count"], n=last["n"], n_eff=last.get("n_eff")))
+            out.append(summary_row("Source rank uniform (proxies): mean rank", t["attacker"], t["mean_rank"],
+                                   t["chance_mean_rank"], t["mean_rank_ci95"], "score", test_p=t["p"]))
+        return out
+
+    def markdown(self) -> list[str]:
+        return ["", "## Rank of the source", "",
+                "Where each proxy's source ranks among the private identity templates (0 nearest, 1 farthest): "
+                "uniform for a release at chance. Rank-last Re-ID names the farthest identity; the uniformity test is a "
+                "permutation test of the ranks' histogram (each source's proxies moved together to another identity), "
+                "whose p-value gives the verdict; the mean rank's interval is over source identities."]
+
+
+@dataclass
+class SourceRankConfig:
+    """``source_rank``: the rank-last attack and the uniformity test.
+
+    Attributes:
+        permutations: Permutation draws of the uniformity test.
+    """
+
+    permutations: int = option(2000, help="Permutation draws of the source-rank uniformity test.", cli=False)
+
+    def check(self) -> None:
+        Checker(self, "attack.source_rank.", flags=False).at_least("permutations", 1)
+
+
+@register_attack
+class SourceRankAttack(Attack):
+    """Where the source ranks: a release linked by being reliably *far* from its sources is linkable too."""
+
+    name, title, config = "source_rank", "Rank of the source", SourceRankConfig
+
+    def applicable(self, inputs: AttackInputs) -> str | None:
+        return None
+
+    def run(self, inputs: AttackInputs) -> SourceRankResult:
+        from pfd.attacks.linkability.ranks import source_rank_test
+
+        tests = []
+        for a in inputs.attackers:
+            if a.distance != "cosine":
+                continue
+            e = inputs.embeddings(a)
+            t = inputs.clock.run("linkability", lambda e=e: source_rank_test(
+                e["proxies"], inputs.source, e["private"], inputs.labels, permutations=self.cfg.permutations,
+                seed=inputs.cfg.seed))
+            tests.append({"attacker": a.role, **t})
+        return SourceRankResult(tests)
+
+
+@dataclass
+class ReconstructionConfig:
+    """``reconstruction``: the BN-prior inversion of each proxy's public-model embedding, then linked.
+
+    Attributes:
+        enabled: Run it.
+        iterations: Adam steps per batch.
+        batch_size: Images inverted together.
+        lr: Peak learning rate.
+        lambda_bn: Weight of the BatchNorm prior.
+        limit: Reconstruct at most this many proxies (a seeded sample; 0 = all).
+    """
+
+    enabled: bool = option(True, help="Run the reconstruction attack (default on).", flag="--reconstruct")
+    iterations: int = option(100, help="Inversion steps per batch.")
+    batch_size: int = option(64, help="Images inverted together.")
+    lr: float = option(0.1, help="Inversion learning rate.")
+    lambda_bn: float = option(0.01, help="Weight of the BatchNorm prior.")
+    limit: int = option(0, help="Reconstruct at most N proxies (seeded sample; 0 = all).")
+
+    def check(self) -> None:
+        c = Checker(self, "attack.reconstruction.", flags=True, flag_names={
+            "iterations": "--recon-iterations", "batch_size": "--recon-batch-size", "lr": "--recon-lr",
+            "lambda_bn": "--recon-lambda-bn", "limit": "--recon-limit"})
+        c.at_least("iterations", 1)
+        c.at_least("batch_size", 1)
+        c.positive("lr")
+        c.non_negative("lambda_bn")
+        c.at_least("limit", 0)
+
+
+@dataclass
+class ReconstructionRows(LinkRows):
+    """The reconstructions' linkability rows, the inversion's settings, and the images for the grid."""
+
+    info: dict[str, Any] = field(default_factory=dict)
+    images: "torch.Tensor | None" = None
+    pick: "np.ndarray | None" = None
+
+    def sections(self) -> dict[str, Any]:
+        return {"reconstruction": self.info, **super().sections()}
+
+    def markdown(self) -> list[str]:
+        rec = self.info
+        extra = f", final cosine to the targets {rec['final_cosine_mean']:.3f}" if "final_cosine_mean" in rec else ""
+        return ["", f"Reconstructions: `{rec.get('method')}` on {rec.get('n')} of {rec.get('of')} proxies "
+                f"(public-model embeddings){extra}. A BN-prior inversion matches the public model's embedding by "
+                "construction, so the public row on reconstructions mostly repeats the direct attack; the insider "
+                "row shows whether the reconstructions carry identity to another model."]
+
+
+def subsample(n: int, limit: int, seed: int) -> "np.ndarray":
+    """At most ``limit`` of ``range(n)`` (a seeded sample, sorted); all when ``limit <= 0``."""
+    import numpy as np
+
+    if limit <= 0 or n <= limit:
+        return np.arange(n)
+    return np.sort(np.random.default_rng([seed, 7]).choice(n, size=limit, replace=False))
+
+
+@register_attack
+class ReconstructionAttack(Attack):
+    """Each proxy's public-model embedding turned back into an image, linked by every attacker
+    (the PFD paper's post-release reconstruction stress test, Fig. 5)."""
+
+    name, title, config = "reconstruction", "Reconstruction", ReconstructionConfig
+    flag_prefix = "recon"
+
+    def applicable(self, inputs: AttackInputs) -> str | None:
+        if not self.cfg.enabled:
+            return "disabled (--no-reconstruct)"
+        public = inputs.public
+        if inputs.reconstructor is None and not public.has_batchnorm:
+            return (f"the public model {public.path} has no BatchNorm layers for the BN prior (TorchScript hides "
+                    "them); plug in a reconstructor")
+        return None
+
+    def run(self, inputs: AttackInputs) -> ReconstructionRows:
+        import numpy as np
+
+        from pfd.attacks.linkability.reconstruction import BNInversion, check_reconstructions
+
+        c, public = self.cfg, inputs.public
+        pick = subsample(len(inputs.source), c.limit, inputs.cfg.seed)
+        if inputs.reconstructor is None:
+            recon: Any = BNInversion(public.model, size=public.size, iterations=c.iterations, batch_size=c.batch_size,
+                                     lr=c.lr, lambda_bn=c.lambda_bn, seed=inputs.cfg.seed,
+                                     device=public.embedder.device, progress=inputs.progress)
+            info = recon.settings()
+        else:
+            recon = inputs.reconstructor
+            info = {"method": getattr(recon, "__name__", type(recon).__name__)}
+        targets = inputs.embeddings(public)["proxies"][pick]
+        images = inputs.clock.run("reconstruction", lambda: check_reconstructions(recon(targets), len(pick)))
+        if isinstance(recon, BNInversion):
+            info["final_cosine_mean"] = float(np.mean([h["cosine"] for h in recon.history]))
+        info.update(n=int(len(pick)), of=int(len(inputs.source)))
+        links = [_link(inputs, "reconstructions", a, inputs.clock.run("embed", lambda a=a: a.embed(images)),
+                       inputs.source[pick]) for a in inputs.attackers]
+        return ReconstructionRows("linkability", links, ("vismatch", "reid"), info=info, images=images, pick=pick)

@@ -1,0 +1,119 @@
+"""Eq. 8's prototypes: per-identity K-means of the (rotated) private embeddings, and the raw images nearest them.
+
+* :func:`kmeans_prototypes`: ``P`` (NK × D) on ``E_ort = E Mᵀ``, which RTA's proxies are distilled
+  towards (eq. 8-9);
+* :func:`raw_selection`: for the methods that release real images (``raw`` and the baselines),
+  the K images of each identity nearest its K prototypes, each image once.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from pfd.errors import PfdError
+
+__all__ = ["kmeans_prototypes", "raw_selection"]
+
+
+def kmeans_prototypes(
+    emb_rot: torch.Tensor | np.ndarray,
+    labels: torch.Tensor | np.ndarray,
+    *,
+    k: int,
+    seed: int = 0,
+    n_init: int = 10,
+    num_identities: int | None = None,
+    identities: Sequence[str] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-identity K-means prototypes of the rotated embeddings (eq. 8's P).
+
+    For each identity i, ``sklearn.cluster.KMeans(n_clusters=k, n_init=n_init,
+    random_state=seed)`` runs on that identity's rows of ``E_ort = E Mᵀ`` (float64); the
+    centres are L2-normalised. Rows of P are identity-major (identity 0's K prototypes, then
+    identity 1's, ...). Within an identity the K centres are ordered by cluster size
+    (largest first), ties broken by the smallest sample index in the cluster, so the order
+    depends only on the data and the seed, never on K-means' arbitrary cluster numbering.
+
+    Args:
+        emb_rot: Rotated normalised embeddings ``(n, D)``.
+        labels: Identity labels ``(n,)`` in ``[0, N)``.
+        k: Prototypes per identity K (= proxy images per class).
+        seed: K-means seed.
+        n_init: K-means restarts.
+        num_identities: N (default ``labels.max() + 1``).
+        identities: Identity names, only for error messages.
+
+    Returns:
+        ``(P (N·K, D) float32 normalised, proto_identity (N·K,) int64)``.
+
+    Raises:
+        PfdError: If an identity has fewer than K images.
+    """
+    from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
+
+    x = emb_rot.detach().cpu().double().numpy() if isinstance(emb_rot, torch.Tensor) else np.asarray(emb_rot, np.float64)
+    y = labels.cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+    y = y.astype(np.int64)
+    n_id = int(num_identities) if num_identities is not None else int(y.max()) + 1
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    counts = np.bincount(y, minlength=n_id)
+    for i in range(n_id):
+        if counts[i] < k:
+            who = f"identity {i}" + (f" ({identities[i]!r})" if identities is not None else "")
+            raise PfdError(
+                f"{who}: {counts[i]} images, fewer than K = {k} proxies per class; "
+                f"drop identities with fewer than {k} images (min_images = {k}) or lower rta.ipc"
+            )
+    protos = np.empty((n_id * k, x.shape[1]), dtype=np.float64)
+    for i in range(n_id):
+        idx = np.flatnonzero(y == i)  # ascending sample indices
+        # One identity is a few dozen points: OpenMP/BLAS threads only add start-up cost
+        # (~6x slower here) and one thread makes the result independent of the core count.
+        with warnings.catch_warnings(), threadpool_limits(1):
+            # Duplicate embeddings give fewer distinct clusters than K; the centres still exist.
+            warnings.simplefilter("ignore")
+            km = KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit(x[idx])
+        assign = km.labels_
+        size = np.bincount(assign, minlength=k)
+        first = np.array([idx[assign == c].min() if size[c] else np.iinfo(np.int64).max for c in range(k)])
+        order = np.lexsort((first, -size))  # size descending, then first member ascending
+        protos[i * k : (i + 1) * k] = km.cluster_centers_[order]
+    norms = np.linalg.norm(protos, axis=1, keepdims=True)
+    P = torch.from_numpy(protos / np.maximum(norms, 1e-12)).float()
+    proto_identity = torch.arange(n_id, dtype=torch.int64).repeat_interleave(k)
+    return P, proto_identity
+
+
+def raw_selection(emb: torch.Tensor, labels: np.ndarray, P: torch.Tensor, proto_identity: torch.Tensor) -> np.ndarray:
+    """For each prototype row, the sample of its identity nearest to it, each sample used once.
+
+    Rows are served in order (an identity's largest cluster first), so the K images of an
+    identity are distinct and follow its K-means modes.
+
+    Args:
+        emb: Normalised embeddings ``(n, D)`` in the space P lives in.
+        labels: Identity of each sample ``(n,)``.
+        P: Prototypes ``(NK, D)``.
+        proto_identity: Identity of each prototype row ``(NK,)``.
+
+    Returns:
+        Sample index of each prototype row ``(NK,)``.
+    """
+    labels = np.asarray(labels)
+    out = np.empty(len(P), dtype=np.int64)
+    used: set[int] = set()
+    for r in range(len(P)):
+        idx = np.flatnonzero(labels == int(proto_identity[r]))
+        sims = (emb[idx].double() @ P[r].double()).numpy()
+        for j in np.argsort(-sims, kind="stable"):
+            if int(idx[j]) not in used:
+                out[r] = idx[j]
+                used.add(int(idx[j]))
+                break
+    return out

@@ -1,0 +1,101 @@
+"""The attack contract, checked on every registered attack (scikit-learn's ``test_common`` pattern).
+
+A new attack that registers itself is run by these tests without any edit here: its config builds
+from defaults and checks itself, its options reach ``pfd attack``, and on a small world it either
+says why it cannot run or returns a result whose rows carry a chance level, an interval or a
+p-value and a verdict, whose report sections are strict JSON and whose markdown is text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import pfd.attacks.builtin  # noqa: F401 - registers the built-in attacks
+from pfd.attacks.contract import ATTACKS, AttackResult, attack_options
+from pfd.attacks.scorecard.run import attack_configs, run_scorecard
+from pfd.cli import main
+from pfd.config import AttackConfig, build_config
+from pfd.errors import PfdError
+from pfd.io import jsonable
+from tests.attack_world import HOLDOUT, PRIVATE, SIZE, build_world, make_release
+from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.usefixtures("one_thread")]
+
+VERDICTS = {"LEAKS", "≈ chance", "below chance", "inconclusive"}
+
+
+@pytest.fixture(scope="module")
+def card(tmp_path_factory):
+    """One scorecard with every registered attack switched on, on cheap settings."""
+    world = build_world(str(tmp_path_factory.getbasetemp() / "attack-world"))
+    root = tmp_path_factory.mktemp("contract")
+    idx = np.flatnonzero(np.arange(len(world.private)) % 10 < 2)  # a raw release: K = 2 photos per person
+    release, state = root / "release", root / "state"
+    make_release(release, state, world.private.images[idx], world.private.labels[idx], world.private.identities)
+    shutil.copy(world.lowres, state / "public_model.pt")
+    shutil.copy(world.insider, state / "adapted.pt")
+    (state / "config.toml").write_text(f'[distill]\nprivate = "{PRIVATE}"\nmethod = "raw"\n')
+    cfg = build_config(AttackConfig, {
+        "release": str(release), "state_dir": str(state), "report": str(root / "report"),
+        "reconstruction": {"iterations": 3, "batch_size": 20, "limit": 10},
+        "attributes": {"permutations": 50}, "source_rank": {"permutations": 50},
+        "membership": {"public": f"synthetic:public,ids=10,imgs=4,size={SIZE}", "holdout": HOLDOUT, "permutations": 50,
+                       "downstream": {"max_steps": 4, "batch_size": 16, "width": 0.125}},
+    })
+    return run_scorecard(cfg, progress=False)
+
+
+@pytest.mark.parametrize("name", list(ATTACKS))
+def test_config_builds_from_defaults_and_checks_itself(name):
+    cls = ATTACKS[name]
+    assert cls.name == name and cls.title and dataclasses.is_dataclass(cls.config)
+    cfg = build_config(cls.config, {})  # every field has a default, and the defaults pass the checks
+    for f in dataclasses.fields(cls.config):
+        assert f.metadata.get("help"), f"{name}.{f.name} has no help text"
+    with pytest.raises(PfdError, match="unknown setting"):
+        build_config(cls.config, {"no_such_setting": 1})
+    assert cls(cfg).cfg is cfg
+
+
+def test_every_option_reaches_pfd_attack_once():
+    flags = [o.flag for o in attack_options()]
+    assert len(flags) == len(set(flags))
+    help_text = CliRunner().invoke(main, ["attack", "--help"], terminal_width=200).output
+    for o in attack_options():
+        assert o.flag in help_text, o.flag
+    with pytest.raises(PfdError, match=r"\[attack.no_such_attack\]: no such attack"):
+        attack_configs(AttackConfig(attacks={"no_such_attack": {}}))
+
+
+@pytest.mark.parametrize("name", list(ATTACKS))
+def test_each_attack_ran_or_said_why_and_its_result_renders_itself(card, name):
+    if name not in card.results:
+        why = card.data["skipped"][name]
+        assert isinstance(why, str) and why, name
+        return
+    result = card.results[name]
+    assert isinstance(result, AttackResult)
+    rows = result.rows()
+    assert rows, f"{name} ran but reports no row"
+    for r in rows:
+        assert r["verdict"] in VERDICTS and 0.0 <= r["chance"] <= 1.0
+        assert r["ci95"] is not None or "p" in r, r  # an interval, or a test's p-value
+        if r["ci95"] is not None:
+            assert r["ci95"][0] <= r["ci95"][1]
+    json.dumps(jsonable(result.sections()), allow_nan=False)
+    assert all(isinstance(line, str) for line in result.markdown())
+    assert set(result.sections()) <= set(card.data)  # its sections are in the report
+
+
+def test_the_summary_is_every_result_in_registry_order(card):
+    order = [name for name in ATTACKS if name in card.results]
+    expected = [row for name in order for row in card.results[name].rows()]
+    assert card.rows == expected
+    assert not card.data["skipped"], card.data["skipped"]  # on these inputs every attack applies

@@ -117,24 +117,36 @@ def _calibrated(arch: dict, batch: int, device: torch.device) -> torch.nn.Module
     return model.eval().requires_grad_(False)
 
 
-def bench_rta(arch: dict, *, batch: int, classes: int, iters: int, repeats: int, augment: bool,
-              device: str | torch.device = "cpu", lambda_bn: float = 0.01) -> dict[str, Any]:
-    """RTA iteration vs bare forward + backward to the pixels, per iteration (seconds)."""
-    torch.manual_seed(0)
-    dev = torch.device(device)
+def _rta_step(arch: dict, *, batch: int, classes: int, iters: int, augment: bool, dev: torch.device,
+              lambda_bn: float = 0.01, lambda_spatial: float = 0.0, fast_prelu: bool = True,
+              backbone: torch.nn.Module | None = None) -> tuple[Callable[[], None], torch.nn.Module]:
+    """One RTA batch of ``iters`` iterations as a callable (and the frozen backbone it runs through)."""
     size, dim = arch["size"], arch["embedding_dim"]
-    backbone = _calibrated(arch, batch, dev)
+    backbone = backbone if backbone is not None else _calibrated(arch, batch, dev)
     head = create_head("adaface", embedding_dim=dim, num_classes=2 * classes).to(dev).eval().requires_grad_(False)
-    P = F.normalize(torch.randn(classes * 2, dim), dim=1)  # NK prototypes (K = 2)
+    P = F.normalize(torch.randn(classes * 2, dim, generator=torch.Generator().manual_seed(1)), dim=1)  # NK prototypes (K = 2)
     aug = {} if augment else {"crop_scale": (1.0, 1.0), "flip": False, "shift": 0}
-    cfg = RTAConfig(iterations=iters, batch_size=batch, lambda_rta=50.0, lambda_bn=lambda_bn, **aug)
-    distiller = ProxyDistiller(backbone, head, P, size=size, cfg=cfg, device=dev)
+    cfg = RTAConfig(iterations=iters, batch_size=batch, lambda_rta=50.0, lambda_bn=lambda_bn,
+                    lambda_spatial=lambda_spatial, **aug)
+    spatial = None
+    if lambda_spatial > 0:  # domain-level targets of a few random batches (the cost does not depend on them)
+        from pfd.nn.spatial_stats import spatial_targets
+
+        spatial = spatial_targets(backbone, [torch.rand(batch, 3, *image_hw(size), device=dev)], grid=cfg.spatial_grid)
+    distiller = ProxyDistiller(backbone, head, P, size=size, cfg=cfg, device=dev, spatial=spatial, fast_prelu=fast_prelu)
     rows = torch.arange(batch) % len(P)
     cls = rows // 2 + classes
-    x = torch.rand(batch, 3, *image_hw(size), device=dev)
+    return (lambda: distiller.distill_batch(rows, cls, batch_index=0)), backbone
 
-    def rta() -> None:
-        distiller.distill_batch(rows, cls, batch_index=0)
+
+def bench_rta(arch: dict, *, batch: int, classes: int, iters: int, repeats: int, augment: bool,
+              device: str | torch.device = "cpu", lambda_bn: float = 0.01, lambda_spatial: float = 0.0) -> dict[str, Any]:
+    """RTA iteration vs bare forward + backward to the pixels (aten's own layers), per iteration (seconds)."""
+    torch.manual_seed(0)
+    dev = torch.device(device)
+    rta, backbone = _rta_step(arch, batch=batch, classes=classes, iters=iters, augment=augment, dev=dev,
+                              lambda_bn=lambda_bn, lambda_spatial=lambda_spatial)
+    x = torch.rand(batch, 3, *image_hw(arch["size"]), device=dev)
 
     def bare() -> None:
         for _ in range(iters):
@@ -142,6 +154,18 @@ def bench_rta(arch: dict, *, batch: int, classes: int, iters: int, repeats: int,
             backbone(s).float().sum().backward()
 
     return _per(_pair(rta, bare, repeats, dev), iters)
+
+
+def bench_rta_speedup(arch: dict, *, batch: int, classes: int, iters: int, repeats: int,
+                      device: str | torch.device = "cpu") -> dict[str, Any]:
+    """An RTA iteration as it was before issue 26 (aten's PReLU backward, which also computes the frozen
+    slopes' gradient) vs now (:mod:`pfd.nn.frozen_prelu`), per iteration: the ratio is the speed-up."""
+    torch.manual_seed(0)
+    dev = torch.device(device)
+    now, backbone = _rta_step(arch, batch=batch, classes=classes, iters=iters, augment=False, dev=dev)
+    before, _ = _rta_step(arch, batch=batch, classes=classes, iters=iters, augment=False, dev=dev, fast_prelu=False,
+                          backbone=backbone)
+    return _per(_pair(before, now, repeats, dev), iters)
 
 
 def bench_ogp(arch: dict, *, batch: int, classes: int, steps: int, repeats: int,

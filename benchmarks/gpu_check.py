@@ -14,7 +14,7 @@ It prints
   against the device's dense bf16 peak (:data:`BF16_PEAK_TFLOPS`, by device name);
 * RTA iteration / bare forward + backward to the pixels and OGP step / plain margin-loss step,
   wall time with CUDA synchronisation, medians of interleaved pairs with 95 % intervals
-  (``benchmarks/distill_speed.py``'s :func:`ratio_interval`);
+  (:func:`benchmarks.distill_speed.ratio_interval`);
 
 and, when two or more GPUs exist, runs a shortened recipe with a 2-process
 ``accelerate launch -m pfd distill`` and reports its time. Results go to

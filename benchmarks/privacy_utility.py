@@ -53,7 +53,7 @@ This script is the entry point; the parts live in the package ``benchmarks/pu/``
 (scenarios and the data split), :mod:`benchmarks.pu.settings`, :mod:`benchmarks.pu.units` (one (row, seed) unit),
 :mod:`benchmarks.pu.stats` (identity-bootstrap intervals), :mod:`benchmarks.pu.plan` (``--plan``), :mod:`benchmarks.pu.runner`
 (workers, shards, merging), :mod:`benchmarks.pu.report` / :mod:`benchmarks.pu.table` (the markdown) and
-:mod:`benchmarks.pu.ablation` (``benchmarks/pu_ablation.py``).
+:mod:`benchmarks.pu.ablation` (``python -m benchmarks.pu_ablation``).
 
 Usage:
     python -m benchmarks.privacy_utility --plan                 # estimated minutes by stage, runs nothing

@@ -28,8 +28,9 @@ def _seed_and_cache(tmp_path_factory, monkeypatch):
     yield
 
 
-#: The repository's benchmarks/ folder (its results and recipes are read by some tests).
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+#: The repository (a checkout: tests start subprocesses with it on PYTHONPATH) and its benchmarks/ folder.
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "benchmarks"
 
 
 @pytest.fixture(scope="session")

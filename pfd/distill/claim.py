@@ -4,8 +4,8 @@
 (separation, marker, modes, no clobbering, one writer) are :mod:`pfd.release.state_dir`'s; what
 this module adds is what only a distillation knows:
 
-* **The private set stays apart**: neither the release nor the state dir lies inside the private
-  identity folder, nor contains it; an embedding cache (private state) is never in the release.
+* **The private set stays apart** (a separation rule of the state dir, applied there): neither the
+  release nor the state dir lies inside the private identity folder, nor contains it.
 * **The same run** (:func:`check_same_settings`): ``--resume`` continues only with the settings
   the state dir was made with (those in ``_FREE`` aside).
 * Under ``accelerate launch`` only the main process (``RANK`` 0) takes the lock (:func:`is_main_rank`).
@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from pfd.config import DistillConfig, config_to_dict, load_recipe
 from pfd.errors import PfdError
-from pfd.io import path_within, same_path
+from pfd.io import same_path
 from pfd.release.state_dir import RunClaim, StateDir, claim_state_dir
 
 __all__ = ["claim_run", "check_same_settings", "is_main_rank"]
@@ -93,26 +93,6 @@ def check_same_settings(state: StateDir, cfg: DistillConfig) -> None:
 
 
 
-def _check_apart_from_private(cfg: DistillConfig, out: Path, state_root: Path) -> None:
-    """Neither the release nor the state dir may lie in the private identity folder, nor contain it.
-
-    A release written into the private folder mixes the public artefact with the photos it must
-    not reveal (and becomes an "identity" of the next run); a private folder inside the release
-    would be published with it.
-    """
-    private = Path(str(cfg.private)).expanduser()
-    if str(cfg.private).startswith("synthetic") or not private.is_dir():
-        return
-    for path, option, what in ((out, "--out", "the release"), (state_root, "--state-dir", "the state dir")):
-        if path_within(path, private):
-            raise PfdError(f"{path}: {what} would lie inside the private set {cfg.private} (its photos and the "
-                           f"release must stay apart); choose an {option} outside it")
-        if path_within(private, path):
-            raise PfdError(f"{path}: {what} would contain the private set {cfg.private}; choose an {option} that "
-                           "does not hold the private photos")
-
-
-
 def claim_run(cfg: DistillConfig, *, main: bool | None = None, check_inputs: Callable[[], None] | None = None) -> RunClaim:
     """Claim the folders of a ``pfd distill`` run: the state dir's rules
     (:func:`~pfd.release.state_dir.claim_state_dir`), with a distillation's own checks before the lock:
@@ -134,12 +114,14 @@ def claim_run(cfg: DistillConfig, *, main: bool | None = None, check_inputs: Cal
     state = StateDir.at(cfg.state_dir)
 
     def distillation_checks() -> None:
-        _check_apart_from_private(cfg, out, state.root)
         if cfg.resume:
             check_same_settings(state, cfg)
         if check_inputs is not None:
             check_inputs()
 
+    # Neither folder inside the private identity folder, nor holding it: a release written among the
+    # photos mixes the public artefact with what it must not reveal; one holding them publishes them.
+    private = None if str(cfg.private).startswith("synthetic") else (Path(str(cfg.private)).expanduser(), str(cfg.private))
     return claim_state_dir(state, out, resume=cfg.resume, main=is_main_rank() if main is None else main,
                            embed_cache=Path(cfg.embed_cache).expanduser() if cfg.embed_cache else None,
-                           check=distillation_checks)
+                           private=private, check=distillation_checks)

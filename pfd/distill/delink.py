@@ -2,7 +2,7 @@
 
 Not part of the PFD paper. RTA's teacher is fine-tuned from the public model, and where the
 public model already knows the private domain it keeps a residual link to pfd's proxies (the
-no-shift control of ``benchmarks/privacy_utility.py`` and the demo: public Re-ID about 2x chance,
+no-shift control of ``python -m benchmarks.privacy_utility`` and the demo: public Re-ID about 2x chance,
 while a model that RTA never descended from links them at chance). The publisher holds the same
 public model as the outside attacker, so RTA can optimise against it, as Fawkes and LowKey
 optimise against a list of extractors.

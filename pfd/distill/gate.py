@@ -29,7 +29,7 @@ sample size of proxies clustered by source identity, chance from the gallery's c
 
 **Family-wise false refusals.** With ``m`` linkability checks (four per model) each tested at 95 %, a release at
 chance is refused whenever any one of them fires by luck: about 1-2 % a check, 4-6 % for the
-gate, whatever the numbers of identities and proxies (``benchmarks/gate_power.py --whole-gate``).
+gate, whatever the numbers of identities and proxies (``python -m benchmarks.gate_power --whole-gate``).
 So LEAKS is decided on the one-sided lower end at level ``release.alpha / m`` (Bonferroni: the
 whole gate refuses a release at chance through LEAKS in at most ``alpha`` = 0.1 % of audits),
 while what a release must rule out keeps the scorecard's 95 % upper end: publishing still needs

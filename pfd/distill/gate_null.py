@@ -17,7 +17,7 @@ The simulated embeddings (per model, independent across models):
   hubs (a gallery identity near many proxies) as they occur in real embeddings.
 
 The figure quoted in docs/distill.md is :func:`null_refusals` at the demo's size with 10,000 draws
-(``python benchmarks/gate_power.py --whole-gate``); ``tests/test_gate.py`` runs a smaller one.
+(``python -m benchmarks.gate_power --whole-gate``); ``tests/distill/test_gate.py`` runs a smaller one.
 """
 
 from __future__ import annotations

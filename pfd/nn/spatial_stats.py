@@ -48,8 +48,14 @@ def patch_moments(x: torch.Tensor, grid: int) -> tuple[torch.Tensor, torch.Tenso
         ``(mean (grid², ), var (grid², ))`` float32, differentiable.
     """
     x = x.float()
-    m1 = F.adaptive_avg_pool2d(x, grid).mean((0, 1)).flatten()  # (G²,) E[x] per region
-    m2 = F.adaptive_avg_pool2d(x * x, grid).mean((0, 1)).flatten()  # (G²,) E[x²]
+    c = x.shape[1]
+    # Channels first: two reductions over x, then pooling of (B, 1, H, W) maps (cheap), where pooling
+    # x and x² themselves would cost a full pass each way. Equal-sized channels make the region's
+    # mean over (channels, pixels) the region mean of the channel-mean map.
+    mean_c = x.mean(1, keepdim=True)  # (B, 1, H, W) E_c[x]
+    sq_c = torch.linalg.vector_norm(x, 2, dim=1, keepdim=True).square() / c  # (B, 1, H, W) E_c[x²]
+    m1 = F.adaptive_avg_pool2d(mean_c, grid).mean(0).flatten()  # (G²,) E[x] per region
+    m2 = F.adaptive_avg_pool2d(sq_c, grid).mean(0).flatten()  # (G²,) E[x²]
     return m1, (m2 - m1 * m1).clamp_min(0.0)
 
 

@@ -58,7 +58,7 @@ from pfd.release.format import MANIFEST, read_manifest
 __all__ = [
     "MARKER", "MARKER_FORMAT", "MARKER_VERSION", "LOCK", "PROXY_MAP", "STATE_FILE_MODE", "STATE_DIR_MODE",
     "StateDir", "read_marker", "write_marker", "new_run_id", "check_same_run", "check_outside_release",
-    "check_separate", "prepare_state_dir", "secure_state_dir", "read_proxy_map", "StateLock", "check_outputs",
+    "check_separate", "check_apart_from_private", "prepare_state_dir", "secure_state_dir", "read_proxy_map", "StateLock", "check_outputs",
     "RunClaim", "claim_state_dir",
 ]
 
@@ -453,14 +453,36 @@ class RunClaim:
 
 
 
+def check_apart_from_private(out: Path, state_root: Path, private: Path, spec: str) -> None:
+    """Neither the release nor the state dir may lie in the private identity folder, nor contain it.
+
+    A release written into the private folder mixes the public artefact with the photos it must
+    not reveal (and becomes an "identity" of the next run); a private folder inside the release
+    would be published with it.
+
+    Raises:
+        PfdError: Naming the folder, the private set (as given: ``spec``) and the option to change.
+    """
+    if not private.is_dir():
+        return
+    for path, option, what in ((out, "--out", "the release"), (state_root, "--state-dir", "the state dir")):
+        if path_within(path, private):
+            raise PfdError(f"{path}: {what} would lie inside the private set {spec} (its photos and the "
+                           f"release must stay apart); choose an {option} outside it")
+        if path_within(private, path):
+            raise PfdError(f"{path}: {what} would contain the private set {spec}; choose an {option} that "
+                           "does not hold the private photos")
+
+
 def claim_state_dir(state: StateDir, out: Path, *, resume: bool, main: bool = True, embed_cache: Path | None = None,
-                    check: Callable[[], None] | None = None) -> RunClaim:
+                    private: tuple[Path, str] | None = None, check: Callable[[], None] | None = None) -> RunClaim:
     """Claim a state dir for one run: every folder rule, the caller's own checks, then the lock.
 
     In order, each refusing before anything is written:
 
-    1. the release and the state dir are separate (:func:`check_separate`), and an embedding cache
-       (private state) lies outside the release;
+    1. the release and the state dir are separate (:func:`check_separate`), an embedding cache
+       (private state) lies outside the release, and neither lies in the private set's folder nor
+       holds it (:func:`check_apart_from_private`);
     2. both folders can be written (``--out``, ``--state-dir``);
     3. :func:`check_outputs`: no earlier work is clobbered and no foreign folder touched;
     4. ``check()``: the caller's checks (a distillation's settings and inputs), which must also
@@ -474,6 +496,7 @@ def claim_state_dir(state: StateDir, out: Path, *, resume: bool, main: bool = Tr
         resume: ``--resume``: keep the marker's run id.
         main: Whether this process takes the lock (the main process of an accelerate run).
         embed_cache: A cache of private embeddings (``--embed-cache``), or ``None``.
+        private: ``(folder, as given)`` of the private set, or ``None`` (a set that is no folder).
         check: The caller's checks, between the read-only ones and the lock.
 
     Returns:
@@ -486,6 +509,8 @@ def claim_state_dir(state: StateDir, out: Path, *, resume: bool, main: bool = Tr
     check_separate(out, state.root)
     if embed_cache is not None:  # cached private embeddings are private state: never inside the release
         check_outside_release(embed_cache, out, what="the embedding cache", option="--embed-cache")
+    if private is not None:
+        check_apart_from_private(out, state.root, *private)
     for path, option in ((out, "--out"), (state.root, "--state-dir")):
         check_writable(path, option)
     try:

@@ -17,7 +17,7 @@ verdict cannot be read as membership; :func:`pfd.attacks.membership.statistics.m
 reports the verdict as **inconclusive** instead of LEAKS.
 
 What this check does not do: it cannot see an a-priori difference too small for its own test,
-and such a difference still inflates the verdict. In simulation (``tests/test_reference.py``'s
+and such a difference still inflates the verdict. In simulation (``tests/attacks/membership/test_reference.py``'s
 world, 28 vs 10 people, 100 audits each) groups whose a-priori spread differs by 3, 8 and 17 %
 got LEAKS on 7, 9 and 10 % of audits with this check, against 15, 33 and 70 % without it, and
 100 % → 0 % at 36 %; on exchangeable groups both stay near 5 % (3 % measured), and a real

@@ -171,7 +171,7 @@ def grey(embeddings: torch.Tensor) -> torch.Tensor:
 def test_external_reconstructor_hook_replaces_the_inversion(world, tmp_path):
     release, state = _layout(tmp_path, world, *_raw(world))
     res = CliRunner().invoke(main, ["attack", "--release", str(release), "--state-dir", str(state), "--no-insider",
-                                    "--no-attributes", "--reconstructor", "tests.test_scorecard:grey",
+                                    "--no-attributes", "--reconstructor", "tests.attacks.scorecard.test_run:grey",
                                     "--recon-limit", "10", "--report", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "r" / "report.json").read_text())
@@ -181,7 +181,7 @@ def test_external_reconstructor_hook_replaces_the_inversion(world, tmp_path):
     # Identical grey images all match the same private image: at most one source is hit.
     assert rec[0]["vismatch"]["count"] <= 2
     bad = CliRunner().invoke(main, ["attack", "--release", str(release), "--state-dir", str(state),
-                                    "--reconstructor", "tests.test_scorecard:nothing_here",
+                                    "--reconstructor", "tests.attacks.scorecard.test_run:nothing_here",
                                     "--report", str(tmp_path / "bad-report")])
     assert bad.exit_code == 2 and "cannot import it" in bad.output
     assert not (tmp_path / "bad-report").exists()  # refused before the report folder was made

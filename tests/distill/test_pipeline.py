@@ -19,6 +19,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from tests.conftest import REPO
 from pfd.cli import main
 from pfd.config import DistillConfig, build_config, config_to_dict, load_recipe
 from pfd.release.state_dir import read_proxy_map
@@ -33,7 +34,7 @@ from pfd.nn.checkpoints import load_checkpoint, load_head, save_checkpoint
 from pfd.nn.backbones import create_backbone
 from tests.distill_public import PRIVATE, tiny_distill_config, tiny_public
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -17,13 +17,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from tests.conftest import REPO
 from pfd.cli import main
 from pfd.config import EvalConfig
 from pfd.nn.checkpoints import load_backbone, load_checkpoint, save_checkpoint
 from pfd.nn.backbones import create_backbone
 from pfd.verify import evaluate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 DATA = "synthetic:public,ids=12,imgs=6"  # 72 images: 6 steps per epoch at batch 12
 TINY = ["--backbone", "ir18", "--width", "0.125", "--size", "32", "--embedding-dim", "16",
         "--batch-size", "12", "--lr", "0.05", "--warmup-epochs", "0.5", "--threads", "1"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import REPO
 from pfd.config import DistillConfig, save_config
 from pfd.release.writer import write_release
 from pfd.distill.claim import check_same_settings
@@ -19,7 +20,7 @@ from pfd.release.state_dir import check_outputs, claim_state_dir, read_marker, S
 from pfd.release.state_dir import StateDir
 from pfd.errors import PfdError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def test_outputs_holding_work_need_resume(tmp_path):

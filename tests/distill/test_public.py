@@ -9,6 +9,7 @@ import torch
 
 from pfd.distill import public as pub
 from pfd.errors import PfdError
+from pfd.nn.checkpoints import check_arch
 from pfd.nn.backbones import create_backbone
 from tests.distill_public import tiny_train_config
 from tests.distill_stubs import one_thread  # noqa: F401 (fixture)

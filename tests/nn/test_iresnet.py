@@ -11,7 +11,7 @@ from pfd.nn.backbones import create_backbone
 from pfd.nn.iresnet import STAGE_BLOCKS, IResNet, stage_channels
 from pfd.nn.registry import BACKBONES, list_backbones, register_backbone
 
-#: The IResNet family (MobileFaceNet has its own tests: tests/test_mobilefacenet.py).
+#: The IResNet family (MobileFaceNet has its own tests: tests/nn/test_mobilefacenet.py).
 ALL = [n for n in list_backbones() if n.startswith(("ir", "adaface_ir"))]
 
 

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import REPO
 from pfd.distill.batches import load_batch, save_batch
 from pfd.release.state_dir import StateDir
 from pfd.release.writer import clear_interrupted_release
 from pfd.errors import PfdError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def test_layout_names_are_the_contract(tmp_path):

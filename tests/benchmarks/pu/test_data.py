@@ -15,6 +15,7 @@ from PIL import Image
 import benchmarks.pu.plan as pu_plan
 import benchmarks.pu.settings as pu_settings
 import benchmarks.pu.units as pu_units
+from tests.conftest import REPO
 from benchmarks.pu.data import SpecResolver, adaptive_pairs, celeba_split, pair_identities
 
 from pfd.data.faceset import TensorFaces
@@ -131,7 +132,7 @@ def test_adaptive_pairs_draws_when_plenty_and_refuses_tiny():
 
 
 def test_shared_celeba_split_when_present():
-    root = Path(__file__).resolve().parents[2] / "shared" / "data" / "celeba-faces"
+    root = REPO.parent / "shared" / "data" / "celeba-faces"
     if not root.is_dir():
         pytest.skip("shared CelebA crops absent")
     counts = {p.name: sum(1 for _ in p.iterdir()) for p in root.iterdir() if p.is_dir()}

@@ -154,7 +154,7 @@ def test_toml_spec_reads_the_convention_relative_to_itself(tmp_path, exported):
 def test_pfd_attack_with_outside_attackers_adds_their_rows(exported, tmp_path, tmp_path_factory):
     """Acceptance: `pfd attack --attacker tiny.onnx --attacker tiny.ts` writes their rows in both reports."""
     from tests.attack_world import build_world
-    from tests.test_scorecard import _layout, _raw
+    from tests.attacks.scorecard.test_run import _layout, _raw
 
     world = build_world(str(tmp_path_factory.getbasetemp() / "attack-world"))  # shared with test_scorecard
     _, onnx_path, ts_path = exported

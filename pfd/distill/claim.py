@@ -13,6 +13,7 @@ this module adds is what only a distillation knows:
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -110,18 +111,20 @@ def claim_run(cfg: DistillConfig, *, main: bool | None = None, check_inputs: Cal
     Raises:
         PfdError: The first check that fails, naming the folder or option and the fix.
     """
-    out = Path(cfg.out).expanduser()
     state = StateDir.at(cfg.state_dir)
-
-    def distillation_checks() -> None:
-        if cfg.resume:
-            check_same_settings(state, cfg)
-        if check_inputs is not None:
-            check_inputs()
-
     # Neither folder inside the private identity folder, nor holding it: a release written among the
     # photos mixes the public artefact with what it must not reveal; one holding them publishes them.
     private = None if str(cfg.private).startswith("synthetic") else (Path(str(cfg.private)).expanduser(), str(cfg.private))
-    return claim_state_dir(state, out, resume=cfg.resume, main=is_main_rank() if main is None else main,
+    return claim_state_dir(state, Path(cfg.out).expanduser(), resume=cfg.resume,
+                           main=is_main_rank() if main is None else main,
                            embed_cache=Path(cfg.embed_cache).expanduser() if cfg.embed_cache else None,
-                           private=private, check=distillation_checks)
+                           private=private, check=functools.partial(_distillation_checks, cfg, state, check_inputs))
+
+
+def _distillation_checks(cfg: DistillConfig, state: StateDir, check_inputs: Callable[[], None] | None) -> None:
+    """A distillation's own checks, after the state dir's folder rules and before its lock: on
+    ``--resume`` the same settings, then what the run reads."""
+    if cfg.resume:
+        check_same_settings(state, cfg)
+    if check_inputs is not None:
+        check_inputs()

@@ -28,7 +28,7 @@ fine-tuned on public data + the release). Every row but ``base`` runs for ``seed
 
 * **Utility**: 10-fold verification accuracy and TAR@FAR=1e-2 on the test identities' pairs
   (:func:`benchmarks.pu.data.adaptive_pairs`; Yale B also on its subsets 1-3), each as a difference against
-  ``public-ft`` with a 95 % identity-bootstrap interval (:func:`benchmarks.pu.stats.paired_difference`).
+  ``public-ft`` with a 95 % identity-bootstrap interval (:func:`pfd.card.stats.paired_difference`).
 * **Linkability**: VisMatch and Rank-1 Re-ID of the proxies, and of their reconstructions
   (:class:`pfd.attacks.linkability.reconstruction.BNInversion` through the public model, first seed only, one
   proxy per source identity), by the public and the insider (adapted-model) attacker: 8 figures
@@ -37,7 +37,7 @@ fine-tuned on public data + the release). Every row but ``base`` runs for ``seed
 * **Membership**: the geometric MIA (:func:`pfd.attacks.membership.audit.membership_audit`) of each
   downstream model, members = private identities, non-members = test identities; each
   statistic's a-priori AUC (mean over seeds) against ``base``'s with a stratified identity
-  bootstrap interval (:func:`benchmarks.pu.stats.auc_difference`). The calibrated verdict's count of LEAKS
+  bootstrap interval (:func:`pfd.card.stats.auc_difference`). The calibrated verdict's count of LEAKS
   seeds is read beside :func:`group_check`: whether ``base`` (which saw neither group) already
   separates them, in which case a LEAKS count is inconclusive.
 
@@ -51,7 +51,7 @@ docs/benchmarks.md describes the protocol.
 
 This script is the entry point; the parts live in the package ``benchmarks/pu/``: :mod:`benchmarks.pu.data`
 (scenarios and the data split), :mod:`benchmarks.pu.settings`, :mod:`benchmarks.pu.units` (one (row, seed) unit),
-:mod:`benchmarks.pu.stats` (identity-bootstrap intervals), :mod:`benchmarks.pu.plan` (``--plan``), :mod:`benchmarks.pu.runner`
+:mod:`pfd.card.stats` (identity-bootstrap intervals), :mod:`benchmarks.pu.plan` (``--plan``), :mod:`benchmarks.pu.runner`
 (workers, shards, merging), :mod:`benchmarks.pu.report` / :mod:`benchmarks.pu.table` (the markdown) and
 :mod:`benchmarks.pu.ablation` (``python -m benchmarks.pu_ablation``).
 

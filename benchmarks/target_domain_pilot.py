@@ -14,7 +14,7 @@ public people at full resolution, the private and test people at 16 x 19 pixels 
 
 ``base`` (no fine-tuning) is measured too. Utility is 10-fold verification accuracy and TAR at
 FAR 1e-2 on the low-resolution test people's pairs, with a 95 % identity-bootstrap interval of each
-difference against ``public-ft`` (:mod:`benchmarks.pu.stats`). This is goal (a) of issue 19 on one seed: if raw
+difference against ``public-ft`` (:mod:`pfd.card.stats`). This is goal (a) of issue 19 on one seed: if raw
 does not gain clearly here, the full benchmark cannot show what a release is worth.
 
 Usage:
@@ -45,8 +45,9 @@ from pfd.io import atomic_write_json
 from pfd.nn.checkpoints import load_backbone
 from pfd.train import train
 from pfd.verify import verification_metrics
-from benchmarks.pu.data import SpecResolver, adaptive_pairs, pair_identities
-from benchmarks.pu.stats import identity_bootstrap_weights, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
+from benchmarks.pu.data import SpecResolver
+from pfd.card.pairs import adaptive_pairs, pair_identities
+from pfd.card.stats import identity_bootstrap_weights, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
 from benchmarks.pu.units import per_identity
 
 MODEL = REPO.parent / "shared" / "models" / "mobilefacenet-casia.ckpt"

@@ -77,6 +77,12 @@ _EXPORTS: dict[str, str] = {
     **{n: "pfd.attacks.membership.dataset" for n in ("dataset_membership", "most_likely")},
     **{n: "pfd.attacks.linkability.matching" for n in ("streamed_top1", "visual_matching", "rank1_reid")},
     **{n: "pfd.attacks.attributes.recovery" for n in ("attribute_recovery", "LinearProbe", "read_attributes_csv")},
+    # the privacy-utility card
+    **{n: "pfd.card.config" for n in ("CardConfig", "DownstreamConfig", "CardEvalConfig")},
+    **{n: "pfd.card.build" for n in ("Card", "make_card")},
+    **{n: "pfd.card.stats" for n in ("identity_bootstrap_weights", "paired_difference")},
+    **{n: "pfd.card.downstream" for n in ("utility_gain",)},
+    "adaptive_pairs": "pfd.card.pairs",
 }
 
 __all__ = ["__version__", "PfdError", *sorted(_EXPORTS)]

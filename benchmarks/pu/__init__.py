@@ -4,7 +4,7 @@
   :mod:`benchmarks.pu.yale`: the Yale photos; :mod:`benchmarks.pu.augment`: the public model's augmentation;
 * :mod:`benchmarks.pu.settings`: the settings, rows and the naming of units (``row/seedN``);
 * :mod:`benchmarks.pu.units`: one scenario's units: release, downstream model, utility, linkability, membership;
-* :mod:`benchmarks.pu.stats`: identity-bootstrap intervals of utility and membership differences;
+* :mod:`pfd.card.stats`: identity-bootstrap intervals of utility and membership differences;
 * :mod:`benchmarks.pu.plan`: the cost model of ``--plan``;
 * :mod:`benchmarks.pu.runner`: the public model, (scenario, seed) groups in worker processes, shards, merging;
 * :mod:`benchmarks.pu.report`, :mod:`benchmarks.pu.table`: the markdown tables;

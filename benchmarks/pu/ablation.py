@@ -6,8 +6,8 @@ initialisation and repulsion margin) and runs one (row, seed) unit exactly as th
 distillation, downstream fine-tuning, utility on the CelebA test pairs, the 8 linkability figures
 (proxies and reconstructions, public and insider attacker) and the membership audit. Utility is
 reported as a difference against the benchmark's ``public-ft`` of the same seed (identity
-bootstrap, :func:`benchmarks.pu.stats.paired_difference`), membership as the a-priori AUC difference against
-``base`` (:func:`benchmarks.pu.stats.auc_difference`); both references are read from the main run's work dir
+bootstrap, :func:`pfd.card.stats.paired_difference`), membership as the a-priori AUC difference against
+``base`` (:func:`pfd.card.stats.auc_difference`); both references are read from the main run's work dir
 and results, so run ``privacy_utility.py --scenario celeba --rows base public-ft pfd`` first.
 
 One seed per variant: a variant's utility difference is within the seed noise of the main table
@@ -37,7 +37,7 @@ from pfd.io import atomic_write_json, atomic_write_text, jsonable
 from benchmarks.pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario
 from benchmarks.pu.runner import make_resolver, read_shards, train_judge, train_public
 from benchmarks.pu.settings import MIA_STATS, REPO, merge_settings, protocol_settings, settings_hash, shared_root, unit_hash
-from benchmarks.pu.stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
+from pfd.card.stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
 from benchmarks.pu.units import Bench
 
 STRONG: dict[str, Any] = {"downstream": {"epochs": 6, "lr": 0.05}}

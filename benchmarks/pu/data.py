@@ -27,7 +27,7 @@ private set and the next ``test`` (72) to the test set; every other identity (th
 eligible ones and all with fewer images) is public. On ``celeba-faces`` (294 people, 247 with >= 10
 images) that is 150 public / 72 private / 72 test.
 
-**Pairs** (:func:`adaptive_pairs`): ``num_pairs`` genuine + as many impostor pairs
+**Pairs** (:func:`pfd.card.pairs.adaptive_pairs`): ``num_pairs`` genuine + as many impostor pairs
 (:func:`pfd.data.pairs.generate_pairs`), or, when the test set has fewer distinct genuine pairs,
 *all* of them and as many impostors: a publisher's small test set still gets a table.
 """
@@ -45,13 +45,12 @@ from PIL import Image
 
 from pfd.data.faces import FaceFolder
 from pfd.data.faceset import FaceSet, TensorFaces, to_memory
-from pfd.data.pairs import VerificationPairs, generate_pairs
 from pfd.data.shape import canonical_size, image_hw
 from pfd.data.sources import ACCEPTED_SPECS, open_faces
 from pfd.errors import PfdError
 from benchmarks.pu.yale import N_PRIVATE, YALE_A, YALE_B, split_yale_b, yale_a, yale_b
 
-__all__ = ["CELEBA", "SCENARIOS", "TARGET_SCENARIOS", "TARGET_CONTROLS", "Scenario", "celeba_split", "SpecResolver", "adaptive_pairs", "pair_identities", "shared_folders"]
+__all__ = ["CELEBA", "SCENARIOS", "TARGET_SCENARIOS", "TARGET_CONTROLS", "Scenario", "celeba_split", "SpecResolver", "shared_folders"]
 
 CELEBA = "celeba-faces"
 #: The CelebA split's defaults: (public = the rest), private, test, minimum images of private/test.
@@ -275,41 +274,3 @@ class SpecResolver:
             self.info["yale_a"] = {"identities": faces.num_classes, "images": len(faces)}
             return faces
         return to_memory(open_faces(os.fspath(spec), size=self.size))
-
-
-def adaptive_pairs(faces: FaceSet, *, num_pairs: int, seed: int = 0, folds: int = 10) -> tuple[VerificationPairs, dict[str, Any]]:
-    """Verification pairs of a test set of any size: ``min(num_pairs, available)`` of each kind.
-
-    When the set has fewer distinct genuine pairs than ``num_pairs`` every one of them is used
-    (:func:`~pfd.data.pairs.generate_pairs` with a full allocation draws each identity's all), and
-    the same number of impostors; likewise when impostor pairs are the scarcer kind.
-
-    Args:
-        faces: The test identities.
-        num_pairs: Genuine pairs wanted (and as many impostors).
-        seed: Sampling seed.
-        folds: Folds of the accuracy; at least this many pairs are needed.
-
-    Returns:
-        ``(pairs, info)``; ``info``: ``requested``, ``genuine_available``, ``impostor_available``,
-        ``used`` (per kind) and ``all_genuine`` (every genuine pair is in).
-
-    Raises:
-        PfdError: Too few identities or images for ``folds`` folds of both kinds.
-    """
-    sizes = faces.counts().astype(np.int64)
-    genuine = int((sizes * (sizes - 1) // 2).sum())
-    impostor = len(faces) * (len(faces) - 1) // 2 - genuine
-    n = min(int(num_pairs), genuine, impostor)
-    if 2 * n < max(folds, 2):
-        raise PfdError(f"{faces.describe()}: {genuine} genuine and {impostor} impostor pairs exist, too few for "
-                       f"{folds}-fold verification; the test set needs 2+ identities with 2+ images each")
-    pairs = generate_pairs(faces, num_pairs=n, seed=seed)
-    return pairs, {"requested": int(num_pairs), "genuine_available": genuine, "impostor_available": int(impostor),
-                   "used": n, "all_genuine": n == genuine}
-
-
-def pair_identities(pairs: VerificationPairs) -> tuple[np.ndarray, np.ndarray]:
-    """``(left, right)`` identity label of each pair's two images, shape ``(P,)`` each."""
-    labels = np.asarray(pairs.faces.labels)
-    return labels[pairs.left], labels[pairs.right]

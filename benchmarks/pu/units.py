@@ -24,8 +24,8 @@ from pfd.attacks.membership.reference import group_separation
 from pfd.attacks.membership.statistics import membership_report
 from pfd.attacks.models.loading import load_attacker
 from pfd.attacks.scorecard.inputs import open_release_state, proxy_sources
-from pfd.config import DistillConfig, TrainConfig, build_config, config_to_dict, load_recipe
-from pfd.data.faceset import ConcatFaces, FaceSet, to_memory
+from pfd.config import DistillConfig, build_config, config_to_dict, load_recipe
+from pfd.data.faceset import ConcatFaces, to_memory
 from pfd.release.reader import read_release
 from pfd.release.lint import lint_release
 from pfd.release.format import MANIFEST
@@ -35,12 +35,12 @@ from pfd.release.private_set import private_set_record, record_private_set
 from pfd.embed import Embedder
 from pfd.io import sha256_file
 from pfd.nn.checkpoints import load_backbone, load_checkpoint
-from pfd.train import train
 from pfd.verify import tar_at_far, verification_metrics
-from benchmarks.pu.data import Scenario, SpecResolver, adaptive_pairs, pair_identities
+from benchmarks.pu.data import Scenario, SpecResolver
+from pfd.card.pairs import adaptive_pairs, pair_identities
 from benchmarks.pu.settings import PLAIN_FINETUNE, MIA_STATS, load_average, row_seeds, unit_key, slug
-from benchmarks.pu.stats import auc_difference, identity_bootstrap_weights, paired_difference
-from benchmarks.pu.stats import weighted_kfold_accuracy, weighted_tar_at_far
+from pfd.card.downstream import downstream_config, finetune, pair_scores, sample_images, utility_gain, verification
+from pfd.card.stats import auc_difference, identity_bootstrap_weights
 from benchmarks.pu.yale import moderate_light
 
 class Bench:
@@ -57,7 +57,7 @@ class Bench:
         self.public_sets = [resolver(spec) for spec in scenario.public]
         #: The public part of every downstream model's data: a fixed seeded sample of the public
         #: images (``downstream.public_images``; 0 = all), so that the release is a real share of it.
-        self.downstream_public = _sample_images(ConcatFaces(self.public_sets), settings["downstream"]["public_images"])
+        self.downstream_public = sample_images(ConcatFaces(self.public_sets), settings["downstream"]["public_images"])
         self.private, self.test = resolver(scenario.private), resolver(scenario.test)
         e = settings["eval"]
         pairs, info = adaptive_pairs(self.test, num_pairs=e["pairs"], seed=e["seed"], folds=e["folds"])
@@ -80,23 +80,14 @@ class Bench:
                         for k, p in self.pairs.items()}
 
     # -- training ---------------------------------------------------------------------------
-    def _train_config(self, part: dict[str, Any], *, out: Path, init: str | None, seed: int, release: bool) -> TrainConfig:
-        # A trained public model names its architecture; a pretrained file's is read from --init.
-        pub = self.s["public_model"].get("train", {})
-        model = {k: pub[k] for k in ("backbone", "width", "embedding_dim") if k in pub}
-        keys = ("head", "scale", "margin", "head_init", "epochs", "batch_size", "lr", "warmup_epochs")
-        return build_config(TrainConfig, model, {k: part[k] for k in keys if k in part}, {
-            "data": list(self.sc.public) + (["release"] if release else []), "size": self.size, "out": str(out), "init": init, "seed": seed,
-            "checkpoint_every": 0, "min_images": 1, "mixed_precision": "no", "threads": 0,
-        })  # fmt: skip
-
     def downstream(self, release: Path | None, out: Path, seed: int) -> Path:
-        cfg = self._train_config(self.s["downstream"], out=out, init=str(self.public), seed=seed,
-                                 release=release is not None)
-        sources: list[FaceSet] = [self.downstream_public]
-        if release is not None:
-            sources.append(to_memory(read_release(release, size=self.size)))
-        return train(cfg, faces=ConcatFaces(sources), progress=self.progress)
+        """One downstream model (:func:`pfd.card.downstream.finetune`, the card's protocol)."""
+        pub = self.s["public_model"].get("train", {})  # a trained public model names its architecture
+        cfg = downstream_config(self.s["downstream"], public_model=self.public, data=self.sc.public, size=self.size,
+                                out=out, seed=seed, release=release is not None,
+                                model={k: pub[k] for k in ("backbone", "width", "embedding_dim") if k in pub})
+        rel = to_memory(read_release(release, size=self.size)) if release is not None else None
+        return finetune(cfg, self.downstream_public, rel, progress=self.progress)
 
     # -- distillation ---------------------------------------------------------------------
     def distill_config(self, method: str, baseline: dict[str, Any], *, root: Path, seed: int, resume: bool) -> DistillConfig:
@@ -181,12 +172,9 @@ class Bench:
                 emb = self.embed(model_path, "test", flip=e["flip"])  # (n, D)
             else:
                 emb = Embedder(load_backbone(model_path), flip=e["flip"], progress=False)(pairs.faces)
-            scores = (emb[pairs.left] * emb[pairs.right]).sum(1).double().numpy()  # (P,)
+            scores = pair_scores(emb, pairs)  # (P,)
             np.save(scores_dir / f"{kind}.npy", scores)
-            metrics = verification_metrics(scores, pairs.issame, folds=e["folds"])
-            for far in e["fars"]:
-                metrics[f"tar@far={far:g}"] = tar_at_far(scores, pairs.issame, far)[0]
-            metrics.pop("roc", None)
+            metrics = verification(scores, pairs.issame, folds=e["folds"], fars=e["fars"])
             out[kind] = metrics
         return out
 
@@ -340,12 +328,7 @@ class Bench:
                 y = pairs.issame
                 row_s = [np.load(self._scores(name, s) / f"{kind}.npy") for s in seeds]
                 ref_s = [np.load(self._scores("public-ft", s) / f"{kind}.npy") for s in row_seeds("public-ft", self.s)]
-                w = self.weights[kind]
-                acc = lambda sc, ww, y=y: weighted_kfold_accuracy(sc, y, ww, folds=e["folds"])  # noqa: E731
-                block = {"accuracy": paired_difference(acc, row_s, ref_s, w)}
-                for far in e["fars"]:
-                    tar = lambda sc, ww, y=y, far=far: weighted_tar_at_far(sc, y, ww, far)  # noqa: E731
-                    block[f"tar@far={far:g}"] = paired_difference(tar, row_s, ref_s, w)
+                block = utility_gain(row_s, ref_s, y, self.weights[kind], folds=e["folds"], fars=e["fars"])
                 out["utility"][kind] = block
         except FileNotFoundError as err:  # the work dir was cleared: keep the summary the results hold
             print(f"[{self.sc.name} {name}] not summarised: {err.filename} is missing from the work dir; rerun the "
@@ -418,14 +401,6 @@ def _link_summary(links: list[dict[str, Any]]) -> dict[str, Any]:
                     "p_per_seed": [h["p"] for h in have], "mean_rank_per_seed": [h["mean_rank"] for h in have],
                     "uniform": sum(bool(h["uniform"]) for h in have), "of": len(have)}
     return out
-
-
-def _sample_images(faces: FaceSet, n: int, *, seed: int = 0) -> FaceSet:
-    """``n`` images of ``faces`` drawn without replacement (seeded; sample order kept); all when
-    ``n <= 0`` or ``n >= len(faces)``."""
-    if n <= 0 or n >= len(faces):
-        return faces
-    return faces.subset(np.sort(np.random.default_rng(seed).choice(len(faces), size=n, replace=False)))
 
 
 def per_identity(source: np.ndarray, k: int, *, seed: int) -> np.ndarray:

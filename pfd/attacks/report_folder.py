@@ -31,7 +31,7 @@ LOCK_NAME = ".pfd-report-lock"
 #: Everything pfd's audits write into a report folder.
 REPORT_ENTRIES = frozenset({
     "report.json", "report.md", "matches.png", "membership_roc.png", "membership_density.png", "membership.json",
-    "dataset.json", "downstream", LOCK_NAME,
+    "dataset.json", "downstream", "report.html", LOCK_NAME,
 })  # fmt: skip
 
 def _is_pfd_report(path: Path) -> bool:
@@ -47,24 +47,24 @@ def check_report_folder(folder: str | os.PathLike, option: str = "--report") -> 
     _check(Path(folder).expanduser(), option)
 
 
-def _check(folder: Path, option: str) -> None:
+def _check(folder: Path, option: str, entries: frozenset[str] = REPORT_ENTRIES, what: str = "pfd attack") -> None:
     if folder.exists() and not folder.is_dir():
         raise PfdError(f"{option} {folder}: is an existing file; {option} names the folder to write into")
     if not folder.is_dir():
         return
     names = {p.name for p in folder.iterdir()}
-    foreign = sorted(names - REPORT_ENTRIES)
-    if "report.md" in names and not _is_pfd_report(folder / "report.json"):
+    foreign = sorted(names - entries)
+    if "report.md" in names and "report.md" in entries and not _is_pfd_report(folder / "report.json"):
         foreign = sorted({*foreign, "report.md"})
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" (+{len(foreign) - 3} more)" if len(foreign) > 3 else "")
-        raise PfdError(f"{folder}: holds files pfd attack did not write ({shown}); it is left untouched: "
+        raise PfdError(f"{folder}: holds files {what} did not write ({shown}); it is left untouched: "
                        f"choose an empty or new {option}")
 
 
 @contextlib.contextmanager
-def report_folder(path: str | os.PathLike, *, option: str = "--report",
-                  release: str | os.PathLike | None = None) -> Iterator[Path]:
+def report_folder(path: str | os.PathLike, *, option: str = "--report", release: str | os.PathLike | None = None,
+                  entries: frozenset[str] = REPORT_ENTRIES, what: str = "pfd attack") -> Iterator[Path]:
     """Claim a report folder for one audit (see the module docstring); yields it, created.
 
     Args:
@@ -82,12 +82,12 @@ def report_folder(path: str | os.PathLike, *, option: str = "--report",
         where = "inside" if path_within(folder, release) else "around"
         raise PfdError(f"{folder}: the report would lie {where} the release {release}; it shows private photos and "
                        f"the proxy -> source links: choose a {option} outside the release")
-    _check(folder, option)
+    _check(folder, option, entries, what)
     folder.mkdir(parents=True, exist_ok=True)
-    lock = PidLock(folder / LOCK_NAME, busy=f"{folder}: another pfd attack (pid {{pid}}) is writing its report "
+    lock = PidLock(folder / LOCK_NAME, busy=f"{folder}: another {what} (pid {{pid}}) is writing its report "
                                             f"here; wait for it to finish or choose another {option}")
     try:
-        _check(folder, option)  # again, now that no other audit writes here
+        _check(folder, option, entries, what)  # again, now that no other audit writes here
         yield folder
     finally:
         lock.release()

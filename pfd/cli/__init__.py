@@ -6,10 +6,10 @@ that the same work is available from Python. :class:`~pfd.errors.PfdError` becom
 
 * :mod:`pfd.cli.group`: the ``pfd`` group, error handling, shared helpers;
 * :mod:`pfd.cli.train`: ``train``, ``eval``, ``synth``; :mod:`pfd.cli.distill`: ``distill``;
-* :mod:`pfd.cli.release`: ``release lint``; :mod:`pfd.cli.attack`: ``attack``, ``attack mia|dataset``.
+* :mod:`pfd.cli.release`: ``release lint``; :mod:`pfd.cli.attack`: ``attack``, ``attack mia|dataset``; :mod:`pfd.cli.card`: ``card``.
 """
 
-from pfd.cli import attack, distill, release, train  # noqa: F401 - each registers its commands on main
+from pfd.cli import attack, card, distill, release, train  # noqa: F401 - each registers its commands on main
 from pfd.cli.group import main
 
 __all__ = ["main"]

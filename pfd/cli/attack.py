@@ -63,7 +63,7 @@ def _attack_options(fn: Any) -> Any:
 @click.option("--release", help="The release folder to score.")
 @click.option("--private", help="The private set the release came from (default: recorded in the state dir).")
 @click.option("--state-dir", help="The publisher's state dir (proxy->source map, public and adapted models).")
-@click.option("--report", help="Output folder for report.json, report.md and the plots.")
+@click.option("--report", help="Output folder for report.json, report.md, report.html (one self-contained page) and the plots.")
 @click.option("--public-model", help="Attacker's model: pfd/insightface/AdaFace checkpoint or TorchScript "
               "(default: STATE_DIR/public_model.pt).")
 @click.option("--public-model-size", type=int, help="Input size of a TorchScript public model.")
@@ -94,7 +94,7 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
     """Audit a release (scorecard) or a model (subcommands mia, dataset).
 
     Without a subcommand, runs every applicable attack on a release and writes report.json,
-    report.md (one summary table) and plots to --report: linkability (VisMatch, Rank-1 Re-ID, their
+    report.md (one summary table), report.html (the same as one self-contained page) and plots to --report: linkability (VisMatch, Rank-1 Re-ID, their
     hubness-corrected forms, the rank of the source) with the public, the insider and the judge's
     model, reconstruction, attribute recovery and, with --public and --holdout, membership leakage
     through a downstream model.
@@ -138,7 +138,7 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
     click.echo("\n".join(summary_table(card.rows)))
     for reason in card.data["skipped"].values():
         click.echo(f"skipped: {reason}")
-    click.echo(f"report  {paths['markdown']}")
+    click.echo(f"report  {paths['markdown']}  ({paths['html']})")
 
 
 @attack_group.command("mia")

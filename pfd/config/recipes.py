@@ -31,7 +31,7 @@ __all__ = ["RECIPE_TABLES", "RECIPES_DIR", "recipe_path", "load_recipe", "build_
 C = TypeVar("C")
 
 #: The tables a recipe may hold: one per command or stage (``state/config.toml`` is a recipe too).
-RECIPE_TABLES = ("attack", "augment", "distill", "eval", "train")
+RECIPE_TABLES = ("attack", "augment", "card", "distill", "eval", "train")
 
 #: recipes/ next to the package (a source checkout or an editable install).
 RECIPES_DIR = Path(__file__).resolve().parent.parent.parent / "recipes"

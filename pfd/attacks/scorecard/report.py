@@ -1,4 +1,5 @@
-"""Write a scorecard: ``report.json`` (everything), ``report.md`` (one table first), PNG plots.
+"""Write a scorecard: ``report.json`` (everything), ``report.md`` (one table first), PNG plots and
+``report.html`` (one self-contained page, :mod:`pfd.attacks.scorecard.html`).
 
 The summary table has one row per figure, each rendered by its attack's result
 (:meth:`pfd.attacks.contract.AttackResult.rows`)::
@@ -23,7 +24,7 @@ detail sections give counts, p-values and settings.
 
 ``report.json`` layout: ``{"format": "pfd-attack-report", "version": 1, "summary": [rows],
 "settings", "release", "private", "attackers", "linkability", "hubness", "source_rank",
-"reconstruction", "attributes", "membership", "skipped", "timings", "plots"}``.
+"reconstruction", "attributes", "membership", "per_identity", "skipped", "timings", "plots"}``.
 """
 
 from __future__ import annotations
@@ -120,14 +121,14 @@ def format_markdown(data: Mapping[str, Any], rows: list[dict[str, Any]], plots: 
 
 
 def write_report(card: Any, out: str | os.PathLike) -> dict[str, Path]:
-    """Write ``report.json``, ``report.md`` and the plots of a scorecard into ``out``.
+    """Write ``report.json``, ``report.md``, ``report.html`` and the plots of a scorecard into ``out``.
 
     Args:
         card: A :class:`pfd.attacks.scorecard.run.Scorecard`.
         out: The report folder (created).
 
     Returns:
-        ``{"json", "markdown", <plot name>...}`` -> written paths.
+        ``{"json", "markdown", "html", <plot name>...}`` -> written paths.
     """
     from pfd.attacks.plots import plot_match_grid
 
@@ -153,4 +154,8 @@ def write_report(card: Any, out: str | os.PathLike) -> dict[str, Path]:
     data["plots"] = plots
     atomic_write_json(folder / "report.json", jsonable({"summary": rows, **data}))
     atomic_write_text(folder / "report.md", format_markdown(data, rows, plots, sections))
-    return {"json": folder / "report.json", "markdown": folder / "report.md", **{k: folder / v for k, v in plots.items()}}
+    from pfd.attacks.scorecard.html import report_html
+
+    atomic_write_text(folder / "report.html", report_html(data, rows, folder))
+    return {"json": folder / "report.json", "markdown": folder / "report.md", "html": folder / "report.html",
+            **{k: folder / v for k, v in plots.items()}}

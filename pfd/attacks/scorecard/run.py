@@ -28,6 +28,7 @@ from pfd.attacks.contract import ATTACKS, AttackInputs, AttackResult, Clock
 from pfd.attacks.linkability.reconstruction import Reconstructor
 from pfd.attacks.models.loading import Attacker, load_attacker, load_outside_attacker
 from pfd.attacks.models.outside import InputConvention
+from pfd.attacks.scorecard.risk import per_identity_risk
 from pfd.attacks.scorecard.inputs import ReleaseState, open_release_state, proxy_sources, state_private_spec
 from pfd.config import AttackConfig, build_config, config_to_dict
 from pfd.data.faceset import FaceSet
@@ -228,6 +229,8 @@ def run_scorecard(
                 data[key] = value
     for key in ("linkability", "reconstruction", "attributes", "membership"):  # the layout readers expect
         data.setdefault(key, [] if key == "linkability" else {})
+    links = [link for name in ("linkability", "hubness") if name in inputs.results for link in inputs.results[name].links]
+    data["per_identity"] = per_identity_risk(links, source, private0.labels, private0.identities)
     data["skipped"] = inputs.skipped
     data["timings"] = clock.seconds
     recon = inputs.results.get("reconstruction")

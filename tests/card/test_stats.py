@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 
-from benchmarks.pu.stats import (
+from pfd.card.stats import (
     auc_difference,
     identity_bootstrap_weights,
     paired_difference,
@@ -103,7 +103,7 @@ def test_intervals_detect_a_real_difference():
 
 
 def test_bias_corrected_interval():
-    from benchmarks.pu.stats import bc_interval
+    from pfd.card.stats import bc_interval
 
     boot = np.random.default_rng(5).normal(0.0, 1.0, 4001)
     med = float(np.median(boot))

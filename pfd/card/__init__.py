@@ -1,0 +1,13 @@
+"""``pfd card``: the publisher's privacy-utility card of a release, on their own faces.
+
+* :mod:`pfd.card.config`: :class:`~pfd.card.config.CardConfig` (the ``[card]`` table) and its parts;
+* :mod:`pfd.card.pairs`: verification pairs of a test set of any size;
+* :mod:`pfd.card.stats`: identity-bootstrap intervals of utility and membership differences;
+* :mod:`pfd.card.downstream`: the downstream fine-tunes with and without the release, and the gain;
+* :mod:`pfd.card.build`: :func:`~pfd.card.build.make_card`, one resumable run (utility, then every
+  registered attack through the scorecard);
+* :mod:`pfd.card.render`: card.json, card.md and the self-contained card.html.
+
+The privacy-utility benchmark (``python -m benchmarks.privacy_utility``) runs its units through
+the same functions.
+"""

@@ -1,0 +1,275 @@
+"""``pfd card``: a release's privacy-utility card, one resumable run in one folder.
+
+:func:`make_card` answers the publisher's two questions on their own faces:
+
+* **Is it worth anything?** The public model is fine-tuned on the public data without and with
+  the release (:mod:`pfd.card.downstream`, the privacy-utility benchmark's protocol, the same
+  seeds and schedule on both sides) and both verify the held-out test people; the card reports the
+  gain with its identity-bootstrap interval (accuracy, TAR at each FAR) and the ROC curves.
+* **Is it safe?** The release scorecard (:func:`pfd.attacks.scorecard.run.run_scorecard`: every
+  registered attack, the same code as ``pfd attack``) with each figure's chance and interval.
+
+The folder (``--out``) holds ``config.toml`` (the resolved settings), ``downstream/<side>/seed<s>/``
+(each fine-tune), ``scores/<side>-seed<s>.npy`` (pair scores), ``privacy/`` (the scorecard:
+report.json, report.md, report.html), then ``card.json``, ``card.md`` and ``card.html``. Each
+step's output is written atomically and kept: ``--resume`` continues after the last finished step,
+with the same settings (a different setting is refused with one line, naming it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pfd.card.config import CardConfig
+from pfd.card.downstream import downstream_config, finetune, pair_scores, roc_curve, sample_images, utility_gain
+from pfd.card.downstream import verification
+from pfd.card.pairs import adaptive_pairs, pair_identities
+from pfd.card.stats import identity_bootstrap_weights
+from pfd.config import config_to_dict, dump_toml, load_recipe
+from pfd.errors import PfdError
+from pfd.io import atomic_write_bytes, atomic_write_text, sha256_file
+from pfd.progress import PROGRESS_LOGGER
+
+__all__ = ["Card", "make_card", "CARD_ENTRIES", "SIDES"]
+
+log = logging.getLogger(PROGRESS_LOGGER)
+
+#: The two downstream models of each seed.
+SIDES = ("public-ft", "with-release")
+#: Everything a card run writes into its folder (anything else makes the folder foreign).
+CARD_ENTRIES = frozenset({"config.toml", "downstream", "scores", "privacy", "card.json", "card.md", "card.html",
+                          ".pfd-report-lock"})
+#: Settings that may change between a run and its --resume (they do not change a figure).
+_FREE = ("resume", "out", "threads", "skip_bad")
+
+
+@dataclass
+class Card:
+    """What :func:`make_card` produced.
+
+    Attributes:
+        data: The ``card.json`` document.
+        paths: ``{"json", "markdown", "html"}`` -> written files.
+    """
+
+    data: dict[str, Any]
+    paths: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        """The verdict line (privacy, then utility)."""
+        return str(self.data["verdict"]["text"])
+
+
+def _settings(cfg: CardConfig) -> dict[str, Any]:
+    return {k: v for k, v in config_to_dict(cfg).items() if k not in _FREE}
+
+
+def _claim(cfg: CardConfig, out: Path) -> None:
+    """A new folder, or a card's with ``--resume`` and the same settings (checked before any work)."""
+    saved = out / "config.toml"
+    if not saved.is_file():
+        return
+    if not cfg.resume:
+        raise PfdError(f"{out}: holds a card already; pass --resume to continue it (same settings) or choose another --out")
+    before = load_recipe(saved).get("card", {})
+    now = json.loads(json.dumps(_settings(cfg)))
+    for key in sorted(set(before) | set(now)):
+        if key in _FREE:
+            continue
+        if json.loads(json.dumps(before.get(key))) != now.get(key):
+            raise PfdError(f"{out}: --resume with another {key} ({before.get(key)!r} before, {now.get(key)!r} now); "
+                           "resume with the same settings or choose another --out")
+
+
+def _inputs(cfg: CardConfig) -> dict[str, Any]:
+    """Open and cross-check everything before any work: release, state dir, public model, specs."""
+    from pfd.attacks.scorecard.inputs import open_release_state, state_private_spec
+    from pfd.nn.checkpoints import read_arch
+
+    if not cfg.release or not cfg.state_dir:
+        raise PfdError("pass --release (the released folder) and --state-dir (the publisher's state dir)")
+    if not cfg.public:
+        raise PfdError("pass --public DATA (the public training data of the people who will train on the release)")
+    if not cfg.test:
+        raise PfdError("pass --test SPEC (held-out people of the target domain, never in the private set)")
+    state = open_release_state(cfg.release, cfg.state_dir)
+    public_model = Path(cfg.public_model) if cfg.public_model else state.public_model
+    if public_model is None or not Path(public_model).is_file():
+        raise PfdError(f"{cfg.state_dir}: no public_model.pt; pass --public-model (the checkpoint the release's users "
+                       "fine-tune)")
+    private = cfg.private or state_private_spec(state)
+    if not private:
+        raise PfdError(f"no private set: pass --private (the state dir {cfg.state_dir} records none)")
+    if cfg.test.strip() == private.strip():
+        raise PfdError(f"--test {cfg.test} is the private set: the test people must be held out of the release")
+    size = read_arch(str(public_model)).get("size")
+    return {"state": state, "public_model": Path(public_model), "private": private, "size": size}
+
+
+def _hashes(cfg: CardConfig, inputs: dict[str, Any]) -> dict[str, str]:
+    from pfd.release.format import MANIFEST
+
+    settings = dump_toml({"card": _settings(cfg)}).encode()
+    return {"release_manifest": sha256_file(Path(cfg.release) / MANIFEST),
+            "public_model": sha256_file(inputs["public_model"]),
+            "settings": hashlib.sha256(settings).hexdigest()}
+
+
+def _scores(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) -> dict[str, Any]:
+    """Every seed's fine-tunes and their test-pair scores (kept; a resumed run skips what is done)."""
+    from pfd.attacks.models.loading import load_attacker
+    from pfd.data.faceset import ConcatFaces, to_memory
+    from pfd.data.sources import open_faces
+    from pfd.release.reader import read_release
+
+    size, e = inputs["size"], cfg.eval
+    test = to_memory(open_faces(cfg.test, size=size, skip_bad=cfg.skip_bad))
+    pairs, info = adaptive_pairs(test, num_pairs=e.pairs, seed=e.seed, folds=e.folds)
+    public: Any = None
+    release: Any = None
+    scores: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
+
+    def embed_scores(model: Path, path: Path) -> np.ndarray:
+        if not path.is_file():
+            emb = load_attacker(model, role="downstream", flip=e.flip, progress=progress).embed(test)  # (n, D)
+            buf = _npy(pair_scores(emb, pairs))
+            atomic_write_bytes(path, buf)
+        return np.load(path)
+
+    (out / "scores").mkdir(exist_ok=True)
+    base = embed_scores(inputs["public_model"], out / "scores" / "base.npy")
+    for seed in range(cfg.seeds):
+        for side in SIDES:
+            path = out / "scores" / f"{side}-seed{seed}.npy"
+            if not path.is_file():
+                if public is None:  # opened once, only when a fine-tune is still to do
+                    public = sample_images(ConcatFaces([open_faces(s, size=size, skip_bad=cfg.skip_bad) for s in cfg.public]),
+                                           cfg.downstream.public_images)
+                if side == "with-release" and release is None:
+                    release = to_memory(read_release(cfg.release, size=size))
+                run = out / "downstream" / side / f"seed{seed}"
+                tcfg = downstream_config(cfg.downstream, public_model=inputs["public_model"], data=cfg.public, size=size,
+                                         out=run, seed=seed, release=side == "with-release")
+                t0 = time.perf_counter()
+                model = finetune(tcfg, public, release if side == "with-release" else None, progress=progress, resume=True)
+                log.info("card: downstream %s seed %d done in %.1f s", side, seed, time.perf_counter() - t0)
+                embed_scores(model, path)
+            scores[side].append(np.load(path))
+    return {"pairs": pairs, "pairs_info": info, "scores": scores, "base": base}
+
+
+def _npy(a: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+def _utility(cfg: CardConfig, s: dict[str, Any]) -> dict[str, Any]:
+    e, pairs = cfg.eval, s["pairs"]
+    y = np.asarray(pairs.issame, dtype=bool)
+    weights = identity_bootstrap_weights(*pair_identities(pairs), replicates=e.bootstrap, seed=e.seed)
+    gain = utility_gain(s["scores"]["with-release"], s["scores"]["public-ft"], y, weights, folds=e.folds, fars=e.fars,
+                        seed=e.seed)
+    per_seed = {side: [verification(sc, y, folds=e.folds, fars=e.fars) for sc in s["scores"][side]] for side in SIDES}
+    roc = {"base": roc_curve(s["base"], y), **{side: roc_curve(s["scores"][side][0], y) for side in SIDES}}
+    return {"pairs": s["pairs_info"], "test_identities": int(len(np.unique(pair_identities(pairs)[0]))),
+            "base": verification(s["base"], y, folds=e.folds, fars=e.fars), "per_seed": per_seed, "gain": gain,
+            "roc": roc, "seeds": cfg.seeds}
+
+
+def _privacy(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) -> dict[str, Any]:
+    """The scorecard (every registered attack), written to ``out/privacy``; a finished one is kept on --resume."""
+    from pfd.attacks.scorecard.report import write_report
+    from pfd.attacks.scorecard.run import run_scorecard
+    from pfd.config import AttackConfig, build_config
+
+    folder = out / "privacy"
+    done = folder / "report.json"
+    if cfg.resume and done.is_file():
+        return json.loads(done.read_text(encoding="utf-8"))
+    layers: dict[str, Any] = {"release": cfg.release, "state_dir": cfg.state_dir, "private": inputs["private"],
+                              "public_model": str(inputs["public_model"]), "report": str(folder), "skip_bad": cfg.skip_bad}
+    if cfg.holdout:  # membership: a downstream model on the public data + the release, audited on the holdout
+        layers.update(holdout=cfg.holdout, public=cfg.public[0])
+    acfg = build_config(AttackConfig, cfg.attack, layers)
+    t0 = time.perf_counter()
+    card = run_scorecard(acfg, progress=progress)
+    write_report(card, folder)
+    log.info("card: privacy (every registered attack) done in %.1f s", time.perf_counter() - t0)
+    return json.loads(done.read_text(encoding="utf-8"))
+
+
+def _gate(state_dir: str) -> dict[str, Any] | None:
+    from pfd.release.state_dir import StateDir
+
+    path = StateDir.at(state_dir).summary
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("gate")
+    except (OSError, ValueError):
+        return None
+
+
+def verdict(privacy: dict[str, Any], utility: dict[str, Any]) -> dict[str, Any]:
+    """The card's verdict: the privacy half's (:func:`pfd.attacks.scorecard.html.privacy_verdict`), then the gain.
+
+    Returns:
+        ``{"publishable", "text", "privacy": {...}, "utility": {"diff", "ci95", "text"}}``.
+    """
+    from pfd.attacks.scorecard.html import privacy_verdict
+
+    p = privacy_verdict(privacy.get("summary", []))
+    acc = utility["gain"]["accuracy"]
+    d, (lo, hi) = 100 * acc["diff"], (100 * acc["ci95"][0], 100 * acc["ci95"][1])
+    worth = f"worth {d:+.1f} ({lo:+.1f}, {hi:+.1f}) points of verification accuracy on your test people"
+    if not (lo > 0 or hi < 0):
+        worth += " (not distinguishable from no gain)"
+    elif hi < 0:
+        worth += " (a loss)"
+    return {"publishable": p["publishable"], "text": f"{p['text']}; {worth}", "privacy": p,
+            "utility": {"diff": acc["diff"], "ci95": acc["ci95"], "text": worth}}
+
+
+def make_card(cfg: CardConfig, *, progress: bool = True) -> Card:
+    """Build a release's privacy-utility card (module docstring) and write it into ``cfg.out``.
+
+    Args:
+        cfg: The card's settings.
+        progress: Progress bars (a line per stage where stderr is not a terminal).
+
+    Returns:
+        The :class:`Card` (its ``data`` is card.json).
+
+    Raises:
+        PfdError: Bad or mismatched inputs, a foreign or busy ``--out``, or ``--resume`` with other settings;
+            each before any work.
+    """
+    from pfd.attacks.report_folder import report_folder
+    from pfd.card.render import write_card
+
+    out = Path(cfg.out).expanduser()
+    inputs = _inputs(cfg)
+    with report_folder(out, option="--out", release=cfg.release, entries=CARD_ENTRIES, what="pfd card"):
+        _claim(cfg, out)
+        atomic_write_text(out / "config.toml", dump_toml({"card": config_to_dict(cfg)}))
+        t0 = time.perf_counter()
+        scores = _scores(cfg, out, inputs, progress)
+        utility = _utility(cfg, scores)
+        t1 = time.perf_counter()
+        privacy = _privacy(cfg, out, inputs, progress)
+        t2 = time.perf_counter()
+        data = {"format": "pfd-card", "version": 1, "verdict": verdict(privacy, utility), "utility": utility,
+                "privacy": privacy, "gate": _gate(cfg.state_dir), "settings": config_to_dict(cfg),
+                "hashes": _hashes(cfg, inputs), "timings": {"utility": round(t1 - t0, 1), "privacy": round(t2 - t1, 1)}}
+        paths = write_card(data, out)
+    return Card(data=data, paths=paths)

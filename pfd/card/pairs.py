@@ -1,0 +1,59 @@
+"""Verification pairs of a test set of any size, and the identities of each pair.
+
+The card's (and the privacy-utility benchmark's) utility is verification accuracy and TAR@FAR on
+pairs of the held-out test people: ``num_pairs`` genuine and as many impostor pairs
+(:func:`pfd.data.pairs.generate_pairs`), or, when a small test set has fewer distinct genuine
+pairs, *all* of them and as many impostors, so that a publisher's small test set still gets a
+figure. :func:`pair_identities` gives the identity of each side, which the identity bootstrap
+(:mod:`pfd.card.stats`) resamples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pfd.data.faceset import FaceSet
+from pfd.data.pairs import VerificationPairs, generate_pairs
+from pfd.errors import PfdError
+
+__all__ = ["adaptive_pairs", "pair_identities"]
+
+
+def adaptive_pairs(faces: FaceSet, *, num_pairs: int, seed: int = 0, folds: int = 10) -> tuple[VerificationPairs, dict[str, Any]]:
+    """Verification pairs of a test set of any size: ``min(num_pairs, available)`` of each kind.
+
+    When the set has fewer distinct genuine pairs than ``num_pairs`` every one of them is used
+    (:func:`~pfd.data.pairs.generate_pairs` with a full allocation draws each identity's all), and
+    the same number of impostors; likewise when impostor pairs are the scarcer kind.
+
+    Args:
+        faces: The test identities.
+        num_pairs: Genuine pairs wanted (and as many impostors).
+        seed: Sampling seed.
+        folds: Folds of the accuracy; at least this many pairs are needed.
+
+    Returns:
+        ``(pairs, info)``; ``info``: ``requested``, ``genuine_available``, ``impostor_available``,
+        ``used`` (per kind) and ``all_genuine`` (every genuine pair is in).
+
+    Raises:
+        PfdError: Too few identities or images for ``folds`` folds of both kinds.
+    """
+    sizes = faces.counts().astype(np.int64)
+    genuine = int((sizes * (sizes - 1) // 2).sum())
+    impostor = len(faces) * (len(faces) - 1) // 2 - genuine
+    n = min(int(num_pairs), genuine, impostor)
+    if 2 * n < max(folds, 2):
+        raise PfdError(f"{faces.describe()}: {genuine} genuine and {impostor} impostor pairs exist, too few for "
+                       f"{folds}-fold verification; the test set needs 2+ identities with 2+ images each")
+    pairs = generate_pairs(faces, num_pairs=n, seed=seed)
+    return pairs, {"requested": int(num_pairs), "genuine_available": genuine, "impostor_available": int(impostor),
+                   "used": n, "all_genuine": n == genuine}
+
+
+def pair_identities(pairs: VerificationPairs) -> tuple[np.ndarray, np.ndarray]:
+    """``(left, right)`` identity label of each pair's two images, shape ``(P,)`` each."""
+    labels = np.asarray(pairs.faces.labels)
+    return labels[pairs.left], labels[pairs.right]

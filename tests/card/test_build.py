@@ -1,0 +1,103 @@
+"""pfd card end to end on a tiny leaky release: the verdict, the utility gain against its formula,
+the files, resume and its refusals, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from pfd.card.build import make_card, verdict
+from pfd.card.pairs import adaptive_pairs
+from pfd.card.stats import weighted_kfold_accuracy
+from pfd.cli import main
+from pfd.data.sources import open_faces
+from pfd.errors import PfdError
+from tests.card.conftest import PUBLIC, TEST, card_config
+from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_a_leaky_release_is_not_publishable_and_the_card_says_why(card_world):
+    data = card_world["card"].data
+    v = data["verdict"]
+    assert v["publishable"] is False and v["text"].startswith("not publishable")
+    rows = {(r["attack"], r["attacker"]): r for r in data["privacy"]["summary"]}
+    assert rows[("VisMatch (proxies)", "insider")]["verdict"] == "LEAKS"
+    # Per-identity risk: each of the 20 people had 2 photos released and both are linked.
+    risk = data["privacy"]["per_identity"]
+    assert len(risk) == 20 and all(r["proxies"] == 2 and r["worst"] == 2 for r in risk)
+    out = card_world["card"].paths["json"].parent
+    assert {p.name for p in out.iterdir()} >= {"card.json", "card.md", "card.html", "config.toml", "privacy"}
+    assert (out / "privacy" / "report.html").is_file()
+
+
+def test_the_gain_is_the_difference_of_the_two_sides_accuracies(card_world):
+    """Gain = accuracy(with release) - accuracy(public-ft) on the stored pair scores, and each side's
+    accuracy is the k-fold accuracy of its own scores (all weights 1)."""
+    cfg, data = card_world["cfg"], card_world["card"].data
+    out = card_world["card"].paths["json"].parent
+    pairs, _ = adaptive_pairs(open_faces(TEST, size=32), num_pairs=cfg.eval.pairs, seed=cfg.eval.seed, folds=cfg.eval.folds)
+    y = pairs.issame
+    acc = {side: weighted_kfold_accuracy(np.load(out / "scores" / f"{side}-seed0.npy"), y, np.ones((1, len(y))),
+                                         folds=cfg.eval.folds)[0] for side in ("public-ft", "with-release")}
+    g = data["utility"]["gain"]["accuracy"]
+    assert g["diff"] == pytest.approx(acc["with-release"] - acc["public-ft"], abs=1e-12)
+    assert g["ci95"][0] <= g["diff"] <= g["ci95"][1]
+
+
+def test_resume_keeps_every_step_and_refuses_other_settings(card_world, tmp_path):
+    cfg, card = card_world["cfg"], card_world["card"]
+    out = card.paths["json"].parent
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "scores").iterdir()}
+    with pytest.raises(PfdError, match="holds a card already; pass --resume"):
+        make_card(cfg, progress=False)
+    again = make_card(card_config(card_world["release"], card_world["state"], out, resume=True), progress=False)
+    same = lambda d: json.dumps(d["utility"]["gain"], sort_keys=True)  # noqa: E731 - nan (unresolvable TAR) too
+    assert same(again.data) == same(card.data)
+    assert {p: p.stat().st_mtime_ns for p in (out / "scores").iterdir()} == stamps  # nothing recomputed
+    with pytest.raises(PfdError, match="--resume with another seeds"):
+        make_card(card_config(card_world["release"], card_world["state"], out, resume=True, seeds=2), progress=False)
+
+
+def test_bad_inputs_are_one_line_errors_before_any_work(card_world, tmp_path):
+    rel, st = card_world["release"], card_world["state"]
+    with pytest.raises(PfdError, match="pass --public"):
+        make_card(card_config(rel, st, tmp_path / "a", public=[]), progress=False)
+    with pytest.raises(PfdError, match="is the private set"):
+        make_card(card_config(rel, st, tmp_path / "b", test="synthetic:private,ids=20,imgs=10,size=32"), progress=False)
+    with pytest.raises(PfdError, match="no such release folder"):
+        make_card(card_config(tmp_path / "nowhere", st, tmp_path / "c"), progress=False)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "notes.txt").write_text("mine")
+    with pytest.raises(PfdError, match="did not write"):
+        make_card(card_config(rel, st, tmp_path / "d"), progress=False)
+    for name in "abc":
+        assert not (tmp_path / name).exists()
+
+
+def test_verdict_text_reads_the_interval():
+    privacy = {"summary": [{"attack": "VisMatch (proxies)", "attacker": "public", "value": 0.04, "chance": 0.05,
+                            "ci95": [0.01, 0.15], "kind": "rate", "verdict": "≈ chance"}]}
+    gain = lambda d, lo, hi: {"gain": {"accuracy": {"diff": d, "ci95": [lo, hi]}}}  # noqa: E731
+    v = verdict(privacy, gain(0.044, 0.021, 0.067))
+    assert v["publishable"] and v["text"] == ("publishable: no figure leaks (family-wise 5 % over 1 figures), rules out "
+                                              "3.0× chance; worth +4.4 (+2.1, +6.7) points of verification accuracy on "
+                                              "your test people")
+    assert "not distinguishable from no gain" in verdict(privacy, gain(0.01, -0.01, 0.03))["text"]
+    assert "(a loss)" in verdict(privacy, gain(-0.03, -0.05, -0.01))["text"]
+
+
+def test_cli_writes_the_card_and_prints_the_verdict(card_world, tmp_path):
+    rel, st = card_world["release"], card_world["state"]
+    r = CliRunner().invoke(main, ["card", "--release", str(rel), "--state-dir", str(st), "--public", PUBLIC, "--test", TEST,
+                                  "--out", str(tmp_path / "card"), "--quick", "--pairs", "40", "--bootstrap", "50", "--batch-size", "16",
+                                  "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("not publishable") and "gain" in r.output
+    doc = json.loads((tmp_path / "card" / "card.json").read_text())
+    assert doc["settings"]["quick"] is True and doc["settings"]["attack"]["reconstruction"]["enabled"] is False
+    assert doc["verdict"]["text"] == r.output.splitlines()[0]

@@ -6,7 +6,8 @@ exited 0, the first printing the path of a report the second had written. :func:
 claims the folder for the whole audit, before any work:
 
 * a folder holding anything pfd's audits do not write (:data:`REPORT_ENTRIES`), or a ``report.md``
-  without a pfd ``report.json`` beside it, is refused untouched;
+  or ``report.html`` (a card's ``card.md`` / ``card.html``) without pfd's JSON beside it, is refused
+  untouched;
 * an exclusive ``flock`` on ``DIR/.pfd-report-lock`` (dropped by the kernel when the process ends,
   so never stale) refuses a second audit while one runs, naming its pid;
 * the checks run again once the lock is held.
@@ -34,12 +35,16 @@ REPORT_ENTRIES = frozenset({
     "dataset.json", "downstream", "report.html", LOCK_NAME,
 })  # fmt: skip
 
+#: A page pfd writes -> the JSON it writes beside it: a page without pfd's JSON is someone else's.
+_PAGES = {"report.md": "report.json", "report.html": "report.json", "card.md": "card.json", "card.html": "card.json"}
+
+
 def _is_pfd_report(path: Path) -> bool:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(doc, dict) and isinstance(doc.get("summary"), list)
+    return isinstance(doc, dict) and (isinstance(doc.get("summary"), list) or doc.get("format") == "pfd-card")
 
 
 def check_report_folder(folder: str | os.PathLike, option: str = "--report") -> None:
@@ -54,8 +59,9 @@ def _check(folder: Path, option: str, entries: frozenset[str] = REPORT_ENTRIES, 
         return
     names = {p.name for p in folder.iterdir()}
     foreign = sorted(names - entries)
-    if "report.md" in names and "report.md" in entries and not _is_pfd_report(folder / "report.json"):
-        foreign = sorted({*foreign, "report.md"})
+    for page, doc in _PAGES.items():
+        if page in names and page in entries and not _is_pfd_report(folder / doc):
+            foreign = sorted({*foreign, page})
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" (+{len(foreign) - 3} more)" if len(foreign) > 3 else "")
         raise PfdError(f"{folder}: holds files {what} did not write ({shown}); it is left untouched: "

@@ -93,6 +93,8 @@ def _claim(cfg: CardConfig, out: Path) -> None:
 def _inputs(cfg: CardConfig) -> dict[str, Any]:
     """Open and cross-check everything before any work: release, state dir, public model, specs."""
     from pfd.attacks.scorecard.inputs import open_release_state, state_private_spec
+    from pfd.data.faceset import to_memory
+    from pfd.data.sources import open_faces
     from pfd.nn.checkpoints import read_arch
 
     if not cfg.release or not cfg.state_dir:
@@ -112,7 +114,14 @@ def _inputs(cfg: CardConfig) -> dict[str, Any]:
     if cfg.test.strip() == private.strip():
         raise PfdError(f"--test {cfg.test} is the private set: the test people must be held out of the release")
     size = read_arch(str(public_model)).get("size")
-    return {"state": state, "public_model": Path(public_model), "private": private, "size": size}
+    # Every data set is opened, and the pairs drawn, before anything is written: a missing public
+    # folder or a test set too small for the folds is a one-line error with no card folder left behind.
+    public = [open_faces(spec, size=size, skip_bad=cfg.skip_bad) for spec in cfg.public]
+    test = to_memory(open_faces(cfg.test, size=size, skip_bad=cfg.skip_bad))
+    e = cfg.eval
+    pairs, info = adaptive_pairs(test, num_pairs=e.pairs, seed=e.seed, folds=e.folds)
+    return {"state": state, "public_model": Path(public_model), "private": private, "size": size, "public": public,
+            "test": test, "pairs": pairs, "pairs_info": info}
 
 
 def _hashes(cfg: CardConfig, inputs: dict[str, Any]) -> dict[str, str]:
@@ -128,12 +137,10 @@ def _scores(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) 
     """Every seed's fine-tunes and their test-pair scores (kept; a resumed run skips what is done)."""
     from pfd.attacks.models.loading import load_attacker
     from pfd.data.faceset import ConcatFaces, to_memory
-    from pfd.data.sources import open_faces
     from pfd.release.reader import read_release
 
     size, e = inputs["size"], cfg.eval
-    test = to_memory(open_faces(cfg.test, size=size, skip_bad=cfg.skip_bad))
-    pairs, info = adaptive_pairs(test, num_pairs=e.pairs, seed=e.seed, folds=e.folds)
+    test, pairs, info = inputs["test"], inputs["pairs"], inputs["pairs_info"]
     public: Any = None
     release: Any = None
     scores: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
@@ -152,8 +159,7 @@ def _scores(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) 
             path = out / "scores" / f"{side}-seed{seed}.npy"
             if not path.is_file():
                 if public is None:  # opened once, only when a fine-tune is still to do
-                    public = sample_images(ConcatFaces([open_faces(s, size=size, skip_bad=cfg.skip_bad) for s in cfg.public]),
-                                           cfg.downstream.public_images)
+                    public = sample_images(ConcatFaces(inputs["public"]), cfg.downstream.public_images)
                 if side == "with-release" and release is None:
                     release = to_memory(read_release(cfg.release, size=size))
                 run = out / "downstream" / side / f"seed{seed}"

@@ -51,11 +51,12 @@ class DownstreamConfig:
         c = Checker(self, "card.downstream.", flags=False)
         c.choice("head", ("arcface", "cosface", "adaface", "magface"))
         c.choice("head_init", ("class_means", "random"))
-        c.positive("epochs")
-        c.at_least("batch_size", 2)
         c.positive("lr")
         c.non_negative("warmup_epochs")
-        c.at_least("public_images", 0)
+        f = Checker(self, "card.downstream.", flags=True)  # the settings pfd card has a flag for
+        f.positive("epochs")
+        f.at_least("batch_size", 2)
+        f.at_least("public_images", 0)
 
 
 @dataclass
@@ -80,11 +81,12 @@ class CardEvalConfig:
 
     def check(self) -> None:
         c = Checker(self, "card.eval.", flags=False)
-        c.at_least("pairs", 1)
+        f = Checker(self, "card.eval.", flags=True)  # the settings pfd card has a flag for
+        f.at_least("pairs", 1)
+        f.at_least("bootstrap", 10)
         c.at_least("folds", 2)
         c("fars", lambda v: bool(v) and all(isinstance(x, (int, float)) and 0 < x < 1 for x in v),
           "must list false-accept rates in (0, 1), e.g. [0.01, 0.001]")
-        c.at_least("bootstrap", 10)
         c.at_least("seed", 0)
 
 

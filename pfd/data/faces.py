@@ -186,6 +186,7 @@ class FaceFolder(FaceSet):
             logger.info("%s: not identity folders, skipped for their names: %s", root,
                         _short_list(dict(sorted(ignored.items())), 20))
         _check_symlinked_identities(root, ids)
+        _check_utf8_names(root, ids)
         for name in root_images:
             self._bad(name, "image outside any identity folder", "move it into root/<identity>/ or delete it")
         listing: dict[str, list[str]] = {}
@@ -553,3 +554,17 @@ def make_loader(
         persistent_workers=workers > 0,
         drop_last=drop_last,
     )
+
+
+def _check_utf8_names(root: Path, ids: list[str]) -> None:
+    """An identity folder whose name is not valid UTF-8 (e.g. Latin-1 ``Jos\\xe9`` from an old archive)
+    cannot be written into a report, a proxy map or a page: refused with the folder named."""
+    for ident in sorted(ids):
+        try:
+            ident.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = os.fsencode(ident)
+            fixed = raw.decode("latin-1")
+            raise PfdError(f"{root}/{raw.decode('utf-8', 'backslashreplace')}: the identity folder's name is not valid "
+                           f"UTF-8 (bytes {raw!r}); rename it (e.g. to {fixed!r}, its Latin-1 reading)") from None
+

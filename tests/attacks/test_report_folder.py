@@ -25,7 +25,7 @@ def test_new_empty_and_earlier_pfd_report_folders_are_used(tmp_path):
         pass
 
 
-@pytest.mark.parametrize("foreign", ["notes.txt", "report.md"])
+@pytest.mark.parametrize("foreign", ["notes.txt", "report.md", "report.html"])
 def test_a_folder_with_files_pfd_did_not_write_is_refused_untouched(tmp_path, foreign):
     folder = tmp_path / "mine"
     folder.mkdir()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import zlib
 from pathlib import Path
@@ -509,6 +510,14 @@ def test_names_equal_after_unicode_normalisation_are_one_identity_twice(tmp_path
     make_folder(tmp_path / "set", {"Jos\u00e9": 2, "bob": 2})  # NFC
     make_folder(tmp_path / "set", {"Jose\u0301": 2})  # NFD: the same name, other bytes
     with pytest.raises(PfdError, match="the same name as identity .* once Unicode-normalised"):
+        FaceFolder(tmp_path / "set", size=8)
+
+
+def test_an_identity_name_that_is_not_utf8_is_refused_with_a_rename(tmp_path):
+    """A Latin-1 folder name from an old archive would crash the first report or page that names it."""
+    make_folder(tmp_path / "set", {"bob": 2, "ann": 2})
+    os.rename(tmp_path / "set" / "ann", os.path.join(os.fsencode(tmp_path / "set"), b"Jos\xe9"))
+    with pytest.raises(PfdError, match=r"Jos\\xe9: the identity folder's name is not valid UTF-8.*rename it \(e.g. to 'José'"):
         FaceFolder(tmp_path / "set", size=8)
 
 

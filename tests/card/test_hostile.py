@@ -1,0 +1,81 @@
+"""Hostile and careless inputs to pfd card: each a one-line error before any work, nothing left behind."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from pfd.attacks.scorecard.html import report_html
+from pfd.cli import main
+from tests.card.conftest import PUBLIC, TEST
+
+
+def _card(card_world, *args):
+    rel, st = card_world["release"], card_world["state"]
+    return CliRunner().invoke(main, ["card", "--release", str(rel), "--state-dir", str(st), "--no-progress", *args])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", "0"], "--seeds (seeds) = 0: must be at least 1"),
+    (["--pairs", "0"], "--pairs (card.eval.pairs) = 0: must be at least 1"),
+    (["--bootstrap", "5"], "--bootstrap (card.eval.bootstrap) = 5: must be at least 10"),
+    (["--epochs", "0"], "--epochs (card.downstream.epochs) = 0.0: must be a positive number"),
+    (["--threads", "-1"], "--threads (threads) = -1: must be at least 0"),
+])
+def test_out_of_range_settings_name_their_flag(card_world, tmp_path, args, message):
+    r = _card(card_world, "--public", PUBLIC, "--test", TEST, "--out", str(tmp_path / "c"), *args)
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert not (tmp_path / "c").exists()
+
+
+def test_data_problems_are_found_before_the_card_folder_is_made(card_world, tmp_path):
+    cases = {
+        "missing-public": (["--public", str(tmp_path / "nowhere"), "--test", TEST], "no such file or folder"),
+        "missing-test": (["--public", PUBLIC, "--test", str(tmp_path / "nowhere")], "no such file or folder"),
+        "tiny-test": (["--public", PUBLIC, "--test", "synthetic:test,ids=1,imgs=3,size=32"], "too few for 10-fold"),
+        "no-test": (["--public", PUBLIC], "pass --test"),
+    }
+    for name, (args, message) in cases.items():
+        r = _card(card_world, "--out", str(tmp_path / name), *args)
+        assert r.exit_code == 2 and message in r.output, (name, r.output)
+        assert not (tmp_path / name).exists(), name
+
+
+def test_places_the_card_may_not_go(card_world, tmp_path):
+    rel, st = card_world["release"], card_world["state"]
+    r = _card(card_world, "--public", PUBLIC, "--test", TEST, "--out", str(rel / "card"))
+    assert r.exit_code == 2 and "inside the release" in r.output
+    r = _card(card_world, "--public", PUBLIC, "--test", TEST, "--out", str(st))
+    assert r.exit_code == 2 and "is the --state-dir folder" in r.output
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "card.html").write_text("my own page")
+    r = _card(card_world, "--public", PUBLIC, "--test", TEST, "--out", str(mine))
+    assert r.exit_code == 2 and "did not write (card.html)" in r.output
+    assert [p.name for p in mine.iterdir()] == ["card.html"] and (mine / "card.html").read_text() == "my own page"
+
+
+def test_a_model_that_is_not_a_checkpoint_and_a_state_dir_of_another_run(card_world, tmp_path):
+    fake = tmp_path / "model.pt"
+    fake.write_text("not a model")
+    r = _card(card_world, "--public", PUBLIC, "--test", TEST, "--out", str(tmp_path / "a"), "--public-model", str(fake))
+    assert r.exit_code == 2 and "model.pt: cannot read" in r.output and "re-save it" in r.output
+    other = CliRunner().invoke(main, ["card", "--release", str(card_world["release"]), "--state-dir", str(tmp_path),
+                                      "--public", PUBLIC, "--test", TEST, "--out", str(tmp_path / "b")])
+    assert other.exit_code == 2 and "Error:" in other.output and "Traceback" not in other.output
+
+
+def test_a_recipe_typo_is_named(card_world, tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[card]\nseedz = 3\n")
+    r = _card(card_world, "--recipe", str(recipe), "--public", PUBLIC, "--test", TEST, "--out", str(tmp_path / "c"))
+    assert r.exit_code == 2 and "unknown setting 'seedz'" in r.output
+
+
+def test_identity_names_are_text_on_the_page_never_markup():
+    evil = "<script>alert(1)</script>"
+    data = {"release": {"path": "<b>r</b>"}, "private": {}, "attackers": [],
+            "per_identity": [{"identity": evil, "proxies": 2, "worst": 2, "worst_row": "public/vismatch",
+                              "chance_hits": 0.1, "nearest_for": 2}]}
+    page = report_html(data, [])
+    assert evil not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<b>r</b>" not in page

@@ -89,11 +89,18 @@ def report_folder(path: str | os.PathLike, *, option: str = "--report", release:
         raise PfdError(f"{folder}: the report would lie {where} the release {release}; it shows private photos and "
                        f"the proxy -> source links: choose a {option} outside the release")
     _check(folder, option, entries, what)
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     lock = PidLock(folder / LOCK_NAME, busy=f"{folder}: another {what} (pid {{pid}}) is writing its report "
                                             f"here; wait for it to finish or choose another {option}")
+    failed = True
     try:
         _check(folder, option, entries, what)  # again, now that no other audit writes here
         yield folder
+        failed = False
     finally:
         lock.release()
+        if failed and created:  # a run that stopped before writing anything leaves no empty folder behind
+            with contextlib.suppress(OSError):
+                (folder / LOCK_NAME).unlink()
+                folder.rmdir()

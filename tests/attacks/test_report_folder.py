@@ -65,3 +65,31 @@ def test_pfd_attack_refuses_a_foreign_report_folder_before_any_work(tmp_path):
                                     str(tmp_path / "no-state"), "--report", str(folder)])
     assert res.exit_code == 2 and "holds files pfd attack did not write" in res.output
     assert (folder / "report.md").read_text() == "someone else's report\n"
+
+
+def test_a_run_that_fails_in_a_new_folder_leaves_no_folder_and_an_old_folder_stays(tmp_path):
+    with pytest.raises(RuntimeError):
+        with report_folder(tmp_path / "new"):
+            raise RuntimeError("stopped before writing anything")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "old").mkdir()
+    with pytest.raises(RuntimeError):
+        with report_folder(tmp_path / "old"):
+            raise RuntimeError("stopped")
+    assert (tmp_path / "old").is_dir()
+    with pytest.raises(RuntimeError):  # what a run wrote before it stopped is kept (a resumable card's models)
+        with report_folder(tmp_path / "partial") as folder:
+            (folder / "report.json").write_text("{}")
+            raise RuntimeError("stopped")
+    assert (tmp_path / "partial" / "report.json").is_file()
+
+
+def test_a_bad_attack_setting_leaves_no_report_folder(tmp_path):
+    from click.testing import CliRunner
+
+    from pfd.cli import main
+
+    res = CliRunner().invoke(main, ["attack", "--release", str(tmp_path / "r"), "--state-dir", str(tmp_path / "s"),
+                                    "--report", str(tmp_path / "rep"), "--csls-k", "0"])
+    assert res.exit_code == 2 and "--csls-k (attack.hubness.k) = 0: must be at least 1" in res.output
+    assert not (tmp_path / "rep").exists()

@@ -27,7 +27,7 @@ fine-tuned on public data + the release). Every row but ``base`` runs for ``seed
 (distillation, noise and downstream training seeded alike; mean ± sd).
 
 * **Utility**: 10-fold verification accuracy and TAR@FAR=1e-2 on the test identities' pairs
-  (:func:`benchmarks.pu.data.adaptive_pairs`; Yale B also on its subsets 1-3), each as a difference against
+  (:func:`pfd.card.pairs.adaptive_pairs`; Yale B also on its subsets 1-3), each as a difference against
   ``public-ft`` with a 95 % identity-bootstrap interval (:func:`pfd.card.stats.paired_difference`).
 * **Linkability**: VisMatch and Rank-1 Re-ID of the proxies, and of their reconstructions
   (:class:`pfd.attacks.linkability.reconstruction.BNInversion` through the public model, first seed only, one

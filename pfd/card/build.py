@@ -206,9 +206,10 @@ def _privacy(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool)
         return json.loads(done.read_text(encoding="utf-8"))
     layers: dict[str, Any] = {"release": cfg.release, "state_dir": cfg.state_dir, "private": inputs["private"],
                               "public_model": str(inputs["public_model"]), "report": str(folder), "skip_bad": cfg.skip_bad}
+    attacks = dict(cfg.attack)
     if cfg.holdout:  # membership: a downstream model on the public data + the release, audited on the holdout
-        layers.update(holdout=cfg.holdout, public=cfg.public[0])
-    acfg = build_config(AttackConfig, cfg.attack, layers)
+        attacks["membership"] = {**attacks.get("membership", {}), "holdout": cfg.holdout, "public": cfg.public[0]}
+    acfg = build_config(AttackConfig, attacks, layers)
     t0 = time.perf_counter()
     card = run_scorecard(acfg, progress=progress)
     write_report(card, folder)

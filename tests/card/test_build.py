@@ -101,3 +101,15 @@ def test_cli_writes_the_card_and_prints_the_verdict(card_world, tmp_path):
     doc = json.loads((tmp_path / "card" / "card.json").read_text())
     assert doc["settings"]["quick"] is True and doc["settings"]["attack"]["reconstruction"]["enabled"] is False
     assert doc["verdict"]["text"] == r.output.splitlines()[0]
+
+
+def test_with_a_holdout_the_membership_attack_runs_and_its_roc_is_on_the_page(card_world, tmp_path):
+    attack = {"reconstruction": {"enabled": False}, "attributes": {"enabled": False},
+              "membership": {"downstream": {"max_steps": 10}, "permutations": 50}}
+    cfg = card_config(card_world["release"], card_world["state"], tmp_path / "card",
+                      holdout="synthetic:test,ids=20,imgs=10,size=32", attack=attack)
+    card = make_card(cfg, progress=False)
+    rows = [r for r in card.data["privacy"]["summary"] if r["attack"].startswith("Membership")]
+    assert len(rows) == 1 and rows[0]["kind"] == "auc" and 0 <= rows[0]["p"] <= 1
+    page = card.paths["html"].read_text(encoding="utf-8")
+    assert "<h2>Membership</h2>" in page and "membership ROC, log axes" in page

@@ -206,7 +206,10 @@ def _privacy(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool)
         return json.loads(done.read_text(encoding="utf-8"))
     layers: dict[str, Any] = {"release": cfg.release, "state_dir": cfg.state_dir, "private": inputs["private"],
                               "public_model": str(inputs["public_model"]), "report": str(folder), "skip_bad": cfg.skip_bad}
-    attacks = dict(cfg.attack)
+    from pfd.card.config import ATTACK_DEFAULTS
+
+    attacks = {name: {**ATTACK_DEFAULTS.get(name, {}), **cfg.attack.get(name, {})}
+               for name in sorted(set(ATTACK_DEFAULTS) | set(cfg.attack))}
     if cfg.holdout:  # membership: a downstream model on the public data + the release, audited on the holdout
         attacks["membership"] = {**attacks.get("membership", {}), "holdout": cfg.holdout, "public": cfg.public[0]}
     acfg = build_config(AttackConfig, attacks, layers)

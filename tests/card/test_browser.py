@@ -28,7 +28,8 @@ def _browser() -> str | None:
     return next((p for p in map(shutil.which, BROWSERS) if p), None)
 
 
-pytestmark = pytest.mark.skipif(_browser() is None, reason="no Chromium on PATH (apt-get install chromium; CI has it)")
+pytestmark = [pytest.mark.skipif(_browser() is None, reason="no Chromium on PATH (apt-get install chromium; CI has it)"),
+              pytest.mark.xdist_group("card")]
 
 
 def _load(page: Path, tmp_path: Path) -> tuple[str, list[str], Path]:

@@ -18,7 +18,7 @@ from pfd.errors import PfdError
 from tests.card.conftest import PUBLIC, TEST, card_config
 from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("card")]
 
 
 def test_a_leaky_release_is_not_publishable_and_the_card_says_why(card_world):

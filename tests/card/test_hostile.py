@@ -9,6 +9,8 @@ from pfd.attacks.scorecard.html import report_html
 from pfd.cli import main
 from tests.card.conftest import PUBLIC, TEST
 
+pytestmark = pytest.mark.xdist_group("card")
+
 
 def _card(card_world, *args):
     rel, st = card_world["release"], card_world["state"]

@@ -27,7 +27,7 @@ def _audit(rng, *, rates=20, tests=10, n=240, chance=1 / 24, signal=0.0):
 
 def test_false_alarms_under_the_null_stay_below_five_percent():
     rng = np.random.default_rng(0)
-    audits = 1500
+    audits = 600
     family = per_row = 0
     for _ in range(audits):
         rows = _audit(rng)

@@ -148,8 +148,9 @@ def _scores(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) 
     def embed_scores(model: Path, path: Path) -> np.ndarray:
         if not path.is_file():
             emb = load_attacker(model, role="downstream", flip=e.flip, progress=progress).embed(test)  # (n, D)
-            buf = _npy(pair_scores(emb, pairs))
-            atomic_write_bytes(path, buf)
+            fresh = pair_scores(emb, pairs)  # (P,)
+            atomic_write_bytes(path, _npy(fresh))
+            return fresh
         return np.load(path)
 
     (out / "scores").mkdir(exist_ok=True)
@@ -168,8 +169,9 @@ def _scores(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) 
                 t0 = time.perf_counter()
                 model = finetune(tcfg, public, release if side == "with-release" else None, progress=progress, resume=True)
                 log.info("card: downstream %s seed %d done in %.1f s", side, seed, time.perf_counter() - t0)
-                embed_scores(model, path)
-            scores[side].append(np.load(path))
+                scores[side].append(embed_scores(model, path))
+            else:  # done by an earlier (resumed) run
+                scores[side].append(np.load(path))
     return {"pairs": pairs, "pairs_info": info, "scores": scores, "base": base}
 
 

@@ -63,7 +63,10 @@ _EXPORTS: dict[str, str] = {
     **{n: "pfd.distill.ogp" for n in ("Rotation", "OGPStep", "ogp_loss", "rotate")},
     **{n: "pfd.distill.rta" for n in ("rta_loss", "distill_loss", "ProxyDistiller")},
     "kmeans_prototypes": "pfd.distill.prototypes",
-    **{n: "pfd.distill.gate" for n in ("publication_checks", "PublicationRefused")},
+    "PublicationRefused": "pfd.distill.gate",
+    # the one audit
+    **{n: "pfd.audit.verdict" for n in ("decide", "Verdict")},
+    **{n: "pfd.attacks.scorecard.run" for n in ("run_audit", "run_scorecard", "audit_in_memory")},
     "OGPTrainer": "pfd.distill.ogp_trainer",
     # attacks
     **{n: "pfd.attacks.metrics" for n in ("wilson_interval", "oriented_auc", "tpr_at_fpr", "clopper_pearson",

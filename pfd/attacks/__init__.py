@@ -1,6 +1,6 @@
 """The attack suite, grouped by family (what ``pfd attack`` runs, and what it runs on).
 
-* :mod:`pfd.attacks.contract`: what an attack is (config, ``applicable``, ``run``, a result that
+* :mod:`pfd.audit.contract`: what an attack is (config, ``applicable``, ``run``, a result that
   renders its report rows) and the registry the scorecard iterates; :mod:`pfd.attacks.builtin`
   registers the built-in ones;
 * :mod:`pfd.attacks.linkability`: Visual Matching, Rank-1 Re-ID, their hubness-corrected forms,

@@ -1,6 +1,6 @@
 """The built-in attacks of the scorecard, registered in the order it runs them.
 
-Importing this module registers them (:data:`pfd.attacks.contract.ATTACKS`): linkability, its
+Importing this module registers them (:data:`pfd.audit.contract.CHECKS`): linkability, its
 hubness-corrected form, the rank of the source, reconstruction (:mod:`pfd.attacks.linkability.attacks`),
 attribute recovery (:mod:`pfd.attacks.attributes.attack`) and membership
 (:mod:`pfd.attacks.membership.attack`). It loads only their configs, so the CLI can make

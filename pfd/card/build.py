@@ -208,10 +208,7 @@ def _privacy(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool)
         return json.loads(done.read_text(encoding="utf-8"))
     layers: dict[str, Any] = {"release": cfg.release, "state_dir": cfg.state_dir, "private": inputs["private"],
                               "public_model": str(inputs["public_model"]), "report": str(folder), "skip_bad": cfg.skip_bad}
-    from pfd.card.config import ATTACK_DEFAULTS
-
-    attacks = {name: {**ATTACK_DEFAULTS.get(name, {}), **cfg.attack.get(name, {})}
-               for name in sorted(set(ATTACK_DEFAULTS) | set(cfg.attack))}
+    attacks = {name: dict(cfg.attack.get(name, {})) for name in sorted(cfg.attack)}
     if cfg.holdout:  # membership: a downstream model on the public data + the release, audited on the holdout
         attacks["membership"] = {**attacks.get("membership", {}), "holdout": cfg.holdout, "public": cfg.public[0]}
     acfg = build_config(AttackConfig, attacks, layers)
@@ -233,14 +230,15 @@ def _gate(state_dir: str) -> dict[str, Any] | None:
 
 
 def verdict(privacy: dict[str, Any], utility: dict[str, Any]) -> dict[str, Any]:
-    """The card's verdict: the privacy half's (:func:`pfd.attacks.scorecard.html.privacy_verdict`), then the gain.
+    """The card's verdict: the audit's (:func:`pfd.audit.verdict.decide`, the one ``pfd distill``'s gate and
+    ``pfd attack`` take), then the gain.
 
     Returns:
         ``{"publishable", "text", "privacy": {...}, "utility": {"diff", "ci95", "text"}}``.
     """
     from pfd.attacks.scorecard.html import privacy_verdict
 
-    p = privacy_verdict(privacy.get("summary", []))
+    p = privacy_verdict(privacy.get("verdict"))
     acc = utility["gain"]["accuracy"]
     d, (lo, hi) = 100 * acc["diff"], (100 * acc["ci95"][0], 100 * acc["ci95"][1])
     worth = f"worth {d:+.1f} ({lo:+.1f}, {hi:+.1f}) points of verification accuracy on your test people"

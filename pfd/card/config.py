@@ -18,7 +18,7 @@ from typing import Any
 from pfd.config.checks import Checker
 from pfd.errors import PfdError
 
-__all__ = ["CardConfig", "DownstreamConfig", "CardEvalConfig", "QUICK", "ATTACK_DEFAULTS"]
+__all__ = ["CardConfig", "DownstreamConfig", "CardEvalConfig", "QUICK"]
 
 
 @dataclass
@@ -110,8 +110,8 @@ class CardConfig:
         threads: CPU threads (0: torch's default).
         downstream: The downstream protocol.
         eval: The utility evaluation.
-        attack: Settings of ``pfd attack``'s ``[attack]`` table for the privacy half, laid over
-            :data:`ATTACK_DEFAULTS` attack by attack.
+        attack: Settings of ``pfd attack``'s ``[attack]`` table for the privacy half (the audit's
+            defaults where it says nothing: the same as ``pfd distill``'s gate and ``pfd attack``).
     """
 
     release: str = ""
@@ -146,13 +146,6 @@ class CardConfig:
 
 def _same(a: str, b: str) -> bool:
     return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
-
-
-#: The card's attack settings where ``[card.attack]`` says nothing: the reconstruction attack inverts
-#: a seeded sample of 64 proxies at 50 steps, as the privacy-utility benchmark does (one proxy per
-#: identity, 50 steps), not every proxy at ``pfd attack``'s 100 (300 MobileFaceNet proxies took
-#: 45 min of the 2 cores alone); ``[card.attack.reconstruction] limit = 0`` inverts them all.
-ATTACK_DEFAULTS: dict[str, dict[str, Any]] = {"reconstruction": {"limit": 64, "iterations": 50}}
 
 
 #: ``--quick``: a smoke card in minutes (figures mean little): a short fine-tune, few pairs and

@@ -40,14 +40,14 @@ def _floats(value: str | None, flag: str) -> list[float] | None:
 
 
 def _attack_options(fn: Any) -> Any:
-    """One option per field of every registered attack's config (:func:`pfd.attacks.contract.attack_options`):
+    """One option per field of every registered attack's config (:func:`pfd.audit.contract.check_options`):
     a bool is an on/off switch, the rest take a value; the parameter is ``<attack>__<field>``."""
     import typing
 
     import pfd.attacks.builtin  # noqa: F401 - registers the built-in attacks (their configs only: no torch)
-    from pfd.attacks.contract import attack_options
+    from pfd.audit.contract import check_options
 
-    for opt in reversed(attack_options()):
+    for opt in reversed(check_options()):
         name = f"{opt.attack}__{opt.field}"
         tp = opt.type if not isinstance(opt.type, str) else {"bool": bool, "int": int, "float": float, "str": str}.get(
             opt.type.split(" ")[0], str)

@@ -67,8 +67,6 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--judge", metavar="CKPT|pretrain", help="[release] a face model no loss sees, whose VisMatch and Re-ID "
               "join the gate: a checkpoint at the release's size, or 'pretrain' (a second model pretrained like the "
               "demo's public one).")
-@click.option("--gate-alpha", type=float, help="[release] family-wise rate of false refusals of a release at chance "
-              "(the gate's LEAKS tests; default 0.001).")
 @click.option("--allow-linkable", is_flag=True, default=None,
               help="[release] publish even when the publication gate fails (pfd's own attacks link the proxies "
                    "above chance, or OGP missed its margin target). For benchmark baselines, not for publishing.")
@@ -119,8 +117,7 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     rta = {k: kw.pop(k) for k in ("ipc", "iterations", "lambda_rta", "lambda_bn", "lambda_delink", "init", "init_data",
                                   "lambda_spatial")}
     rta.update(batch_size=kw.pop("rta_batch_size"), lr=kw.pop("rta_lr"))
-    release = {"label_seed": kw.pop("label_seed"), "allow_linkable": kw.pop("allow_linkable"), "judge": kw.pop("judge"),
-               "alpha": kw.pop("gate_alpha")}
+    release = {"label_seed": kw.pop("label_seed"), "allow_linkable": kw.pop("allow_linkable"), "judge": kw.pop("judge")}
     baseline = {"epsilon": kw.pop("epsilon"), "cell": kw.pop("dp_cell"), "pixels": kw.pop("dp_pixels"),
                 "blur_sigma": kw.pop("blur_sigma")}
     if seed is not None:

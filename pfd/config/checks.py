@@ -190,6 +190,8 @@ def _check_rta(cfg: RTAConfig, prefix: str = "rta.", flags: bool = True) -> None
       "must name a set of public faces with --init public (an identity folder, RecordIO or synthetic:public)")
     c.non_negative("lambda_spatial")
     c.at_least("spatial_grid", 1)
+    c.choice("source_ranks", ("uniform", "kmeans"))
+    c.non_negative("lambda_insider")
 
 
 def _check_baseline(cfg: BaselineConfig, prefix: str = "baseline.", flags: bool = True) -> None:
@@ -204,8 +206,6 @@ def _check_baseline(cfg: BaselineConfig, prefix: str = "baseline.", flags: bool 
 def _check_release(cfg: ReleaseConfig, prefix: str = "release.", flags: bool = True) -> None:
     c = Checker(cfg, prefix, flags)
     c.at_least("label_seed", 0)
-    c("rule_out", lambda v: v == 0 or (v >= 1 and math.isfinite(v)), "must be 0 (off) or a multiple of chance >= 1")
-    c("alpha", lambda v: 0 < v < 1, "must be a rate in (0, 1), e.g. 0.001")
     c.at_least("judge_seed", 0)
 
 

@@ -222,6 +222,15 @@ class RTAConfig:
             BatchNorm layer, the mean and variance of each region of a ``spatial_grid`` grid, matched
             to the private set's domain-level values. 0 = the paper's eq. 10.
         spatial_grid: Regions per side of those statistics.
+        source_ranks: ``"uniform"`` (pfd's default, rotating methods only): each prototype's
+            cosine to its source's template is moved to the de-linking term's target rank among
+            its cosines to the other identities (:func:`pfd.distill.prototypes.uniform_source_ranks`),
+            so that the insider (the adapted model) ranks each proxy's source like any identity;
+            ``"kmeans"``: the paper's eq. 8 prototypes as they are (whose sources the insider
+            finds as the identities most orthogonal to their proxies).
+        lambda_insider: Weight of the de-linking term in the adapted model's own space
+            (:mod:`pfd.distill.delink`; rotating methods only; 0 = the paper's eq. 10): the
+            proxies' sources at the same uniform ranks for the insider.
     """
 
     ipc: int = 10
@@ -244,6 +253,8 @@ class RTAConfig:
     init_data: str = ""
     lambda_spatial: float = 0.0
     spatial_grid: int = 4
+    source_ranks: str = "uniform"
+    lambda_insider: float = 10.0
 
 
 @dataclass
@@ -252,16 +263,10 @@ class ReleaseConfig:
 
     Attributes:
         label_seed: Seed of the arbitrary label permutation (independent of every other seed).
-        allow_linkable: Write the release even when the publication gate's checks fail (OGP
-            below its margin target, or proxies that pfd's own attacks link above chance). The
-            baselines of a benchmark need it; a publisher should not.
-        rule_out: The gate also refuses a release whose linkability intervals do not exclude a
-            linkage rate of this many times chance (their upper end lies above it): "not shown
-            above chance" is not "at chance" when the audit is too small to tell (few proxies per
-            identity). 5 from the power simulation in docs/distill.md; 0 turns the rule off.
-        alpha: Family-wise rate at which the gate's LEAKS tests refuse a release that is at
-            chance, split evenly over its linkability checks (Bonferroni); 0.001 in the power
-            simulation of docs/distill.md.
+        allow_linkable: Write the release even when the audit refuses it (OGP below its margin
+            target, or proxies that pfd's own attacks link above chance). The baselines of a
+            benchmark need it; a publisher should not. The audit's level is not a setting: the
+            gate, ``pfd attack`` and ``pfd card`` decide at the one level of :mod:`pfd.audit.verdict`.
         judge: A face model that no loss of the run sees, whose VisMatch and Re-ID join the gate:
             a checkpoint at the release's image size, ``"pretrain"`` (a second model pretrained
             like the demo's public one, with seed ``judge_seed``), or empty (no judge; then
@@ -272,8 +277,6 @@ class ReleaseConfig:
 
     label_seed: int = 0
     allow_linkable: bool = False
-    rule_out: float = 5.0
-    alpha: float = 0.001
     judge: str = ""
     judge_seed: int = 1
 
@@ -372,7 +375,7 @@ ATTACK_DOWNSTREAM_DEFAULTS: dict[str, Any] = {
 class AttackConfig:
     """``pfd attack``: the release scorecard's shared settings; each attack's own are its table.
 
-    Every registered attack (:mod:`pfd.attacks.contract`) owns a config dataclass; its settings come
+    Every registered attack (:mod:`pfd.audit.contract`) owns a config dataclass; its settings come
     from the recipe's ``[attack.<name>]`` table (``[attack.reconstruction]``, ``[attack.membership]``,
     ...) and its ``pfd attack`` options, and are collected here in :attr:`attacks` by name.
 

@@ -32,9 +32,9 @@ _FREE = {"resume", "out", "state_dir", "workers", "threads", "embed_cache",
          # A longer OGP schedule continues the fine-tuning (and redoes what follows it); the
          # publication gate's override decides only whether the finished release is written.
          "ogp.epochs", "ogp.max_steps", "ogp.min_steps", "ogp.step_cap", "ogp.target_below_margin",
-         "release.allow_linkable", "release.rule_out",
-         # The gate's level and judge decide only whether the finished release is written (no loss sees the judge).
-         "release.alpha", "release.judge", "release.judge_seed"}
+         "release.allow_linkable",
+         # The gate's judge decides only whether the finished release is written (no loss sees it).
+         "release.judge", "release.judge_seed"}
 
 
 

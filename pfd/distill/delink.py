@@ -23,6 +23,11 @@ where ``s^a_{i, c}`` is attack ``a``'s score of identity ``c`` for proxy ``i`` i
 score of the *other* identities: the value that puts the source at rank ``r_i``. A release whose
 source ranks are uniform is linked by top-1 at exactly chance (``1/N``), and so by any rank.
 
+The same term in the adapted model's own space (``rta.lambda_insider``, :class:`PublicView` over
+the adapted model's private gallery; it reads the embeddings eq. 9 computes anyway) puts the
+source at the same uniform rank for the *insider*: without it OGP's eq. 3 leaves each source the
+identity most orthogonal to its proxies, which an insider who ranks by ``|cos|`` finds.
+
 Because the loss sees the public model, the public model's gate checks measure the loss's own
 target; the gate then needs a judge that no loss sees (``release.judge``, :mod:`pfd.distill.gate`).
 """
@@ -153,6 +158,9 @@ class PublicView:
 
     def loss(self, x: torch.Tensor, source: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
         """``L_dl`` of images ``x`` ``(B, 3, H, W)`` whose sources are ``source`` ``(B,)``."""
-        emb = F.normalize(self.model(x).float(), dim=1)  # (B, D)
+        return self.loss_of(F.normalize(self.model(x).float(), dim=1), source, rank)
+
+    def loss_of(self, emb: torch.Tensor, source: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+        """``L_dl`` of normalised embeddings ``emb`` ``(B, D)`` already computed by this view's model."""
         g = self.gallery.to(emb.device, emb.dtype)
         return delink_loss(identity_scores(emb, g, self.gallery_id.to(emb.device), self.n_ids), source, rank)

@@ -34,13 +34,13 @@ from pfd.data.shape import same_size, size_text
 from pfd.data.sources import open_faces
 from pfd.distill.batches import gather_batches, save_batch
 from pfd.distill.claim import claim_run
-from pfd.distill.delink import PublicView
-from pfd.distill.gate import PublicationRefused, failed_checks, format_checks, publication_checks, refusal_message
+from pfd.distill.delink import PublicView, target_ranks
+from pfd.distill.gate import PublicationRefused, audit_config, refusal_message
 from pfd.distill.init_pool import InitPool, check_disjoint
 from pfd.distill.methods import check_method
 from pfd.distill.ogp import Rotation, rotate
 from pfd.distill.ogp_trainer import OGPTrainer
-from pfd.distill.prototypes import kmeans_prototypes, raw_selection
+from pfd.distill.prototypes import kmeans_prototypes, raw_selection, uniform_source_ranks
 from pfd.distill.public import pretrained_public_model
 from pfd.distill.rta import ProxyDistiller, proxy_batches
 from pfd.distill.summary import build_summary
@@ -351,11 +351,15 @@ class Distillation:
                 E_rot, self.faces.labels, k=cfg.rta.ipc, seed=cfg.rta.kmeans_seed, n_init=cfg.rta.kmeans_n_init,
                 num_identities=self.N, identities=self.faces.identities,
             )  # fmt: skip
+            centers = class_centers(E, self.faces.labels, self.N)  # (N, D) original space: the insider's templates
+            if self.rotated and cfg.rta.source_ranks == "uniform":  # the insider's ranks, as the de-linking term's
+                ranks = target_ranks(np.arange(len(P)), self.N, cfg.rta.ipc, seed=cfg.rta.seed)
+                P = uniform_source_ranks(P, pid, centers, ranks)
             doc = {
                 "P": P,
                 "proto_identity": pid,
                 "identities": list(self.faces.identities),
-                "centers": class_centers(E, self.faces.labels, self.N),  # original space, (N, D)
+                "centers": centers,
                 "cos_rotated": (E_rot * E).sum(1),  # cos(M e, e) per private image, (n,)
                 "embeddings": E,  # (n, D) original space: the insider's gallery in the publication gate
                 "rotated": self.rotated,
@@ -403,6 +407,7 @@ class Distillation:
             backbone, head, P, size=cfg.size, cfg=cfg.rta, device=self.acc.device,
             amp=self.acc.mixed_precision == "bf16", progress=False, public=public,
             init_pool=self.init_pool if not real else None, spatial=spatial,
+            insider=self._insider_view(protos) if self.rotated and cfg.rta.lambda_insider > 0 and not real else None,
         )  # fmt: skip
         # Counted in Adam iterations, not batches: a batch can take minutes, and a log (no terminal)
         # gets its progress line every ~30 s from the bar (pfd.progress).
@@ -432,6 +437,12 @@ class Distillation:
 
         return Embedder(model, batch_size=256, device=self.acc.device, cache_dir=cache)(x)
 
+    def _insider_view(self, protos: dict[str, Any]) -> Any:
+        """The adapted model's private gallery, for the insider's de-linking term (no model: it reads RTA's embeddings)."""
+
+        labels = torch.as_tensor(np.asarray(self.faces.labels), dtype=torch.int64)
+        return PublicView(None, protos["embeddings"], labels, self.N)  # type: ignore[arg-type]
+
     def _public_view(self) -> Any:
         """The public model and its private gallery, for the de-linking term (:mod:`pfd.distill.delink`)."""
 
@@ -453,35 +464,22 @@ class Distillation:
         return self.method.transform(x, self.baseline, batch_generator(self.cfg.baseline.seed, batch_index))
 
     # -- stage 4: the release ----------------------------------------------------------------
-    def gate(self, backbone: torch.nn.Module, docs: list[dict[str, Any]], source: np.ndarray,
-             protos: dict[str, Any]) -> list[dict[str, Any]]:
-        """The publication gate's checks (:mod:`pfd.distill.gate`) on the released pixels."""
+    def gate(self, proxies: np.ndarray, source: np.ndarray) -> Any:
+        """The audit of the release before it is written (:mod:`pfd.distill.gate`): the same registered
+        checks and verdict as ``pfd attack`` and ``pfd card`` on the written release.
 
-        proxies = torch.cat([d["proxies"] for d in docs]).float().div_(255.0)  # (NK, 3, H, W)
-        labels = np.asarray(self.faces.labels)
-        embed, cache = self._embed, self.embed_cache
-        # The private set goes through the embedding cache (its gallery is the same for every run
-        # that shares the model); the proxies are new to every run. The private gallery in the
-        # adapted model was embedded by the prototypes stage (a state dir from before it stored
-        # them is embedded again).
-        gallery = protos["embeddings"] if "embeddings" in protos else embed(backbone, self.faces, cache)
-        insider = (torch.cat([d["embeddings"] for d in docs]), gallery)
+        Args:
+            proxies: ``(NK, 3, H, W)`` uint8, the released pixels.
+            source: ``(NK,)`` each proxy's source identity.
+        """
 
-        def view(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
-            model = load_backbone(path).to(self.acc.device)
-            return embed(model, proxies), embed(model, self.faces, cache)
+        from pfd.attacks.scorecard.run import audit_in_memory
 
-        judge = view(self.state.judge_model) if self.cfg.release.judge else None
-        rotated = bool(protos.get("rotated", False))
-        below = float((protos["cos_rotated"].abs() < self.cfg.ogp.rep_margin).float().mean()) if rotated else None
-        return publication_checks(
-            proxy_source=source, private_labels=labels, insider=insider, public=view(self.state.public_model),
-            judge=judge, below_margin=below, target=self.cfg.ogp.target_below_margin if rotated else None,
-            rule_out=self.cfg.release.rule_out, alpha=self.cfg.release.alpha,
-        )  # fmt: skip
+        return audit_in_memory(audit_config(self.cfg, self.state.root), proxies=proxies, source=source,
+                               private=self.faces, state_dir=self.state.root, method=self.cfg.method,
+                               label_seed=self.cfg.release.label_seed, cache_dir=self.embed_cache)
 
-    def release(self, protos: dict[str, Any], ogp_losses: dict[str, float],
-                backbone: torch.nn.Module | None = None) -> dict[str, Any] | None:
+    def release(self, protos: dict[str, Any], ogp_losses: dict[str, float]) -> dict[str, Any] | None:
         """Main process: gather every batch file, run the publication gate, then write the release,
         the proxy map and the summary.
 
@@ -498,22 +496,21 @@ class Distillation:
             proxies = torch.cat([d["proxies"] for d in docs]).numpy()  # (NK, 3, H, W) uint8
             pid = protos["proto_identity"]
             source = pid[rows].numpy()
-            if backbone is None:
-                backbone = self.load_adapted()[0]
-            checks = self.gate(backbone, docs, source, protos)
-            failed = failed_checks(checks)
+            audit = self.gate(proxies, source)
+            verdict = audit.verdict
+            failed = not verdict.publishable
             publish = not failed or cfg.release.allow_linkable
-            gate = {"checks": checks, "passed": not failed, "published": publish,
+            gate = {"checks": audit.rows, "verdict": verdict.as_dict(), "passed": not failed, "published": publish,
                     "override": bool(failed and cfg.release.allow_linkable)}  # fmt: skip
             if publish:
                 if failed:
-                    log.warning("publishing although the gate failed (--allow-linkable):\n%s", format_checks(failed))
+                    log.warning("publishing although the audit refused it (--allow-linkable): %s", verdict.text)
                 if cfg.resume:
                     clear_interrupted_release(self.out)
                 written = write_release(
                     self.out, proxies, source, method=cfg.method, label_seed=cfg.release.label_seed,
                     state_dir=st.root, resume=cfg.resume, run_id=self.claim.run_id,
-                    checks={c["name"]: bool(c["passed"]) for c in checks}, avoid_labels=self.faces.identities,
+                    audit=verdict.summary(), avoid_labels=self.faces.identities,
                 )  # fmt: skip
                 write_proxy_map(
                     st.root, written, proxy_source=source, identities=self.faces.identities,
@@ -537,7 +534,7 @@ class Distillation:
                 summary["baseline"] = {"method": cfg.method, **self.baseline}
             atomic_write_json(st.summary, summary)
             if not publish:
-                refused = refusal_message(failed, cfg, st.root)
+                refused = refusal_message(verdict, cfg, st.root)
         self.acc.wait_for_everyone()
         if refused is not None:
 
@@ -573,7 +570,7 @@ def distill(
         backbone, head, M = run.load_adapted()
         protos = run.prototypes(backbone, M)
         run.proxies(backbone, head, protos)
-        summary = run.release(protos, ogp_losses, backbone)
+        summary = run.release(protos, ogp_losses)
     except BaseException as e:
         run.close(failed=not isinstance(e, PublicationRefused))
         raise

@@ -2,6 +2,9 @@
 
 * :func:`kmeans_prototypes`: ``P`` (NK × D) on ``E_ort = E Mᵀ``, which RTA's proxies are distilled
   towards (eq. 8-9);
+* :func:`uniform_source_ranks`: pfd's correction of P (not in the paper) that puts each
+  prototype's source at a random rank among the identity templates, so that the adapted model
+  (the insider) sees each proxy's source rank like any identity's;
 * :func:`raw_selection`: for the methods that release real images (``raw`` and the baselines),
   the K images of each identity nearest its K prototypes, each image once.
 """
@@ -16,7 +19,7 @@ import torch
 
 from pfd.errors import PfdError
 
-__all__ = ["kmeans_prototypes", "raw_selection"]
+__all__ = ["kmeans_prototypes", "uniform_source_ranks", "raw_selection"]
 
 
 def kmeans_prototypes(
@@ -88,6 +91,61 @@ def kmeans_prototypes(
     P = torch.from_numpy(protos / np.maximum(norms, 1e-12)).float()
     proto_identity = torch.arange(n_id, dtype=torch.int64).repeat_interleave(k)
     return P, proto_identity
+
+
+def uniform_source_ranks(
+    P: torch.Tensor, proto_identity: torch.Tensor, templates: torch.Tensor, ranks: torch.Tensor, *, iterations: int = 8,
+) -> torch.Tensor:
+    """Move each prototype so that its own identity's template ranks at a random place among all templates.
+
+    Why (not in the paper). OGP's eq. 3 drives ``|cos(M e, e)|`` below its margin for every
+    private embedding, while the cosines of ``M e`` to *other* identities keep their natural
+    spread; RTA's proxies follow the prototypes, so under the adapted model a proxy's source is the
+    identity most orthogonal to it (an attacker naming the identity of smallest ``|cos|`` links it,
+    and the source's rank is not uniform). Here each prototype row ``p`` (identity ``i``) gets
+    a target rank ``r`` (the de-linking term's balanced design,
+    :func:`pfd.distill.delink.target_ranks`: each rank K times); its cosine to ``i``'s template
+    ``t_i`` is set between the ``r``-th and ``(r+1)``-th largest of its cosines to the other
+    ``N − 1`` templates by moving
+    ``p`` along ``t_i`` and renormalising (repeated ``iterations`` times, as templates are not
+    orthogonal). The own cosine then *is* a draw from the other identities' cosines, signed and
+    absolute: the source ranks at ``r``, uniform on ``{0, …, N − 1}``, independently for each of an identity's K
+    prototypes. Every other cosine moves by ``(target − own)·cos(t_i, t_j)``, and nothing about
+    the identity's K-means modes changes but that one coordinate.
+
+    Args:
+        P: ``(NK, D)`` normalised prototypes (rotated space).
+        proto_identity: ``(NK,)`` identity of each row.
+        templates: ``(N, D)`` identity templates in the original space (the adapted model's class
+            centres: what an insider compares proxies with).
+        ranks: ``(NK,)`` target rank of each row in ``[0, N)`` (0 = the most similar).
+        iterations: Fixed-point passes.
+
+    Returns:
+        ``(NK, D)`` float32 normalised prototypes.
+    """
+    T = torch.nn.functional.normalize(templates.double(), dim=1)  # (N, D)
+    n_id = T.shape[0]
+    X = torch.nn.functional.normalize(P.double(), dim=1).clone()  # (NK, D)
+    if n_id < 2:
+        return X.float()
+    pid = proto_identity.long()
+    rows = torch.arange(len(X))
+    # The slot among the N - 1 others' sorted (ascending) cosines: N slots (below all, between
+    # two, above all); slot N - 1 - r puts the source at rank r with no ties.
+    slot = (n_id - 1 - ranks.long()).clamp_(0, n_id - 1)  # (NK,)
+    for _ in range(max(1, int(iterations))):
+        cos = X @ T.T  # (NK, N)
+        own = cos[rows, pid]
+        others = cos.clone()
+        others[rows, pid] = float("inf")
+        v = others.sort(1).values[:, : n_id - 1]  # (NK, N-1) ascending
+        gap = (v[:, -1] - v[:, 0]) / max(n_id - 2, 1)  # a typical spacing, for the two open ends
+        lo = torch.where(slot > 0, v[rows, (slot - 1).clamp(min=0)], v[:, 0] - gap)
+        hi = torch.where(slot < n_id - 1, v[rows, slot.clamp(max=n_id - 2)], v[:, -1] + gap)
+        target = (lo + hi) / 2  # (NK,)
+        X = torch.nn.functional.normalize(X + (target - own)[:, None] * T[pid], dim=1)
+    return X.float()
 
 
 def raw_selection(emb: torch.Tensor, labels: np.ndarray, P: torch.Tensor, proto_identity: torch.Tensor) -> np.ndarray:

@@ -194,6 +194,9 @@ class ProxyDistiller:
             :class:`~pfd.distill.init_pool.InitPool`); ``None``: Gaussian noise (the paper).
         spatial: Domain-level targets of the spatial statistics (:func:`pfd.nn.spatial_stats.spatial_targets`,
             weight ``cfg.lambda_spatial``); ``None`` or a zero weight: none.
+        insider: The adapted model's own private gallery for the insider's de-linking term (weight
+            ``cfg.lambda_insider``; ``model`` unused: the term reads the embeddings eq. 9 already
+            computes, so it costs no forward). ``None`` or a zero weight: none.
         fast_prelu: Frozen PReLU layers skip their slopes' unused gradient (:mod:`pfd.nn.frozen_prelu`,
             bit-identical); ``False`` keeps aten's backward (the speed benchmark's "before").
     """
@@ -214,6 +217,7 @@ class ProxyDistiller:
         init_pool: Any | None = None,
         spatial: dict[str, Any] | None = None,
         fast_prelu: bool = True,
+        insider: PublicView | None = None,
     ) -> None:
         self.backbone = backbone.eval().requires_grad_(False)
         if getattr(cfg, "init", "noise") == "public" and init_pool is None:
@@ -227,6 +231,7 @@ class ProxyDistiller:
         self.public = public if public is not None and lam > 0 else None
         if self.public is not None:
             self.public.model.eval().requires_grad_(False)
+        self.insider = insider if insider is not None and float(getattr(cfg, "lambda_insider", 0.0) or 0.0) > 0 else None
         if isinstance(head, nn.Module):
             head.eval().requires_grad_(False)
         self.head = head
@@ -276,14 +281,15 @@ class ProxyDistiller:
             start: Callable[[torch.Generator], torch.Tensor] = lambda gen: pool.images(np.asarray(rows))  # noqa: E731
         else:
             start = lambda gen: self.init_noise(n, gen)  # noqa: E731
-        public = self.public
-        if public is not None:  # checked before any hook is placed on the models
+        public, insider = self.public, self.insider
+        view = public if public is not None else insider
+        if view is not None:  # checked before any hook is placed on the models
             if sources is None:
                 raise PfdError("the de-linking term needs each proxy's source identity (sources=)")
             src_t = torch.as_tensor(np.asarray(sources), dtype=torch.int64, device=self.device)
             if rows is None:
                 raise PfdError("the de-linking term needs each proxy's prototype row (rows=)")
-            rank_t = target_ranks(np.asarray(rows), public.n_ids, int(cfg.ipc), seed=cfg.seed).to(self.device)
+            rank_t = target_ranks(np.asarray(rows), view.n_ids, int(cfg.ipc), seed=cfg.seed).to(self.device)
         engine = ImageInversion(
             self.backbone, size=self.size, iterations=cfg.iterations, lr=cfg.lr, betas=tuple(cfg.betas),
             crop_scale=tuple(cfg.crop_scale), flip=cfg.flip, shift=cfg.shift, lambda_bn=cfg.lambda_bn,
@@ -310,6 +316,10 @@ class ProxyDistiller:
                 l_dl = public.loss(x, src_t, rank_t)
                 total = total + cfg.lambda_delink * l_dl
                 comps["delink"] = l_dl.detach()
+            if insider is not None:  # the same ranks, in the adapted model's own space: no extra forward
+                l_in = insider.loss_of(emb.float(), src_t, rank_t)
+                total = total + cfg.lambda_insider * l_in
+                comps["insider"] = l_in.detach()
             return total, comps
 
         bar = progress_bar(total=cfg.iterations, desc=f"RTA batch {batch_index}", enabled=self.progress)

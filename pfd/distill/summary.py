@@ -168,7 +168,7 @@ def format_summary(summary: dict[str, Any], *, private: str = "SPEC", skip_bad: 
         from pfd.distill.gate import format_checks
 
         head = "passed" if gate["passed"] else ("FAILED, published with --allow-linkable" if gate["published"] else "FAILED, not published")
-        lines.append(f"gate        {head}")
+        lines.append(f"gate        {head}: {(gate.get('verdict') or {}).get('text', '')}")
         lines += ["            " + line for line in format_checks(gate["checks"]).splitlines()]
     if gate and not gate["published"]:
         lines.append(f"state       {summary['state_dir']}  (private: never publish)")

@@ -18,7 +18,10 @@ the mean face and the lighting cancel and what is left is where this photo's edg
    a negative correlates at −1). A genuine proxy, distilled from noise, shares no edge layout with
    any private photo; an edited copy keeps most of it.
 3. **Threshold**, calibrated on the release itself as for the embedding test: median + 5 robust SDs
-   of the releases' scores, never below :data:`SCORE_FLOOR`.
+   of the releases' scores, never below :data:`SCORE_FLOOR` and never above :data:`SCORE_CEILING`
+   (a release of real faces spreads its scores so widely that median + 5 SDs passes 1, where no
+   score can reach: an aligned correlation of 0.95 is a copy whatever else the release holds; two
+   different photos of one synthetic person reach 0.92 at most).
 
 Blends below about a third of the photo and JPEG at quality 5 keep too little of the structure to
 be told from a proxy by pixels; docs/distill.md lists what is found and what is not.
@@ -34,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["AlignedMatch", "find_aligned_copies", "structure", "SCORE_FLOOR"]
+__all__ = ["AlignedMatch", "find_aligned_copies", "structure", "SCORE_FLOOR", "SCORE_CEILING"]
 
 #: Work side of the structure images.
 SIDE = 32
@@ -42,6 +45,8 @@ SIDE = 32
 THUMB = 8
 #: The calibrated threshold is never below this absolute correlation.
 SCORE_FLOOR = 0.5
+#: ... and never above this one: a copy aligns at 0.99; two photos of one person at 0.92 at most.
+SCORE_CEILING = 0.95
 #: Robust standard deviations above the release's median score.
 SIGMAS = 5.0
 #: Candidate private images per released image (direct, and again by their crops), and (window,
@@ -246,10 +251,10 @@ def find_aligned_copies(released: torch.Tensor, private: torch.Tensor) -> list[A
 
 
 def calibrated_threshold(scores: np.ndarray) -> float:
-    """Median + :data:`SIGMAS` robust SDs of the release's scores, at least :data:`SCORE_FLOOR`."""
+    """Median + :data:`SIGMAS` robust SDs of the release's scores, within [:data:`SCORE_FLOOR`, :data:`SCORE_CEILING`]."""
     s = np.asarray(scores, dtype=np.float64)
     if s.size == 0:
         return SCORE_FLOOR
     med = float(np.median(s))
     mad = 1.4826 * float(np.median(np.abs(s - med)))
-    return max(SCORE_FLOOR, med + SIGMAS * mad)
+    return min(SCORE_CEILING, max(SCORE_FLOOR, med + SIGMAS * mad))

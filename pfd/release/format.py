@@ -35,7 +35,7 @@ import torch
 from PIL import Image
 
 __all__ = [
-    "FORMAT", "FORMAT_VERSION", "MANIFEST", "MANIFEST_KEYS", "CHECK_NAMES", "LABEL_NAME_RE", "PNG_NAME_RE", "TMP_NAME_RE",
+    "FORMAT", "FORMAT_VERSION", "MANIFEST", "MANIFEST_KEYS", "AUDIT_KEYS", "LABEL_NAME_RE", "PNG_NAME_RE", "TMP_NAME_RE",
     "RELEASE_FILE_MODE", "RELEASE_DIR_MODE", "to_uint8", "encode_png", "looks_ordered", "label_permutation",
     "read_manifest",
 ]
@@ -46,15 +46,15 @@ MANIFEST = "manifest.json"
 #: Leftovers of :func:`pfd.io.atomic_open` after a kill.
 TMP_NAME_RE = re.compile(r"^\..+\.tmp$")
 
-#: Names of the publication gate's checks (:mod:`pfd.distill.gate`), the only keys of ``checks``.
-CHECK_NAMES = frozenset({"ogp_margin", "judge_competence"} | {
-    f"{who}_{attack}" for who in ("insider", "public", "judge")
-    for attack in ("vismatch", "reid", "vismatch_csls", "reid_csls")})  # pfd.distill.gate.ATTACKS per model
+#: The keys of the manifest's ``audit`` table: the verdict the release passed, in aggregates only
+#: (:meth:`pfd.audit.verdict.Verdict.summary`; nothing about any person), each a number, a bool or null.
+AUDIT_KEYS = frozenset({"version", "level", "rule_out", "figures", "checks", "publishable", "largest_rate_over_chance",
+                        "bound_over_chance", "failed"})
 
 #: Every key a manifest may hold (the documented schema).
 MANIFEST_KEYS = frozenset(
     {"format", "format_version", "method", "run_id", "image_size", "num_classes", "num_images", "images_per_class", "files",
-     "checks"}
+     "audit"}
 )
 
 #: Modes of the published files and folders (readable by everyone: it is the public artefact).

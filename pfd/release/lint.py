@@ -31,7 +31,7 @@ import numpy as np
 
 from pfd.data.faceset import FaceSet
 from pfd.release.format import (
-    CHECK_NAMES,
+    AUDIT_KEYS,
     FORMAT,
     looks_ordered,
     MANIFEST,
@@ -300,11 +300,11 @@ def _check_schema(manifest: dict[str, Any], findings: list[Finding]) -> None:
             findings.append(Finding("manifest", f"{MANIFEST}:{key}", "not a string"))
     if "run_id" in manifest and isinstance(manifest["run_id"], str) and not re.fullmatch(r"[0-9a-f]{8,64}", manifest["run_id"]):
         findings.append(Finding("manifest", f"{MANIFEST}:run_id", "not a random hex run id; it may carry data: rewrite the release"))
-    checks = manifest.get("checks")
-    if "checks" in manifest and not (isinstance(checks, dict) and set(checks) <= CHECK_NAMES
-                                     and all(isinstance(v, bool) for v in checks.values())):
-        findings.append(Finding("manifest", f"{MANIFEST}:checks", "not a table of the publication checks -> true/false; "
-                                                                 "it may carry data: rewrite the release"))
+    audit = manifest.get("audit")
+    if "audit" in manifest and not (isinstance(audit, dict) and set(audit) <= AUDIT_KEYS and all(
+            v is None or isinstance(v, (bool, int, float)) for v in audit.values())):
+        findings.append(Finding("manifest", f"{MANIFEST}:audit", "not the audit's aggregate verdict (numbers and "
+                                                                "true/false only); it may carry data: rewrite the release"))
     files, per = manifest.get("files"), manifest.get("images_per_class")
     if not isinstance(files, dict) or not all(isinstance(v, str) and _HEX64.match(v) for v in files.values()):
         findings.append(Finding("manifest", f"{MANIFEST}:files", "not a table of file -> sha256"))

@@ -20,7 +20,7 @@ from pfd.data.shape import ImageSize, canonical_size, pil_size
 from pfd.errors import PfdError
 from pfd.io import sha256_file
 
-__all__ = ["ReleaseFaces", "read_release", "looks_like_release", "check_complete_release"]
+__all__ = ["ReleaseFaces", "read_release", "release_tensor", "looks_like_release", "check_complete_release"]
 
 
 class ReleaseFaces(FaceSet):
@@ -51,16 +51,28 @@ class ReleaseFaces(FaceSet):
         path = self.root / self._paths[index]
         try:
             with Image.open(path) as im:
-                im = im.convert("RGB")
-                if im.size != pil_size(self.size):
-                    im = im.resize(pil_size(self.size), Image.BILINEAR)
-                arr = np.asarray(im, dtype=np.uint8)
+                return release_tensor(im, self.size)
         except OSError as e:
             raise PfdError(f"{path}: cannot decode image ({e}); re-download the release") from None
-        return torch.from_numpy(arr.copy()).permute(2, 0, 1).float().div_(255.0)
 
     def name(self, index: int) -> str:
         return self._paths[index]
+
+
+def release_tensor(image: "Image.Image | np.ndarray", size: ImageSize) -> torch.Tensor:
+    """A released image as the audit reads it: RGB, resized to ``size`` (bilinear) when it differs,
+    ``(3, H, W)`` float in [0, 1]. One function for a release on disk and one still in memory.
+
+    Args:
+        image: A PIL image or ``(H, W, 3)`` uint8 pixels.
+        size: ``S`` or ``(H, W)``.
+    """
+    im = Image.fromarray(image) if isinstance(image, np.ndarray) else image
+    im = im.convert("RGB")
+    if im.size != pil_size(size):
+        im = im.resize(pil_size(size), Image.BILINEAR)
+    arr = np.asarray(im, dtype=np.uint8)
+    return torch.from_numpy(arr.copy()).permute(2, 0, 1).float().div_(255.0)
 
 
 def read_release(path: str | os.PathLike, *, verify: bool = False, size: ImageSize | None = None) -> ReleaseFaces:

@@ -22,7 +22,7 @@ from pfd.data.shape import plain_size
 from pfd.errors import PfdError
 from pfd.io import atomic_write_bytes, atomic_write_json, sha256_bytes, sha256_file
 from pfd.release.format import (
-    CHECK_NAMES,
+    AUDIT_KEYS,
     FORMAT,
     FORMAT_VERSION,
     LABEL_NAME_RE,
@@ -38,7 +38,7 @@ from pfd.release.format import (
 )
 from pfd.release.state_dir import PROXY_MAP, check_separate
 
-__all__ = ["WrittenRelease", "write_release", "clear_interrupted_release", "write_proxy_map"]
+__all__ = ["WrittenRelease", "write_release", "release_layout", "clear_interrupted_release", "write_proxy_map"]
 
 
 @dataclass
@@ -94,7 +94,7 @@ def write_release(
     method: str,
     label_seed: int,
     run_id: str | None = None,
-    checks: Mapping[str, bool] | None = None,
+    audit: Mapping[str, Any] | None = None,
     state_dir: str | os.PathLike | None = None,
     resume: bool = False,
     avoid_labels: Iterable[str] = (),
@@ -114,8 +114,9 @@ def write_release(
             release; keep it in the state dir).
         run_id: The run id of the state dir (:mod:`pfd.distill.claim`), recorded in the manifest;
             with ``resume`` a previous release must carry the same one.
-        checks: The publication gate's verdicts (:data:`CHECK_NAMES` -> passed), recorded in the
-            manifest so that a reader sees which of pfd's own checks the release passed.
+        audit: The audit's verdict in aggregates (:data:`AUDIT_KEYS`: version, level, figures,
+            largest rate / chance, publishable), recorded in the manifest so that whoever downloads
+            the release sees what it passed.
         state_dir: If given, refuse when it lies inside the release or contains it.
         resume: Allow replacing a previous pfd release in ``out``.
         avoid_labels: Names a label must never equal: the private identity names. Labels are
@@ -145,7 +146,7 @@ def write_release(
         old = _prepare_release_dir(out, resume, run_id)  # again, now that no one else writes here
         try:
             return _write_release(out, imgs, cls, method=method, label_seed=label_seed, run_id=run_id, old=old,
-                                  checks=checks, avoid_labels=avoid_labels)
+                                  audit=audit, avoid_labels=avoid_labels)
         except BaseException:
             if old is None:  # a new release that failed (a full disk, Ctrl-C): leave no half-written folder
                 clear_interrupted_release(out)
@@ -200,10 +201,23 @@ def _folder_lock(folder: Path) -> Iterator[None]:
 
 
 
-def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str, label_seed: int, run_id: str | None,
-                   old: dict[str, Any] | None, checks: Mapping[str, bool] | None = None,
-                   avoid_labels: Iterable[str] = ()) -> WrittenRelease:
+def release_layout(cls: np.ndarray, *, label_seed: int, avoid_labels: Iterable[str] = ()
+                   ) -> tuple[list[str], list[str], dict[int, str]]:
+    """Where each proxy goes in the release (pure): ``(files, labels, class_label)``.
 
+    Labels are an arbitrary permutation of the classes (``label_seed``), zero-padded and one digit
+    wider when one would read as a name in ``avoid_labels``; within a class the files are shuffled.
+    The audit of a release still in memory orders its proxies by these names, as a reader of the
+    written release does, so both see the same order.
+
+    Args:
+        cls: ``(n,)`` internal class of each proxy.
+        label_seed: Seed of the permutation and the in-class shuffles.
+        avoid_labels: Names a label must never equal.
+
+    Returns:
+        ``files`` (``"<label>/<k>.png"`` per proxy), ``labels`` per proxy, ``{class: label}``.
+    """
     rng = np.random.default_rng(int(label_seed))
     classes = np.unique(cls)  # internal order
     perm = label_permutation(len(classes), rng)
@@ -223,6 +237,16 @@ def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str,
         for k, idx in enumerate(members[rng.permutation(len(members))]):
             files[idx] = f"{label}/{k:0{kwidth}d}.png"
             labels[idx] = label
+    return files, labels, class_label
+
+
+def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str, label_seed: int, run_id: str | None,
+                   old: dict[str, Any] | None, audit: Mapping[str, Any] | None = None,
+                   avoid_labels: Iterable[str] = ()) -> WrittenRelease:
+
+    files, labels, class_label = release_layout(cls, label_seed=label_seed, avoid_labels=avoid_labels)
+    classes = np.unique(cls)  # internal order
+    counts = np.bincount(np.searchsorted(classes, cls), minlength=len(classes))
 
     sums: dict[str, str] = {}
     for idx in range(len(cls)):
@@ -245,11 +269,11 @@ def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str,
     }
     if run_id is not None:
         manifest["run_id"] = str(run_id)
-    if checks is not None:
-        unknown = set(checks) - CHECK_NAMES
+    if audit is not None:
+        unknown = set(audit) - AUDIT_KEYS
         if unknown:
-            raise ValueError(f"unknown publication checks {sorted(unknown)}")
-        manifest["checks"] = {str(k): bool(v) for k, v in sorted(checks.items())}
+            raise ValueError(f"not an audit summary field: {sorted(unknown)}")
+        manifest["audit"] = {str(k): audit[k] for k in sorted(audit)}
     for rel in sums:
         os.chmod(out / rel, RELEASE_FILE_MODE)  # mkstemp made them 0600
     atomic_write_json(out / MANIFEST, manifest)

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 import pfd.attacks.builtin  # noqa: F401 - registers the built-in attacks
-from pfd.attacks.contract import ATTACKS, AttackResult, attack_options
+from pfd.audit.contract import CHECKS, CheckResult, check_options
 from pfd.attacks.scorecard.run import attack_configs, run_scorecard
 from pfd.cli import main
 from pfd.config import AttackConfig, build_config
@@ -28,7 +28,7 @@ from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.usefixtures("one_thread")]
 
-VERDICTS = {"LEAKS", "≈ chance", "below chance", "inconclusive"}
+VERDICTS = {"LEAKS", "≈ chance", "below chance", "inconclusive", "unresolved", "passed", "FAILED"}
 
 
 @pytest.fixture(scope="module")
@@ -45,16 +45,16 @@ def card(tmp_path_factory):
     cfg = build_config(AttackConfig, {
         "release": str(release), "state_dir": str(state), "report": str(root / "report"),
         "reconstruction": {"iterations": 3, "batch_size": 20, "limit": 10},
-        "attributes": {"permutations": 50}, "source_rank": {"permutations": 50},
-        "membership": {"public": f"synthetic:public,ids=10,imgs=4,size={SIZE}", "holdout": HOLDOUT, "permutations": 50,
+        "attributes": {"permutations": 5000}, "source_rank": {"permutations": 5000},
+        "membership": {"public": f"synthetic:public,ids=10,imgs=4,size={SIZE}", "holdout": HOLDOUT, "permutations": 5000,
                        "downstream": {"max_steps": 4, "batch_size": 16, "width": 0.125}},
     })
     return run_scorecard(cfg, progress=False)
 
 
-@pytest.mark.parametrize("name", list(ATTACKS))
+@pytest.mark.parametrize("name", list(CHECKS))
 def test_config_builds_from_defaults_and_checks_itself(name):
-    cls = ATTACKS[name]
+    cls = CHECKS[name]
     assert cls.name == name and cls.title and dataclasses.is_dataclass(cls.config)
     cfg = build_config(cls.config, {})  # every field has a default, and the defaults pass the checks
     for f in dataclasses.fields(cls.config):
@@ -65,27 +65,30 @@ def test_config_builds_from_defaults_and_checks_itself(name):
 
 
 def test_every_option_reaches_pfd_attack_once():
-    flags = [o.flag for o in attack_options()]
+    flags = [o.flag for o in check_options()]
     assert len(flags) == len(set(flags))
     help_text = CliRunner().invoke(main, ["attack", "--help"], terminal_width=200).output
-    for o in attack_options():
+    for o in check_options():
         assert o.flag in help_text, o.flag
     with pytest.raises(PfdError, match=r"\[attack.no_such_attack\]: no such attack"):
         attack_configs(AttackConfig(attacks={"no_such_attack": {}}))
 
 
-@pytest.mark.parametrize("name", list(ATTACKS))
+@pytest.mark.parametrize("name", list(CHECKS))
 def test_each_attack_ran_or_said_why_and_its_result_renders_itself(card, name):
     if name not in card.results:
         why = card.data["skipped"][name]
         assert isinstance(why, str) and why, name
         return
     result = card.results[name]
-    assert isinstance(result, AttackResult)
+    assert isinstance(result, CheckResult)
     rows = result.rows()
     assert rows, f"{name} ran but reports no row"
     for r in rows:
         assert r["verdict"] in VERDICTS and 0.0 <= r["chance"] <= 1.0
+        if r["kind"] == "check":  # a pass/fail check: what it found, in one line
+            assert isinstance(r["passed"], bool) and r["detail"], r
+            continue
         assert r["ci95"] is not None or "p" in r, r  # an interval, or a test's p-value
         if r["ci95"] is not None:
             assert r["ci95"][0] <= r["ci95"][1]
@@ -95,7 +98,10 @@ def test_each_attack_ran_or_said_why_and_its_result_renders_itself(card, name):
 
 
 def test_the_summary_is_every_result_in_registry_order(card):
-    order = [name for name in ATTACKS if name in card.results]
-    expected = [row for name in order for row in card.results[name].rows()]
-    assert card.rows == expected
-    assert not card.data["skipped"], card.data["skipped"]  # on these inputs every attack applies
+    order = [name for name in CHECKS if name in card.results]
+    key = lambda r: (r["attack"], r["attacker"], r["value"])  # noqa: E731 - the rows' verdicts are the audit's
+    assert [key(r) for r in card.rows] == [key(row) for name in order for row in card.results[name].rows()]
+    # On these inputs every attack applies; only the checks of a run these inputs lack (no OGP, no judge) skip.
+    assert set(card.data["skipped"]) <= {"ogp_margin", "judge_competence"}, card.data["skipped"]
+    assert all(r["family"] in ("passed", "failed", "leaks", "unresolved") for r in card.rows if r.get("gates", True)
+               and r["verdict"] != "inconclusive")

@@ -24,7 +24,7 @@ import pytest
 from pfd.attacks.attributes.recovery import attribute_recovery
 from pfd.attacks.linkability.matching import rank1_reid, visual_matching
 from pfd.attacks.membership.statistics import membership_report
-from pfd.attacks.contract import verdict
+from pfd.audit.contract import verdict
 
 AUDITS = 240
 

@@ -80,13 +80,16 @@ def test_bad_inputs_are_one_line_errors_before_any_work(card_world, tmp_path):
 
 
 def test_verdict_text_reads_the_interval():
-    privacy = {"summary": [{"attack": "VisMatch (proxies)", "attacker": "public", "value": 0.04, "chance": 0.05,
-                            "ci95": [0.01, 0.15], "kind": "rate", "verdict": "≈ chance"}]}
+    from pfd.audit.verdict import decide
+
+    rows = [{"attack": "VisMatch (proxies)", "attacker": "public", "value": 0.04, "chance": 0.05, "ci95": [0.01, 0.15],
+             "kind": "rate", "verdict": "≈ chance", "count": 4, "n": 100, "n_eff": 100, "rule_out": True}]
+    privacy = {"summary": rows, "verdict": decide(rows).as_dict()}  # the card reads the audit's verdict, not the rows
     gain = lambda d, lo, hi: {"gain": {"accuracy": {"diff": d, "ci95": [lo, hi]}}}  # noqa: E731
     v = verdict(privacy, gain(0.044, 0.021, 0.067))
-    assert v["publishable"] and v["text"] == ("publishable: no figure leaks (family-wise 5 % over 1 figures), rules out "
-                                              "3.0× chance; worth +4.4 (+2.1, +6.7) points of verification accuracy on "
-                                              "your test people")
+    assert v["publishable"] and v["text"] == ("publishable: no figure leaks (family-wise 1 % over 1 figures and 0 checks), "
+                                              "every linkage rate rules out 3.0× chance; worth +4.4 (+2.1, +6.7) points "
+                                              "of verification accuracy on your test people")
     assert "not distinguishable from no gain" in verdict(privacy, gain(0.01, -0.01, 0.03))["text"]
     assert "(a loss)" in verdict(privacy, gain(-0.03, -0.05, -0.01))["text"]
 
@@ -105,7 +108,7 @@ def test_cli_writes_the_card_and_prints_the_verdict(card_world, tmp_path):
 
 def test_with_a_holdout_the_membership_attack_runs_and_its_roc_is_on_the_page(card_world, tmp_path):
     attack = {"reconstruction": {"enabled": False}, "attributes": {"enabled": False},
-              "membership": {"downstream": {"max_steps": 10}, "permutations": 50}}
+              "membership": {"downstream": {"max_steps": 10}, "permutations": 5000}}
     cfg = card_config(card_world["release"], card_world["state"], tmp_path / "card",
                       holdout="synthetic:test,ids=20,imgs=10,size=32", attack=attack)
     card = make_card(cfg, progress=False)

@@ -127,3 +127,27 @@ def test_the_delink_term_needs_the_sources():
     with pytest.raises(PfdError, match="source identity"):
         ProxyDistiller(net, CosineHead(8, 2), None, size=16, cfg=cfg, public=view).distill_batch(
             np.arange(2), np.arange(2), batch_index=0)
+
+
+def test_uniform_source_ranks_put_each_prototype_s_source_at_its_target_rank():
+    import numpy as np
+    import torch
+
+    from pfd.distill.delink import target_ranks
+    from pfd.distill.prototypes import uniform_source_ranks
+
+    torch.manual_seed(0)
+    n, k, d = 16, 5, 32
+    T = torch.nn.functional.normalize(torch.randn(n, d), dim=1)
+    pid = torch.arange(n).repeat_interleave(k)
+    P = torch.nn.functional.normalize(torch.randn(n * k, d), dim=1)
+    P = torch.nn.functional.normalize(P - (P * T[pid]).sum(1, keepdim=True) * T[pid], dim=1)  # eq. 3: cos 0 to its source
+    ranks = target_ranks(np.arange(n * k), n, k, seed=0)
+    X = uniform_source_ranks(P, pid, T, ranks)
+    cos = X.double() @ T.double().T
+    own = cos[torch.arange(n * k), pid]
+    got = (cos > own[:, None]).sum(1)
+    assert torch.equal(got, ranks)  # exactly the de-linking term's balanced design
+    assert torch.allclose(X.norm(dim=1), torch.ones(n * k), atol=1e-5)
+    before = (P.double() @ T.double().T)
+    assert ((before > before[torch.arange(n * k), pid][:, None]).sum(1) == got).float().mean() < 0.5

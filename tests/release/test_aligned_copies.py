@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from pfd.release.aligned_copies import calibrated_threshold, find_aligned_copies, SCORE_FLOOR
+from pfd.release.aligned_copies import calibrated_threshold, find_aligned_copies, SCORE_CEILING, SCORE_FLOOR
 from pfd.data.sources import open_faces
 
 PRIVATE = "synthetic:private,ids=12,imgs=10,size=32"
@@ -80,3 +80,16 @@ def test_the_threshold_is_calibrated_on_the_release_with_a_floor():
     assert calibrated_threshold(np.full(50, 0.2)) == SCORE_FLOOR
     scores = np.r_[np.linspace(0.5, 0.7, 50)]
     assert calibrated_threshold(scores) > 0.7  # a release whose images all correlate: only outliers above the bulk
+
+
+def test_a_shifted_copy_among_real_faces_is_found_however_widely_the_faces_score():
+    # A release of real faces of *other* people aligns with the private photos at 0.5-0.8, so the
+    # release's median + 5 robust SDs passes 1: the ceiling keeps an obvious copy (0.99) findable.
+    private = torch.stack([f for f in map(open_faces(PRIVATE).load, range(120))])
+    others = open_faces("synthetic:test,ids=12,imgs=4,size=32")
+    x = torch.stack([others.load(i) for i in range(len(others))])
+    x[5] = torch.roll(private[23], 3, dims=-1)
+    found = find_aligned_copies(x, private)
+    assert [m.index for m in found] == [5] and 20 <= found[0].private < 30
+    assert found[0].threshold == SCORE_CEILING
+    assert calibrated_threshold(np.r_[np.linspace(0.3, 0.8, 50)]) == SCORE_CEILING

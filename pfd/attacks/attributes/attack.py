@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pfd.attacks.contract import Attack, AttackInputs, AttackResult, option, register_attack, summary_row
+from pfd.audit.contract import Check, AuditInputs, CheckResult, option, register_check, summary_row
 from pfd.config.checks import Checker
 
 # The probe (scikit-learn, torch) is imported where it runs: the CLI reads this module's config at start-up.
@@ -32,7 +32,7 @@ class AttributesConfig:
 
     enabled: bool = option(True, help="Run attribute recovery (default on).", flag="--attributes")
     data: str = option("", help="Labelled auxiliary set (attributes.csv) for the attribute probe.", flag="--attr-data")
-    permutations: int = option(1000, help="Permutation draws of the attribute chance levels.", cli=False)
+    permutations: int = option(20000, help="Permutation draws of the attribute chance levels.", cli=False)
 
     def check(self) -> None:
         c = Checker(self, "attack.attributes.", flags=True, flag_names={"data": "--attr-data"})
@@ -41,7 +41,7 @@ class AttributesConfig:
 
 
 @dataclass
-class AttributesResult(AttackResult):
+class AttributesResult(CheckResult):
     """Per attribute: accuracy, Macro-F1, their chance, interval and p-value (``report.json``'s ``attributes``)."""
 
     aux: str
@@ -53,11 +53,14 @@ class AttributesResult(AttackResult):
     def rows(self) -> list[dict[str, Any]]:
         out = []
         for name, a in self.per_attribute.items():
+            # A permutation p-value is at least 1 / (draws + 1): the verdict refuses too few to reach its level.
+            res = {"p_floor": 1.0 / (int(a["permutations"]) + 1) if "permutations" in a else None,
+                   "setting": "[attack.attributes] permutations"}
             out.append(summary_row(f"Attribute {name}: balanced acc.", "public probe", a["balanced_accuracy"],
                                    a["chance_balanced_accuracy"], a["ci95_balanced_accuracy"], "score",
-                                   test_p=a["p_balanced_accuracy"]))
+                                   test_p=a["p_balanced_accuracy"], **res))
             out.append(summary_row(f"Attribute {name}: Macro-F1", "public probe", a["macro_f1"], a["chance_macro_f1"],
-                                   a["ci95_macro_f1"], "score", test_p=a["p_macro_f1"]))
+                                   a["ci95_macro_f1"], "score", test_p=a["p_macro_f1"], **res))
         return out
 
     def markdown(self) -> list[str]:
@@ -77,14 +80,14 @@ class AttributesResult(AttackResult):
         return out
 
 
-@register_attack
-class AttributesAttack(Attack):
+@register_check
+class AttributesAttack(Check):
     """Attribute recovery: do the proxies carry their sources' attributes to a probe the attacker fits?"""
 
     name, title, config = "attributes", "Attribute recovery", AttributesConfig
     flag_prefix = "attr"
 
-    def applicable(self, inputs: AttackInputs) -> str | None:
+    def applicable(self, inputs: AuditInputs) -> str | None:
         from pfd.attacks.attributes.probe import default_aux_spec
 
         if not self.cfg.enabled:
@@ -93,7 +96,7 @@ class AttributesAttack(Attack):
             return "no labelled auxiliary set for the attribute probe; pass --attr-data SPEC (an identity folder with attributes.csv)"
         return None
 
-    def run(self, inputs: AttackInputs) -> AttributesResult:
+    def run(self, inputs: AuditInputs) -> AttributesResult:
         from pfd.attacks.attributes.probe import default_aux_spec, probe_attribute_recovery
         from pfd.data.sources import open_faces
 

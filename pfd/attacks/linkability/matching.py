@@ -34,7 +34,7 @@ import torch
 from pfd.attacks.metrics import clustered_interval, composition_chance
 from pfd.errors import PfdError
 
-__all__ = ["streamed_top1", "LinkabilityResult", "visual_matching", "rank1_reid"]
+__all__ = ["streamed_top1", "LinkabilityResult", "visual_matching", "rank1_reid", "HUB_SHARE", "hub_share"]
 
 
 def _as_tensor(x: Any, name: str) -> torch.Tensor:
@@ -172,6 +172,21 @@ class LinkabilityResult:
                 del d[k]
         d["ci95"] = list(self.ci95)
         return d
+
+
+#: A private identity named for at least this share of all proxies is a hub (its own proxies then link by construction).
+HUB_SHARE = 0.25
+
+
+def hub_share(result: LinkabilityResult) -> tuple[float, bool]:
+    """The largest share of proxies an attack named as one identity, and whether that is a hub
+    (at least :data:`HUB_SHARE` and twice the identity's fair share ``1 / N``)."""
+    pred = np.asarray(result.predicted)
+    if pred.size == 0:
+        return 0.0, False
+    _, named = np.unique(pred, return_counts=True)
+    share = float(named.max() / pred.size)
+    return share, bool(share >= max(HUB_SHARE, 2.0 / max(result.n_identities, 1)))
 
 
 def _check_sources(proxy_source: np.ndarray, private_labels: np.ndarray, n_proxies: int) -> None:

@@ -28,20 +28,26 @@ import torch
 from pfd.attacks.linkability.matching import LinkabilityResult, _as_tensor, _check_sources, _result, _unit
 from pfd.errors import PfdError
 
-__all__ = ["identity_ranks", "source_ranks", "rank_last", "uniformity_test", "source_rank_test"]
+__all__ = ["RANKINGS", "identity_ranks", "source_ranks", "rank_last", "uniformity_test", "source_rank_test"]
 
 
-def identity_ranks(proxy_emb: Any, private_emb: Any, private_labels: Any) -> tuple[np.ndarray, np.ndarray]:
+#: How identities are ranked: by cosine to the template (0 = nearest), or by its absolute value
+#: (0 = the largest ``|cos|``; the last rank is the identity most orthogonal to the proxy).
+RANKINGS = ("cos", "abs")
+
+
+def identity_ranks(proxy_emb: Any, private_emb: Any, private_labels: Any, *, by: str = "cos") -> tuple[np.ndarray, np.ndarray]:
     """Rank of every identity for every proxy, by cosine to the identity templates.
 
     Args:
         proxy_emb: ``(q, D)`` proxy embeddings.
         private_emb: ``(g, D)`` private image embeddings.
         private_labels: ``(g,)`` their identities.
+        by: ``"cos"`` or ``"abs"`` (:data:`RANKINGS`).
 
     Returns:
         ``(ranks (q, N) int64, identities (N,))``: ``ranks[i, j]`` is identity ``identities[j]``'s
-        rank for proxy ``i`` (0 = nearest template; ties broken by identity order).
+        rank for proxy ``i`` (0 = nearest template, or largest ``|cos|``; ties broken by identity order).
     """
     lab = np.asarray(private_labels).ravel()
     e = _unit(_as_tensor(private_emb, "private embeddings").to(torch.float64))
@@ -50,7 +56,10 @@ def identity_ranks(proxy_emb: Any, private_emb: Any, private_labels: Any) -> tup
     uniq, inv = np.unique(lab, return_inverse=True)
     templates = _unit(torch.zeros(len(uniq), e.shape[1], dtype=e.dtype).index_add_(0, torch.as_tensor(inv), e))  # (N, D)
     q = _unit(_as_tensor(proxy_emb, "proxy embeddings").to(torch.float64))
-    order = torch.argsort(-(q @ templates.T), dim=1, stable=True)  # (q, N) identities, nearest first
+    if by not in RANKINGS:
+        raise ValueError(f"by must be one of {RANKINGS}, got {by!r}")
+    cos = q @ templates.T  # (q, N)
+    order = torch.argsort(-(cos.abs() if by == "abs" else cos), dim=1, stable=True)  # (q, N) identities, first first
     ranks = torch.empty_like(order)
     ranks.scatter_(1, order, torch.arange(len(uniq)).expand_as(order).contiguous())
     return ranks.numpy(), uniq
@@ -64,24 +73,29 @@ def source_ranks(proxy_emb: Any, proxy_source: Any, private_emb: Any, private_la
     return ranks[np.arange(len(src)), np.searchsorted(uniq, src)]
 
 
-def rank_last(proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any) -> LinkabilityResult:
+def rank_last(proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any, *, by: str = "cos") -> LinkabilityResult:
     """The attack that names each proxy's *farthest* identity template; success if that is the source.
+
+    With ``by="abs"`` it names the identity whose template is most *orthogonal* to the proxy
+    (smallest ``|cos|``): the "orthogonal Re-ID", which links proxies whose sources were pushed to
+    ``cos ≈ 0`` (OGP's eq. 3 on its own).
 
     Returns:
         A :class:`~pfd.attacks.linkability.matching.LinkabilityResult` with ``attack="reid_last"``
-        (chance and interval as Re-ID's); ``score`` is the cosine to the named template.
+        (``"reid_orthogonal"`` by ``|cos|``; chance and interval as Re-ID's); ``score`` is the cosine
+        to the named template.
     """
     src = np.asarray(proxy_source).ravel()
     lab = np.asarray(private_labels).ravel()
     _check_sources(src, lab, len(proxy_emb))
-    ranks, uniq = identity_ranks(proxy_emb, private_emb, private_labels)
+    ranks, uniq = identity_ranks(proxy_emb, private_emb, private_labels, by=by)
     idx = ranks.argmax(1)  # (q,) the identity at rank N - 1
     e = _unit(_as_tensor(private_emb, "private embeddings").to(torch.float64))
     _, inv = np.unique(lab, return_inverse=True)
     templates = _unit(torch.zeros(len(uniq), e.shape[1], dtype=e.dtype).index_add_(0, torch.as_tensor(inv), e))
     q = _unit(_as_tensor(proxy_emb, "proxy embeddings").to(torch.float64))
     score = (q * templates[torch.as_tensor(idx)]).sum(1).numpy()
-    return _result("reid_last", uniq[idx], src, idx, score, uniq)
+    return _result("reid_last" if by == "cos" else "reid_orthogonal", uniq[idx], src, idx, score, uniq)
 
 
 def uniformity_test(ranks: np.ndarray, source: np.ndarray, n_ids: int, *, bins: int = 10,
@@ -119,39 +133,52 @@ def uniformity_test(ranks: np.ndarray, source: np.ndarray, n_ids: int, *, bins: 
     t = stat(ranks)
     rng = np.random.default_rng([int(seed), 11])
     groups, where = np.unique(source, return_inverse=True)
-    if rank_matrix is not None:
-        cols = np.searchsorted(np.asarray(identities) if identities is not None else np.arange(n_ids), groups)
-        null = []
-        for _ in range(permutations):
+    bin_of = np.searchsorted(edges, np.arange(n_ids), side="right") - 1  # (N,) each rank's bin
+
+    def stats(r: np.ndarray) -> np.ndarray:  # (P, q) ranks -> (P,) statistics, vectorised
+        h = np.zeros((r.shape[0], b))
+        np.add.at(h, (np.arange(r.shape[0])[:, None], bin_of[r]), 1.0)
+        return ((h - expected) ** 2 / expected).sum(1)
+
+    exceed, done, chunk = 0, 0, max(1, 2_000_000 // max(len(ranks), 1))
+    while done < permutations:
+        p_n = min(chunk, permutations - done)
+        if rank_matrix is not None:
             # Each source's K proxies go, together, to a random identity (all distinct): exact under exchangeability.
-            pick = rng.permutation(rank_matrix.shape[1])[: len(groups)]
-            null.append(stat(rank_matrix[np.arange(len(ranks)), pick[where]]))
-    else:
-        null = [stat(rng.integers(0, n_ids, len(ranks))) for _ in range(permutations)]
-    p = (1 + sum(v >= t for v in null)) / (1 + permutations)
+            pick = np.argsort(rng.random((p_n, rank_matrix.shape[1])), axis=1)[:, : len(groups)]  # (P, groups)
+            null_ranks = rank_matrix[np.arange(len(ranks))[None, :], pick[:, where]]  # (P, q)
+        else:
+            null_ranks = rng.integers(0, n_ids, (p_n, len(ranks)))
+        exceed += int((stats(null_ranks) >= t - 1e-12).sum())
+        done += p_n
+    p = (1 + exceed) / (1 + permutations)
     u = ranks / max(n_ids - 1, 1)
     per_source = np.array([u[where == i].mean() for i in range(len(groups))])  # (clusters,)
     m = float(per_source.mean())
     se = float(per_source.std(ddof=1) / np.sqrt(len(per_source))) if len(per_source) > 1 else float("nan")
-    return {"statistic": t, "p": float(p), "permutations": int(permutations), "bins": b,
+    return {"statistic": t, "p": float(p), "p_floor": 1.0 / (1 + permutations), "permutations": int(permutations), "bins": b,
             "histogram": np.histogram(ranks, bins=edges)[0].tolist(), "expected": expected.tolist(),
             "mean_rank": m, "mean_rank_ci95": [m - 1.96 * se, m + 1.96 * se], "chance_mean_rank": 0.5,
             "uniform": bool(p > 0.05)}
 
 
 def source_rank_test(proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any, *,
-                     permutations: int = 2000, seed: int = 0) -> dict[str, Any]:
+                     permutations: int = 2000, seed: int = 0, by: str = "cos") -> dict[str, Any]:
     """The rank-last attack and the uniformity test of the source's rank, JSON-ready.
 
+    Args:
+        by: ``"cos"`` (rank-last names the farthest identity) or ``"abs"`` (ranks by ``|cos|``;
+            rank-last is the orthogonal Re-ID).
+
     Returns:
-        ``{"reid_last": LinkabilityResult.as_dict(), **uniformity_test(...)}``.
+        ``{"by", "reid_last": LinkabilityResult.as_dict(), **uniformity_test(...)}``.
     """
     src = np.asarray(proxy_source).ravel()
     lab = np.asarray(private_labels).ravel()
     _check_sources(src, lab, len(proxy_emb))
-    matrix, uniq = identity_ranks(proxy_emb, private_emb, private_labels)
+    matrix, uniq = identity_ranks(proxy_emb, private_emb, private_labels, by=by)
     ranks = matrix[np.arange(len(src)), np.searchsorted(uniq, src)]
     test = uniformity_test(ranks, src, len(uniq), permutations=permutations, seed=seed, rank_matrix=matrix,
                            identities=uniq)
-    last = rank_last(proxy_emb, src, private_emb, lab)
-    return {"reid_last": last.as_dict(), **test}
+    last = rank_last(proxy_emb, src, private_emb, lab, by=by)
+    return {"by": by, "reid_last": last.as_dict(), **test}

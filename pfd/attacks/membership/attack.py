@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pfd.attacks.contract import Attack, AttackInputs, AttackResult, option, register_attack, summary_row
+from pfd.audit.contract import Check, AuditInputs, CheckResult, option, register_check, summary_row
 from pfd.config import config_to_dict
 from pfd.config.checks import Checker
 from pfd.errors import PfdError
@@ -34,7 +34,9 @@ def membership_row(mem: Mapping[str, Any], attacker: str = "downstream") -> dict
     t1, t01 = v["tpr_at_1pct_fpr"], v["tpr_at_0.1pct_fpr"]
     row = summary_row(f"Membership: max AUC of 4 statistics + fusion (a priori; best {name})", attacker, v["auc"], 0.5,
                       None, "auc", test_p=v["p"], null95=v["null95"], tpr_at_1pct_fpr=t1["tpr"],
-                      tpr_at_01pct_fpr=t01["tpr"], tpr_resolvable=[t1["resolvable"], t01["resolvable"]])
+                      tpr_at_01pct_fpr=t01["tpr"], tpr_resolvable=[t1["resolvable"], t01["resolvable"]],
+                      p_floor=1.0 / (int(v["permutations"]) + 1) if "permutations" in v else None,
+                      setting="[attack.membership] permutations")
     if v.get("inconclusive"):  # the reference model already separates the groups (pfd.attacks.membership.reference)
         row.update(verdict="inconclusive", reference_p=(mem.get("reference") or {}).get("p"))
     return row
@@ -57,7 +59,7 @@ class MembershipConfig:
     holdout: str = option("", help="Same-domain held-out identities: non-members of the membership test.",
                           flag="--holdout")
     folds: int = option(5, help="Cross-validation folds of the fused membership classifier.", cli=False)
-    permutations: int = option(1000, help="Permutation draws of the membership test.", cli=False)
+    permutations: int = option(20000, help="Permutation draws of the membership test.", cli=False)
     downstream: dict[str, Any] = option(help="The downstream model's training settings.", cli=False,
                                         default_factory=dict)
 
@@ -71,7 +73,7 @@ class MembershipConfig:
 
 
 @dataclass
-class MembershipResult(AttackResult):
+class MembershipResult(CheckResult):
     """The membership report (``report.json``'s ``membership``)."""
 
     report: dict[str, Any] = field(default_factory=dict)
@@ -135,19 +137,19 @@ class MembershipResult(AttackResult):
         return out
 
 
-@register_attack
-class MembershipAttack(Attack):
+@register_check
+class MembershipAttack(Check):
     """Membership of the release's people in a model trained on it (the geometric MIA; Öztürk & Marcel 2026)."""
 
     name, title, config = "membership", "Membership of the release", MembershipConfig
     flag_prefix = "mia"
 
-    def applicable(self, inputs: AttackInputs) -> str | None:
+    def applicable(self, inputs: AuditInputs) -> str | None:
         if not self.cfg.public:
             return "no --public DATA --holdout SPEC given (needed to train and audit a downstream model)"
         return None
 
-    def run(self, inputs: AttackInputs) -> MembershipResult:
+    def run(self, inputs: AuditInputs) -> MembershipResult:
         from pfd.attacks.membership.audit import membership_audit, resolve_head
         from pfd.attacks.membership.downstream import downstream_config, train_downstream
         from pfd.attacks.models.loading import load_attacker

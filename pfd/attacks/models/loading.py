@@ -34,6 +34,8 @@ attacker would do.
 
 from __future__ import annotations
 
+import copy
+
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -90,10 +92,11 @@ class Attacker:
     distance: str = "cosine"
     convention: dict[str, Any] | None = None
 
-    def embed(self, x: FaceSet | torch.Tensor) -> torch.Tensor:
+    def embed(self, x: FaceSet | torch.Tensor, *, cache_dir: str | os.PathLike | None = None) -> torch.Tensor:
         """``(n, D)`` unit embeddings of a FaceSet (opened at :attr:`size`) or an image tensor.
 
-        Tensors of another side are resized to :attr:`size` first.
+        Tensors of another side are resized to :attr:`size` first. ``cache_dir`` serves (and
+        stores) this call's embeddings from the embedding cache (:class:`~pfd.embed.Embedder`).
 
         Raises:
             PfdError: If a FaceSet's image size is not :attr:`size`, or the model fails on the batch.
@@ -105,8 +108,12 @@ class Attacker:
         elif not same_size(x.size, self.size):
             raise PfdError(f"{self.path}: model takes {size_text(self.size)} faces but the set is {size_text(x.size)}; "
                            f"open it with size={self.size}")
+        embedder = self.embedder
+        if cache_dir is not None:
+            embedder = copy.copy(embedder)
+            embedder.cache_dir = Path(cache_dir)
         try:
-            out = self.embedder(x)
+            out = embedder(x)
         except RuntimeError as e:  # a TorchScript model that rejects the input
             raise PfdError(f"{self.path} ({self.role}): model failed on {size_text(self.size)} images ({first_line(e)}); "
                            f"check {self.size_flag} and the input convention in docs/attacks.md") from None

@@ -9,8 +9,7 @@ the browser test reads).
 
 Parts (each returns HTML text):
 
-* :func:`privacy_verdict`: the verdict of the summary rows (every check at chance, and how far
-  above chance the intervals rule out; or which figures leak);
+* :func:`privacy_verdict`: the audit's verdict (:func:`pfd.audit.verdict.decide`), as the page shows it;
 * :func:`summary_html`: the summary table (attack, attacker, success, chance, interval, verdict);
 * :func:`link_bars`: each linkage rate as a bar with its 95 % interval and its chance level;
 * :func:`rank_histogram`: where each proxy's source ranks among the private identities, per attacker;
@@ -84,45 +83,19 @@ def _pct(v: float, digits: int = 1) -> str:
     return f"{100 * v:.{digits}f}%"
 
 
-def privacy_verdict(rows: Sequence[Mapping[str, Any]], *, alpha: float = 0.05) -> dict[str, Any]:
-    """The privacy half's verdict: does any figure leak at family-wise level ``alpha``?
+def privacy_verdict(verdict: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The privacy half's verdict as the page shows it: the audit's own (:func:`pfd.audit.verdict.decide`).
 
-    Each row's own verdict is at 5 %; the release-level one tests all ``m`` rows together
-    (:func:`pfd.attacks.scorecard.family.family_leaks`, Bonferroni), so that a release at chance is
-    called leaky in at most ``alpha`` of audits, not in most of them.
+    Args:
+        verdict: ``report.json``'s ``verdict`` (:meth:`pfd.audit.verdict.Verdict.as_dict`), or ``None``
+            when no check ran.
 
     Returns:
-        ``{"publishable": bool | None, "text": str, "leaks": [labels of the family-wise leaks],
-        "flagged": [labels of rows LEAKS at their own 5 %], "rules_out": x}``: ``rules_out`` is the
-        largest (95 % interval's upper end / chance) over the rate rows (the linkage no figure can
-        exclude); ``None`` publishable when no row ran.
+        ``{"publishable": bool | None, "text": str, ...}`` (the verdict's fields).
     """
-    from pfd.attacks.scorecard.family import family_leaks
-
-    label = lambda r: f"{r['attack']} by {r['attacker']}"  # noqa: E731
-    flagged = [label(r) for r in rows if r["verdict"] == "LEAKS"]
-    leaking = family_leaks(rows, alpha=alpha)
-    rates = [r for r in rows if r["kind"] == "rate" and r.get("ci95") and r["chance"] > 0]
-    rules = max((r["ci95"][1] / r["chance"] for r in rates), default=float("nan"))
-    base = {"leaks": [label(r) for r in leaking], "flagged": flagged, "rules_out": rules, "alpha": alpha}
-    if not rows:
-        return {"publishable": None, "text": "no attack ran", **base}
-    if leaking:
-        rates_leaking = [r for r in leaking if r.get("p") is None]
-        if rates_leaking:
-            worst = max(rates_leaking, key=lambda r: r["value"] / max(r["chance"], 1e-12))
-            what = f"{label(worst)} is {_fmt_value(worst)} (chance {_fmt_chance(worst)})"
-        else:  # only tests: name the smallest p-value
-            worst = min(leaking, key=lambda r: r["p"])
-            what = f"{label(worst)}: p = {worst['p']:.2g} (at most {alpha / len(rows):.2g} needed)"
-        text = f"not publishable: {len(leaking)} of {len(rows)} figures leak (family-wise {100 * alpha:g} %); {what}"
-        return {"publishable": False, "text": text, **base}
-    text = f"publishable: no figure leaks (family-wise {100 * alpha:g} % over {len(rows)} figures)"
-    if np.isfinite(rules):
-        text += f", rules out {rules:.1f}× chance"
-    if flagged:
-        text += (f"; {len(flagged)} flagged at their own 5 % level, {0.05 * len(rows):.1f} expected by luck")
-    return {"publishable": True, "text": text, **base}
+    if not verdict:
+        return {"publishable": None, "text": "no check ran"}
+    return dict(verdict)
 
 
 def _fmt_value(r: Mapping[str, Any]) -> str:
@@ -138,6 +111,11 @@ def summary_html(rows: Sequence[Mapping[str, Any]]) -> str:
     out = ["<table><tr><th>attack</th><th>attacker</th><th>success</th><th>chance</th><th>95% CI / p</th>"
            "<th>verdict</th></tr>"]
     for r in rows:
+        if r["kind"] == "check":  # a pass/fail check: what it found
+            cls = ' class="leak"' if not r.get("passed") else ""
+            out.append(f"<tr><td>{esc(r['attack'])}</td><td>-</td><td colspan=3>{esc(r.get('detail', ''))}</td>"
+                       f"<td{cls}>{esc(r['verdict'])}</td></tr>")
+            continue
         if r["kind"] == "rate":
             succ = f"{_pct(r['value'])} ({r.get('count', '?')}/{r.get('n', '?')})"
         else:
@@ -149,7 +127,7 @@ def summary_html(rows: Sequence[Mapping[str, Any]]) -> str:
                 ci += f", p = {r['p']:.3g}"
         else:
             ci = f"p = {r.get('p', float('nan')):.3g}"
-        cls = ' class="leak"' if r["verdict"] == "LEAKS" else ""
+        cls = ' class="leak"' if r["verdict"] in ("LEAKS", "unresolved") else ""
         out.append(f"<tr><td>{esc(r['attack'])}</td><td>{esc(r['attacker'])}</td><td class=num>{esc(succ)}</td>"
                    f"<td class=num>{esc(_fmt_chance(r))}</td><td class=num>{esc(ci)}</td>"
                    f"<td{cls}>{esc(r['verdict'])}</td></tr>")
@@ -169,7 +147,7 @@ def link_bars(rows: Sequence[Mapping[str, Any]]) -> str:
     vals = np.array([100 * r["value"] for r in rates])
     lo = np.array([100 * r["ci95"][0] for r in rates])
     hi = np.array([100 * r["ci95"][1] for r in rates])
-    colours = ["#c62828" if r["verdict"] == "LEAKS" else "#5c6bc0" for r in rates]
+    colours = ["#c62828" if r["verdict"] in ("LEAKS", "unresolved") else "#5c6bc0" for r in rates]
     ax.barh(y, vals, color=colours, height=0.6, alpha=0.85)
     ax.errorbar(vals, y, xerr=[vals - lo, hi - vals], fmt="none", ecolor="black", capsize=3, lw=1)
     ax.scatter([100 * r["chance"] for r in rates], y, marker="|", s=260, color="#e65100", zorder=3, label="chance")
@@ -194,7 +172,7 @@ def rank_histogram(tests: Sequence[Mapping[str, Any]]) -> str:
         x = np.arange(len(h))
         ax.bar(x, h, color="#5c6bc0", alpha=0.85)
         ax.step(np.r_[x - 0.5, x[-1] + 0.5], np.r_[e, e[-1]], where="post", color="#e65100", label="uniform")
-        ax.set_title(f"{t['attacker']}: p = {t['p']:.3g}", fontsize=9)
+        ax.set_title(f"{t['attacker']}{' (|cos|)' if t.get('by') == 'abs' else ''}: p = {t['p']:.3g}", fontsize=9)
         ax.set_xlabel("source rank (nearest → farthest)", fontsize=8)
         ax.set_xticks([])
         if i == 0:
@@ -258,8 +236,10 @@ def _setup(data: Mapping[str, Any]) -> str:
 def privacy_sections(data: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], folder: Path | None = None) -> list[str]:
     """The privacy half's sections (summary, bars, ranks, membership, per-identity risk, grid, setup)."""
     parts = ["<h2>Linkage</h2>", summary_html(rows), link_bars(rows),
-             '<p class="muted">LEAKS: a rate\'s 95% interval lies above chance, or a test gives p ≤ 0.05. '
-             "Intervals are clustered by source identity; chance comes from the gallery's composition.</p>"]
+             '<p class="muted">Verdicts are the audit\'s, family-wise (pfd.audit.verdict): LEAKS: a rate lies above '
+             "chance, or a test\'s p-value is small, at the audit\'s level split over every figure; unresolved: a "
+             "proxy rate\'s 95% interval cannot rule out 5× chance. Intervals shown are 95%, clustered by source "
+             "identity; chance comes from the gallery's composition.</p>"]
     ranks = rank_histogram(data.get("source_rank") or [])
     if ranks:
         parts += ["<h2>Rank of the source</h2>", ranks,
@@ -283,7 +263,7 @@ def privacy_sections(data: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
 
 def report_html(data: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], folder: Path | None = None) -> str:
     """``report.html`` of ``pfd attack``: the privacy verdict first, then the evidence."""
-    v = privacy_verdict(rows)
+    v = privacy_verdict(data.get("verdict"))
     cls = {True: "ok", False: "bad", None: "neutral"}[v["publishable"]]
     head = ["<h1>pfd attack scorecard</h1>", f'<div class="verdict {cls}" id="verdict">{esc(v["text"])}</div>']
     return page("pfd attack scorecard", head + privacy_sections(data, rows, folder))

@@ -2,11 +2,11 @@
 ``report.html`` (one self-contained page, :mod:`pfd.attacks.scorecard.html`).
 
 The summary table has one row per figure, each rendered by its attack's result
-(:meth:`pfd.attacks.contract.AttackResult.rows`)::
+(:meth:`pfd.audit.contract.CheckResult.rows`)::
 
     | attack | attacker | success | chance | 95% CI | verdict |
 
-``verdict`` (:func:`pfd.attacks.contract.verdict`) says whether the figure is a leak at the 5 %
+``verdict`` (:func:`pfd.audit.contract.verdict`) says whether the figure is a leak at the 5 %
 level, with a rule whose false-LEAKS rate under the null is tested by simulation
 (``tests/attacks/test_null_calibration.py``):
 
@@ -65,7 +65,10 @@ def summary_table(rows: list[dict[str, Any]]) -> list[str]:
     """The summary rows as markdown table lines (attack | attacker | success | chance | 95% CI | verdict)."""
     out = ["| attack | attacker | success | chance | 95% CI | verdict |", "|---|---|---|---|---|---|"]
     for r in rows:
-        v = f"**{r['verdict']}**" if r["verdict"] == "LEAKS" else r["verdict"]
+        v = f"**{r['verdict']}**" if r["verdict"] in ("LEAKS", "unresolved", "FAILED") else r["verdict"]
+        if r["kind"] == "check":
+            out.append(f"| {r['attack']} | - | {r.get('detail', '')} | | | {v} |")
+            continue
         out.append(f"| {r['attack']} | {r['attacker']} | {_success(r)} | {_fmt(r, 'chance')} | {_ci(r)} | {v} |")
     return out
 
@@ -106,9 +109,16 @@ def format_markdown(data: Mapping[str, Any], rows: list[dict[str, Any]], plots: 
                     sections: list[str] = ()) -> str:
     """The ``report.md`` text: the summary table first, then the setup and each attack's section."""
     out = ["# pfd attack scorecard", ""]
+    v = data.get("verdict") or {}
+    if v:
+        out += [f"**Verdict: {v['text']}**", ""]
     out += summary_table(rows) if rows else ["No attack could run; see Skipped."]
-    out += ["", "LEAKS: a rate's 95% interval (clustered by source identity) lies above chance; a test (attributes, "
-            "the source's rank, membership) gives p <= 0.05 (see docs/attacks.md). ≈ chance: not so. "
+    per = f"{v['per_figure']:.2g}" if v else "level / m"
+    out += ["", f"Verdicts are the audit's, family-wise at {100 * v.get('level', 0.01):g} % over {v.get('figures', 'm')} "
+            f"figures (pfd.audit.verdict): LEAKS: a rate's exact interval at confidence 1 − {per} (clustered by source "
+            f"identity) lies above chance, or a test (attributes, the source's rank, membership) gives p <= {per}; "
+            "unresolved: a proxy rate's 95% interval cannot rule out "
+            f"{v.get('rule_out', 5):g}× chance; ≈ chance: neither. The intervals shown are 95%. "
             "* TPR at FPR 0: fewer non-members than 1/FPR.", ""]
     out += _setup_section(data) + list(sections)
     if data.get("skipped"):

@@ -1,12 +1,17 @@
-"""The release scorecard: every registered attack on a release, and the figures they found.
+"""The audit: every registered check on a release, the figures they found, and the one verdict.
 
 ``pfd attack --release R --private P --state-dir S --report OUT`` calls :func:`run_scorecard`,
 which opens and cross-checks the inputs once (the release, the publisher's state dir, the private
 set and the attackers: ``public`` (the public model), ``insider`` (the publisher's adapted model,
 worst case), the gate's ``judge`` and every outside attacker the auditor brings with
-``--attacker``), then runs each attack of the registry (:data:`pfd.attacks.contract.ATTACKS`, in
-registration order: linkability, its hubness-corrected form, the source's rank, reconstruction,
-attribute recovery, membership) that is applicable; why another did not run goes to ``skipped``.
+``--attacker``), then :func:`run_audit` runs each check of the registry
+(:data:`pfd.audit.contract.CHECKS`, in registration order: integrity, private copies, OGP's
+margin, the judge's competence, then the attacks: linkability, its hubness-corrected form, the
+source's rank, reconstruction, attribute recovery, membership) that is applicable; why another did
+not run goes to ``skipped``. :func:`pfd.audit.verdict.decide` turns the rows into the verdict.
+``pfd distill``'s gate calls :func:`audit_in_memory`: the same checks and verdict on the release
+before it is written, with the state dir's models. ``pfd card`` and the benchmark call
+:func:`run_scorecard`.
 
 The proxy -> source map of the state dir is used only to score. The returned :class:`Scorecard`
 holds the results, which render their own report parts;
@@ -23,8 +28,10 @@ from typing import Any
 import numpy as np
 import torch
 
-import pfd.attacks.builtin  # noqa: F401 - registers the built-in attacks, in the order they run
-from pfd.attacks.contract import ATTACKS, AttackInputs, AttackResult, Clock
+import pfd.audit.checks  # noqa: F401 - registers the pass/fail checks first
+import pfd.attacks.builtin  # noqa: F401 - then the built-in attacks, in the order they run
+from pfd.audit.contract import CHECKS, AuditInputs, CheckResult, Clock
+from pfd.audit.verdict import LEVEL, RULE_OUT, Verdict, decide
 from pfd.attacks.linkability.reconstruction import Reconstructor
 from pfd.attacks.models.loading import Attacker, load_attacker, load_outside_attacker
 from pfd.attacks.models.outside import InputConvention
@@ -38,7 +45,7 @@ from pfd.errors import PfdError
 from pfd.release.reader import read_release
 from pfd.release.state_dir import StateDir
 
-__all__ = ["Scorecard", "ReleaseSets", "attack_configs", "run_scorecard"]
+__all__ = ["Scorecard", "ReleaseSets", "MemorySets", "attack_configs", "run_scorecard", "run_audit", "audit_in_memory"]
 
 
 @dataclass
@@ -54,12 +61,14 @@ class Scorecard:
 
     data: dict[str, Any]
     grid: dict[str, Any] = field(default_factory=dict)
-    results: dict[str, AttackResult] = field(default_factory=dict)
+    results: dict[str, CheckResult] = field(default_factory=dict)
+    verdict: Verdict | None = None
 
     @property
     def rows(self) -> list[dict[str, Any]]:
-        """The summary table's rows, in the registry's order (each with chance, interval and verdict)."""
-        return [row for r in self.results.values() for row in r.rows()]
+        """The summary table's rows, in the registry's order (each with chance, interval and the
+        family-wise verdict of :func:`pfd.audit.verdict.decide`)."""
+        return self.data.get("summary") or [row for r in self.results.values() for row in r.rows()]
 
 
 class ReleaseSets:
@@ -79,6 +88,61 @@ class ReleaseSets:
         if size not in self._release:
             self._release[size] = read_release(self.release, size=size)
         return self._release[size]
+
+    def released_pixels(self) -> list[tuple[str, np.ndarray]]:
+        """``(name, (H, W, 3) uint8)`` of every released image, as written."""
+        from PIL import Image
+
+        out = []
+        for name in read_release(self.release).names:
+            with Image.open(self.release / name) as im:
+                out.append((name, np.asarray(im.convert("RGB"), dtype=np.uint8)))
+        return out
+
+
+class MemorySets(ReleaseSets):
+    """The private set and a release still in memory (the gate's, before it is written).
+
+    The proxies are held in the order, and under the names, that the written release will have
+    (:func:`pfd.release.writer.release_layout`), and read at another size through the reader's own
+    resize (:func:`pfd.release.reader.release_tensor`): the audit before writing and the audit of
+    the written release see the same images in the same order.
+
+    Args:
+        private: The private set (at the release's size).
+        private_spec: How it was given.
+        proxies: ``(n, 3, H, W)`` uint8: exactly the pixels that would be released, in ``names``' order.
+        names: ``(n,)`` each proxy's file in the release, sorted as a reader lists them.
+        skip_bad: As :class:`ReleaseSets`.
+    """
+
+    def __init__(self, private: FaceSet, private_spec: str, proxies: np.ndarray, names: list[str], *,
+                 skip_bad: bool = False) -> None:
+        super().__init__(private_spec, Path("<in memory>"), skip_bad=skip_bad)
+        self._base = private
+        self._pixels = np.ascontiguousarray(proxies.transpose(0, 2, 3, 1))  # (n, H, W, 3)
+        self.names = list(names)
+
+    def private(self, size: Any) -> FaceSet:
+        from pfd.data.shape import same_size
+
+        if size not in self._private:
+            self._private[size] = (self._base if same_size(size, self._base.size) else
+                                   open_faces(self.private_spec, size=size, skip_bad=self.skip_bad))
+        return self._private[size]
+
+    def proxies(self, size: Any) -> FaceSet:
+        from pfd.data.faceset import TensorFaces
+        from pfd.release.reader import release_tensor
+
+        if size not in self._release:
+            want = size or tuple(self._pixels.shape[1:3])
+            x = torch.stack([release_tensor(img, want) for img in self._pixels])  # (n, 3, H, W)
+            self._release[size] = TensorFaces(x, np.zeros(len(x), dtype=np.int64), names=self.names)
+        return self._release[size]
+
+    def released_pixels(self) -> list[tuple[str, np.ndarray]]:
+        return list(zip(self.names, self._pixels))
 
 
 def _attackers(cfg: AttackConfig, state: ReleaseState, progress: bool) -> list[Attacker]:
@@ -145,16 +209,16 @@ def attack_configs(cfg: AttackConfig) -> dict[str, Any]:
     Raises:
         PfdError: A table of an attack that does not exist, or a setting out of range.
     """
-    unknown = sorted(set(cfg.attacks) - set(ATTACKS))
+    unknown = sorted(set(cfg.attacks) - set(CHECKS))
     if unknown:
-        raise PfdError(f"[attack.{unknown[0]}]: no such attack; the attacks are {', '.join(ATTACKS)}")
+        raise PfdError(f"[attack.{unknown[0]}]: no such attack; the attacks are {', '.join(CHECKS)}")
     return {name: build_config(cls.config, cfg.attacks.get(name, {}), where=f"attack.{name}")
-            for name, cls in ATTACKS.items()}
+            for name, cls in CHECKS.items()}
 
 
 def run_scorecard(
     cfg: AttackConfig, *, reconstructor: Reconstructor | None = None, attackers: list[Any] | None = None,
-    progress: bool = True
+    progress: bool = True, level: float = LEVEL, rule_out: float = RULE_OUT,
 ) -> Scorecard:
     """Run every applicable registered attack on a release.
 
@@ -168,6 +232,9 @@ def run_scorecard(
         reconstructor: Replaces the built-in BN-prior inversion: ``f(embeddings (n, D) unit rows,
             public-model space) -> images (n, 3, H, W) in [0, 1]`` (e.g. an Arc2Face wrapper).
         progress: Progress bars.
+
+        level: The verdict's family-wise level (:data:`pfd.audit.verdict.LEVEL`).
+        rule_out: The multiple of chance each proxy rate must exclude.
 
     Returns:
         The :class:`Scorecard` (write it with :func:`pfd.attacks.scorecard.report.write_report`).
@@ -200,31 +267,60 @@ def run_scorecard(
                        "python -m benchmarks.privacy_utility --export SPEC DIR)") from None
     source = proxy_sources(state, clock.run("load", lambda: sets.proxies(size)).names, private0,
                            private_spec=private_spec)
-    inputs = AttackInputs(cfg=cfg, state=state, sets=sets, attackers=models, source=source, labels=private0.labels,
-                          private_spec=private_spec, progress=progress, clock=clock, reconstructor=reconstructor)
-    for name, cls in ATTACKS.items():
-        attack = cls(configs[name])
-        why = attack.applicable(inputs)
+    inputs = AuditInputs(cfg=cfg, state=state, sets=sets, attackers=models, source=source, labels=private0.labels,
+                         private_spec=private_spec, progress=progress, clock=clock, reconstructor=reconstructor)
+    return run_audit(inputs, configs, level=level, rule_out=rule_out)
+
+
+def run_audit(inputs: AuditInputs, configs: dict[str, Any], *, level: float = LEVEL,
+              rule_out: float = RULE_OUT) -> Scorecard:
+    """Run every applicable registered check on opened inputs and decide (the one engine).
+
+    Args:
+        inputs: The release (on disk or in memory), its state, the private set and the attackers.
+        configs: Each check's config (:func:`attack_configs`).
+        level: The verdict's family-wise level (:data:`pfd.audit.verdict.LEVEL`).
+        rule_out: The multiple of chance each proxy rate must exclude.
+
+    Returns:
+        The :class:`Scorecard`: its ``data["summary"]`` rows carry the family-wise verdict,
+        ``data["verdict"]`` and :attr:`Scorecard.verdict` the decision.
+
+    Raises:
+        PfdError: Bad input, or a setting under which a gating test could never flag.
+    """
+    cfg, state, sets, clock = inputs.cfg, inputs.state, inputs.sets, inputs.clock
+    for name, cls in CHECKS.items():
+        check = cls(configs[name])
+        why = check.applicable(inputs)
         if why is not None:
             inputs.skipped[name] = why
             continue
-        inputs.results[name] = attack.run(inputs)
-
+        inputs.results[name] = check.run(inputs)
+    rows = [row for r in inputs.results.values() for row in r.rows()]
+    verdict = decide(rows, level=level, rule_out=rule_out,
+                     skipped={k: v for k, v in inputs.skipped.items() if CHECKS[k].gates and k not in _OPTIONAL})
+    source, private0 = inputs.source, sets.private(inputs.attackers[0].size)
     data: dict[str, Any] = {
         "format": "pfd-attack-report",
         "version": 1,
         "settings": {**config_to_dict(cfg), **{n: config_to_dict(c) for n, c in configs.items()}},
         "release": {"path": str(state.release), "method": state.method,
                     "image_size": plain_size(state.image_size) if state.image_size else 0,
-                    "num_classes": int(state.manifest.get("num_classes", 0)), "num_images": len(source)},
-        "private": {"spec": private_spec, "identities": private0.num_classes, "images": len(private0),
+                    "num_classes": int(state.manifest.get("num_classes", len(np.unique(source)))),
+                    "num_images": len(source)},
+        "private": {"spec": inputs.private_spec, "identities": private0.num_classes, "images": len(private0),
                     "source_identities": int(len(np.unique(source)))},
-        "attackers": [a.describe() for a in models],
+        "attackers": [a.describe() for a in inputs.attackers],
+        "verdict": verdict.as_dict(),
+        "summary": rows,
     }
     for result in inputs.results.values():
         for key, value in result.sections().items():
             if isinstance(value, list) and isinstance(data.get(key), list):
                 data[key] = data[key] + value  # the reconstructions' links join the proxies'
+            elif isinstance(value, dict) and isinstance(data.get(key), dict) and key == "checks":
+                data[key] = {**data[key], **value}
             else:
                 data[key] = value
     for key in ("linkability", "reconstruction", "attributes", "membership"):  # the layout readers expect
@@ -234,9 +330,79 @@ def run_scorecard(
     data["skipped"] = inputs.skipped
     data["timings"] = clock.seconds
     recon = inputs.results.get("reconstruction")
-    grid = _grid(inputs.results["linkability"].links[0], sets, inputs.public, source,
-                 getattr(recon, "images", None), getattr(recon, "pick", np.arange(len(source))), cfg.grid_rows)
-    return Scorecard(data=data, grid=grid, results=inputs.results)
+    grid = {} if state.release is None else _grid(
+        inputs.results["linkability"].links[0], sets, inputs.public, source, getattr(recon, "images", None),
+        getattr(recon, "pick", np.arange(len(source))), cfg.grid_rows)
+    return Scorecard(data=data, grid=grid, results=inputs.results, verdict=verdict)
+
+
+#: Checks whose absence is a matter of the inputs given, not a gap in the audit (the verdict's text lists the rest).
+_OPTIONAL = frozenset({"integrity", "ogp_margin", "judge_competence", "membership", "attributes"})
+
+
+def audit_in_memory(
+    cfg: AttackConfig, *, proxies: np.ndarray, source: np.ndarray, private: FaceSet, state_dir: str | Path,
+    method: str, label_seed: int, progress: bool = False, cache_dir: str | Path | None = None,
+    level: float = LEVEL, rule_out: float = RULE_OUT,
+) -> Scorecard:
+    """The audit of a release before it is written (``pfd distill``'s gate): the same checks and verdict.
+
+    Args:
+        cfg: The audit's settings (the same :class:`~pfd.config.AttackConfig` ``pfd attack`` builds).
+        proxies: ``(n, 3, H, W)`` uint8, exactly the pixels the release would hold, in internal order.
+        source: ``(n,)`` each proxy's source label in ``private`` (its internal class too).
+        private: The private set at the release's size.
+        state_dir: The run's state dir (its public, adapted and judge models, prototypes and config).
+        method: The method (for the report).
+        label_seed: The release's label seed (its layout: :func:`pfd.release.writer.release_layout`).
+        progress: Progress bars.
+        cache_dir: The embedding cache for the private set.
+        level: The verdict's family-wise level.
+        rule_out: The multiple of chance each proxy rate must exclude.
+
+    Returns:
+        The :class:`Scorecard` (no match grid: nothing is on disk yet).
+    """
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    clock = Clock()
+    configs = attack_configs(cfg)
+    st = StateDir.at(state_dir)
+    config = tomllib.loads(st.config.read_text(encoding="utf-8")) if st.config.is_file() else {}
+    present = lambda p: p if p.is_file() else None  # noqa: E731
+    size = tuple(int(v) for v in proxies.shape[-2:])
+    state = ReleaseState(release=None, state_dir=st.root,  # type: ignore[arg-type]
+                         manifest={"method": method, "image_size": list(size) if size[0] != size[1] else size[0],
+                                   "num_classes": int(len(np.unique(source)))},
+                         files=[], sources={}, public_model=present(st.public_model), adapted_model=present(st.adapted),
+                         config=config, judge_model=present(st.judge_model))
+    models = clock.run("load", lambda: _attackers(cfg, state, progress))
+    from pfd.release.writer import release_layout
+
+    # The private set as pfd attack and pfd card open it, from its spec (what the attribute probe's
+    # default auxiliary set and every cache key derive from); the run's own copy only where the spec
+    # names nothing that opens (a benchmark's in-memory set).
+    spec = cfg.private or ""
+    try:
+        opened = open_faces(spec, size=private.size, skip_bad=cfg.skip_bad) if spec else None
+    except PfdError:
+        opened = None
+    if opened is not None and len(opened) == len(private) and list(opened.identities) == list(private.identities):
+        private = opened
+    source = np.asarray(source)
+    files, _, _ = release_layout(source, label_seed=label_seed, avoid_labels=private.identities)
+    order = np.argsort(np.asarray(files), kind="stable")  # a reader lists label folders, then files, sorted
+    sets = MemorySets(private, cfg.private or "the private set", proxies[order], [files[i] for i in order],
+                      skip_bad=cfg.skip_bad)
+    inputs = AuditInputs(cfg=cfg, state=state, sets=sets, attackers=models, source=source[order],
+                         labels=np.asarray(private.labels), private_spec=sets.private_spec, progress=progress,
+                         clock=clock, cache_dir=cache_dir)
+    return run_audit(inputs, configs, level=level, rule_out=rule_out)
 
 
 def _grid(link: dict[str, Any], sets: ReleaseSets, public: Attacker, source: np.ndarray,

@@ -57,3 +57,24 @@ def test_uniformity_test_is_calibrated_under_the_null_and_finds_far_sources():
         proxies, private, labels, source = _world(900 + seed, far=1.0)
         r = source_rank_test(proxies, source, private, labels, permutations=199)
         assert not r["uniform"] and r["mean_rank"] > 0.6, r["mean_rank"]
+
+
+def test_orthogonal_reid_links_sources_pushed_to_zero_cosine_and_the_abs_rank_test_flags_them():
+    import numpy as np
+    import torch
+
+    from pfd.attacks.linkability.ranks import source_rank_test
+
+    g = torch.Generator().manual_seed(0)
+    n, per, k, d = 12, 8, 4, 32
+    centres = torch.nn.functional.normalize(torch.randn(n, d, generator=g), dim=1)
+    labels = np.repeat(np.arange(n), per)
+    private = centres[labels] + 0.1 * torch.randn(n * per, d, generator=g)
+    source = np.repeat(np.arange(n), k)
+    q = torch.randn(n * k, d, generator=g)
+    c = centres[source]
+    q = q - (q * c).sum(1, keepdim=True) * c  # each proxy orthogonal to its source: eq. 3's pattern
+    by_abs = source_rank_test(q, source, private, labels, permutations=4000, by="abs")
+    assert by_abs["reid_last"]["rate"] > 3 / n and by_abs["p"] < 0.001  # chance 1 / n
+    plain = source_rank_test(torch.randn(n * k, d, generator=g), source, private, labels, permutations=2000, by="abs")
+    assert plain["p"] > 0.001 and plain["p_floor"] == pytest.approx(1 / 2001)

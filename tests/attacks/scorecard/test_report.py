@@ -13,7 +13,7 @@ from pfd.attacks.linkability.matching import visual_matching
 from pfd.attacks.membership.statistics import STATISTICS, membership_report
 from pfd.attacks.plots import kde, plot_densities, plot_match_grid, plot_roc
 from pfd.attacks.attributes.attack import AttributesResult
-from pfd.attacks.contract import verdict
+from pfd.audit.contract import verdict
 from pfd.attacks.linkability.attacks import LinkRows
 from pfd.attacks.membership.attack import MembershipResult, membership_row
 from pfd.attacks.scorecard.report import format_markdown, jsonable, write_report

@@ -1,21 +1,28 @@
-"""The attack contract: what every attack of the scorecard is, and the registry ``pfd attack`` iterates.
+"""The audit's contract: what every check is, and the one registry that every audit iterates.
 
-An attack is a class with its own config dataclass, a test of whether it can run on what the
-scorecard was given, and a ``run`` that returns a result which renders its own report parts::
+``pfd distill``'s gate, ``pfd attack``, ``pfd card`` and the benchmark run the same registered
+checks (:func:`pfd.attacks.scorecard.run.run_audit`) and take the one verdict of
+:func:`pfd.audit.verdict.decide`. A check is the release's integrity, its private copies, OGP's
+margin, the judge's competence, or an attack (linkability, hubness, the source's rank,
+reconstruction, attributes, membership); each is a class with its own config dataclass, a test of
+whether it can run on what the audit was given, and a ``run`` that returns a result which renders
+its own report parts::
 
-    @register_attack
-    class MyAttack(Attack):
+    @register_check
+    class MyAttack(Check):
         name, title, flag_prefix = "my_attack", "My attack", "my"
         config = MyConfig                      # a dataclass; pfd attack gets one option per field
+        gates, cost = True, "seconds"          # whether it decides publication; what it costs
         def applicable(self, inputs): ...      # None, or why it cannot run (the report lists it)
-        def run(self, inputs): ...             # -> an AttackResult
+        def run(self, inputs): ...             # -> an CheckResult
 
-:func:`pfd.attacks.scorecard.run.run_scorecard` runs every registered attack in registration order
-on one :class:`AttackInputs` (the release, its state, the private set, the attackers and their
-embeddings, and the results of the attacks that ran before); :mod:`pfd.attacks.scorecard.report`
-writes what the results render. Each summary row states its chance level, a 95 % interval (or a
-p-value) and the verdict of :func:`verdict`, whose false-LEAKS rate under the null is tested
-(``tests/attacks/test_null_calibration.py``). ``tests/attacks/test_contract.py`` runs over every
+:func:`pfd.attacks.scorecard.run.run_audit` runs every registered check in registration order
+on one :class:`AuditInputs` (the release on disk or in memory, its state, the private set, the
+attackers and their embeddings, and the results of the checks that ran before);
+:mod:`pfd.attacks.scorecard.report` writes what the results render. Each summary row states its
+chance level, a 95 % interval (or a p-value) and its nominal verdict (:func:`verdict`, 95 %),
+which :func:`pfd.audit.verdict.decide` replaces by the family-wise one; a pass/fail check's row is
+:func:`check_row`. ``tests/attacks/test_contract.py`` runs over every
 registered attack; docs/attacks.md, "Adding an attack", walks through one.
 """
 
@@ -32,8 +39,8 @@ if TYPE_CHECKING:  # the registry is read by the CLI at start-up, before torch i
     import numpy as np
     import torch
 
-__all__ = ["verdict", "summary_row", "Clock", "AttackInputs", "AttackResult", "Attack", "ATTACKS", "register_attack",
-           "option", "attack_options"]
+__all__ = ["verdict", "summary_row", "check_row", "Clock", "AuditInputs", "CheckResult", "Check", "CHECKS", "register_check",
+           "option", "check_options"]
 
 
 def verdict(ci: tuple[float, float] | list[float] | None, chance: float, *, p: float | None = None,
@@ -73,6 +80,21 @@ def summary_row(attack: str, attacker: str, value: float, chance: float, ci: Any
             "verdict": verdict(ci, chance, p=test_p), **({"p": test_p} if test_p is not None else {}), **extra}
 
 
+def check_row(name: str, passed: bool, detail: str, *, value: float = 0.0, **extra: Any) -> dict[str, Any]:
+    """The row of a pass/fail check (``kind = "check"``): the verdict counts it, outside the family-wise test.
+
+    Args:
+        name: The check's title (``"Release integrity"``).
+        passed: Whether it passed.
+        detail: What it measured or found (one line; the first finding when it failed).
+        value: A number to show (findings, a share).
+        extra: More fields.
+    """
+    return {"attack": name, "attacker": "-", "value": float(value), "chance": 0.0, "ci95": None,
+            "kind": "check", "passed": bool(passed), "detail": detail, "verdict": "passed" if passed else "FAILED",
+            **extra}
+
+
 class Clock:
     """Wall-clock seconds per stage, for the report."""
 
@@ -88,7 +110,7 @@ class Clock:
 
 
 @dataclass
-class AttackInputs:
+class AuditInputs:
     """What every attack of one scorecard run gets.
 
     Attributes:
@@ -104,6 +126,8 @@ class AttackInputs:
         reconstructor: A user's reconstructor (replaces the BN-prior inversion), or ``None``.
         results: The results of the attacks that ran before, by name.
         skipped: Why an attack or a part of one did not run, by name.
+        cache_dir: The embedding cache for the private set (``None``: none); the proxies are new to
+            every audit and never cached.
     """
 
     cfg: Any
@@ -116,8 +140,9 @@ class AttackInputs:
     progress: bool = True
     clock: Clock = field(default_factory=Clock)
     reconstructor: "Callable[[torch.Tensor], torch.Tensor] | None" = None
-    results: dict[str, "AttackResult"] = field(default_factory=dict)
+    results: dict[str, "CheckResult"] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    cache_dir: "Any" = None
     _emb: "dict[str, dict[str, torch.Tensor]]" = field(default_factory=dict, repr=False)
 
     @property
@@ -130,11 +155,11 @@ class AttackInputs:
         if attacker.role not in self._emb:
             size = attacker.input_size(self.state.image_size)
             self._emb[attacker.role] = self.clock.run("embed", lambda: {
-                "private": attacker.embed(self.sets.private(size)), "proxies": attacker.embed(self.sets.proxies(size))})
+                "private": attacker.embed(self.sets.private(size), cache_dir=self.cache_dir), "proxies": attacker.embed(self.sets.proxies(size))})
         return self._emb[attacker.role]
 
 
-class AttackResult:
+class CheckResult:
     """What an attack found; it renders its own parts of the report (override what applies)."""
 
     def sections(self) -> dict[str, Any]:
@@ -154,8 +179,8 @@ class AttackResult:
         return {}
 
 
-class Attack(ABC):
-    """One attack of the scorecard (see the module docstring).
+class Check(ABC):
+    """One check of the audit (see the module docstring).
 
     Class attributes:
         name: Registry key, also the key of its settings in ``report.json`` and of its
@@ -163,6 +188,8 @@ class Attack(ABC):
         title: Its name in the report.
         config: Its config dataclass (fields with :func:`option` metadata become ``pfd attack`` options).
         flag_prefix: Prefix of its options' flags (``--<prefix>-<field>``) unless a field names its flag.
+        gates: Whether its rows decide publication (a row may still say ``gates: False``).
+        cost: ``"seconds"`` or ``"minutes"`` on the demo's size (the docs' table of checks).
 
     Args:
         config: An instance of :attr:`config`.
@@ -172,30 +199,32 @@ class Attack(ABC):
     title: ClassVar[str]
     config: ClassVar[type]
     flag_prefix: ClassVar[str] = ""
+    gates: ClassVar[bool] = True
+    cost: ClassVar[str] = "seconds"
 
     def __init__(self, config: Any) -> None:
         self.cfg = config
 
     @abstractmethod
-    def applicable(self, inputs: AttackInputs) -> str | None:
+    def applicable(self, inputs: AuditInputs) -> str | None:
         """``None`` when it can run on ``inputs``, else the reason it cannot (one line, with the fix)."""
 
     @abstractmethod
-    def run(self, inputs: AttackInputs) -> AttackResult:
+    def run(self, inputs: AuditInputs) -> CheckResult:
         """Run it; raises :class:`~pfd.errors.PfdError` for bad input."""
 
 
 #: Registered attacks in the order the scorecard runs them (a later one may read an earlier one's result).
-ATTACKS: dict[str, type[Attack]] = {}
+CHECKS: dict[str, type[Check]] = {}
 
 
-def register_attack(cls: type[Attack]) -> type[Attack]:
-    """Class decorator: add an attack to :data:`ATTACKS` (its name must be new)."""
-    if cls.name in ATTACKS:
+def register_check(cls: type[Check]) -> type[Check]:
+    """Class decorator: add an attack to :data:`CHECKS` (its name must be new)."""
+    if cls.name in CHECKS:
         raise ValueError(f"attack {cls.name!r} is already registered")
     if not dataclasses.is_dataclass(cls.config):
         raise TypeError(f"attack {cls.name!r}: config must be a dataclass")
-    ATTACKS[cls.name] = cls
+    CHECKS[cls.name] = cls
     return cls
 
 
@@ -215,11 +244,11 @@ class _Option:
     help: str
 
 
-def attack_options() -> list[_Option]:
+def check_options() -> list[_Option]:
     """The ``pfd attack`` options of every registered attack's config: one per field with :func:`option`
     metadata; a bool field is an on/off switch (``--x/--no-x``)."""
     out = []
-    for name, cls in ATTACKS.items():
+    for name, cls in CHECKS.items():
         for f in dataclasses.fields(cls.config):
             meta = f.metadata
             if not meta.get("cli", False):

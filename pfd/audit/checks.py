@@ -1,0 +1,194 @@
+"""The audit's pass/fail checks: what a release must be before any attack is worth running.
+
+Registered before the attacks (:data:`pfd.audit.contract.CHECKS`), each returns one row of
+``kind = "check"`` (:func:`pfd.audit.contract.check_row`) that the verdict counts outside the
+family-wise test (:mod:`pfd.audit.verdict`):
+
+* ``integrity``: the release on disk is what pfd writes and nothing else: every file listed in
+  the manifest with a matching sha256 (a PNG changed under an old manifest fails), PNGs of pixels
+  only (no metadata), no state file, labels that do not follow the source order, the state dir
+  outside the release with private modes (:func:`pfd.release.lint.lint_release` without the
+  private set). A release still in memory (the gate's, before it is written) has nothing to check
+  yet: pfd's own writer writes it after the audit.
+* ``private_copies``: no released image is a private photo of *any* private identity, exact,
+  near-duplicate, or edited (rotated, shifted, cropped, pasted, tiled:
+  :func:`pfd.release.private_copies.find_private_copies`), nor a near-duplicate in the public
+  model's embedding.
+* ``ogp_margin``: OGP's eq. 3 margin was reached (``pfd`` with ``ogp.repulsion``'s hinge: the
+  share of private embeddings with ``|cos(M e, e)| < m`` reaches ``ogp.target_below_margin``).
+* ``judge_competence``: the judge recognises the private people (leave-one-out identification
+  clearly above chance), or its rows would vouch for nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pfd.audit.contract import AuditInputs, Check, CheckResult, check_row, register_check
+
+__all__ = ["ChecksResult", "IntegrityCheck", "PrivateCopiesCheck", "OgpMarginCheck", "JudgeCompetenceCheck",
+           "competence", "JUDGE_COMPETENCE"]
+
+#: A judge must identify the private people (leave one out) at this many times chance, the lower end of its
+#: 95 % interval: a model that recognises nobody links nothing, and its rows would read "at chance".
+JUDGE_COMPETENCE = 3.0
+
+
+@dataclass
+class ChecksResult(CheckResult):
+    """One or more pass/fail rows and their JSON section."""
+
+    key: str
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return self.items
+
+    def sections(self) -> dict[str, Any]:
+        return {"checks": {self.key: self.items}}
+
+
+@dataclass
+class _NoConfig:
+    def check(self) -> None:
+        return None
+
+
+@register_check
+class IntegrityCheck(Check):
+    """The release on disk is exactly what pfd writes (module docstring)."""
+
+    name, title, config = "integrity", "Release integrity", _NoConfig
+
+    def applicable(self, inputs: AuditInputs) -> str | None:
+        if inputs.state.release is None:
+            return "the release is still in memory (pfd's writer writes it only after the audit passes)"
+        return None
+
+    def run(self, inputs: AuditInputs) -> ChecksResult:
+        from pfd.release.lint import lint_release
+
+        findings = inputs.clock.run("checks", lambda: lint_release(inputs.state.release, state_dir=inputs.state.state_dir))
+        first = f"{findings[0].kind}: {findings[0].path}: {findings[0].detail}" if findings else ""
+        detail = (f"{len(findings)} finding(s), first {first}; run pfd release lint" if findings
+                  else "every file listed with its sha256, pixels only, no state, labels unordered")
+        return ChecksResult("integrity", [check_row(self.title, not findings, detail, value=len(findings),
+                                                    findings=[f.kind for f in findings[:20]])])
+
+
+@register_check
+class PrivateCopiesCheck(Check):
+    """No released image is a copy of any private photo (module docstring)."""
+
+    name, title, config = "private_copies", "No private photo in the release", _NoConfig
+    cost = "minutes"
+
+    def applicable(self, inputs: AuditInputs) -> str | None:
+        return None
+
+    def run(self, inputs: AuditInputs) -> ChecksResult:
+        from pfd.release.private_copies import find_private_copies
+
+        size = inputs.state.image_size
+        released = inputs.sets.released_pixels()  # [(name, (H, W, 3) uint8)]
+        private = inputs.sets.private(size)
+        model = inputs.public.model if getattr(inputs.public, "has_batchnorm", False) else None
+        copies = inputs.clock.run("checks", lambda: find_private_copies(released, private, model=model))
+        detail = (f"{len(copies)} released image(s) copy private photos, first {copies[0].file}: {copies[0].how} of "
+                  f"{copies[0].private}; remove them and distill again" if copies
+                  else f"none of {len(released)} images is a copy of any of {len(private)} private photos")
+        return ChecksResult("private_copies", [check_row(self.title, not copies, detail, value=len(copies))])
+
+
+@register_check
+class OgpMarginCheck(Check):
+    """OGP's eq. 3 margin was reached (pfd's hinge repulsion only)."""
+
+    name, title, config = "ogp_margin", "OGP margin (eq. 3)", _NoConfig
+
+    def applicable(self, inputs: AuditInputs) -> str | None:
+        if _ogp(inputs) is None:
+            return "the release was not rotated (no OGP margin to check)"
+        return None
+
+    def run(self, inputs: AuditInputs) -> ChecksResult:
+        below, margin, target = _ogp(inputs)  # type: ignore[misc]
+        return ChecksResult("ogp_margin", [check_row(
+            self.title, below >= target, f"{below:.3f} of the private embeddings below |cos(Me, e)| < {margin:g} "
+            f"(target {target:.2f}); below it, rerun with --resume and a longer OGP schedule (--ogp-steps)",
+            value=below, target=target)])
+
+
+def _ogp(inputs: AuditInputs) -> tuple[float, float, float] | None:
+    """``(share below the margin, margin, target)`` from the state dir, or ``None`` for a run without OGP."""
+    import torch
+
+    from pfd.release.state_dir import StateDir
+
+    path = StateDir.at(inputs.state.state_dir).prototypes
+    if not path.is_file():
+        return None
+    protos = torch.load(path, map_location="cpu", weights_only=True)
+    if not protos.get("rotated", False) or "cos_rotated" not in protos:
+        return None
+    ogp = (inputs.state.config.get("distill") or {}).get("ogp") or {}
+    from pfd.config import OGPConfig
+
+    margin = float(ogp.get("rep_margin", OGPConfig.rep_margin))
+    target = float(ogp.get("target_below_margin", OGPConfig.target_below_margin))
+    below = float((protos["cos_rotated"].abs() < margin).float().mean())
+    return below, margin, target
+
+
+def competence(private_emb: Any, private_labels: np.ndarray, *, multiple: float = JUDGE_COMPETENCE) -> dict[str, Any]:
+    """Whether a model recognises the private people: leave-one-out rank-1 identification of every
+    private image among the others (its nearest other image's identity), against chance.
+
+    Args:
+        private_emb: ``(m, D)`` normalised private embeddings by the model.
+        private_labels: ``(m,)`` identities.
+        multiple: The lower end of the 95 % interval must exceed this many times chance.
+
+    Returns:
+        ``rate``, ``count``, ``n``, ``chance`` (of naming the right identity by a random other
+        image), ``ci95``, ``multiple`` and ``passed``.
+    """
+    from pfd.attacks.metrics import wilson_interval
+
+    e = private_emb.double()
+    labels = np.asarray(private_labels)
+    sims = e @ e.T
+    sims.fill_diagonal_(-float("inf"))
+    nearest = sims.argmax(1).numpy()
+    hit = labels[nearest] == labels
+    m = labels.size
+    _, counts = np.unique(labels, return_counts=True)
+    chance = float(((counts - 1) * counts).sum() / max(m * (m - 1), 1))  # a random other image of the same person
+    lo, hi = wilson_interval(int(hit.sum()), m)
+    return {"rate": float(hit.mean()), "count": int(hit.sum()), "n": int(m), "chance": chance, "ci95": [lo, hi],
+            "multiple": float(multiple), "passed": bool(lo > multiple * chance)}
+
+
+@register_check
+class JudgeCompetenceCheck(Check):
+    """The judge, a model no loss saw, recognises the private people."""
+
+    name, title, config = "judge_competence", "Judge recognises the private people", _NoConfig
+
+    def applicable(self, inputs: AuditInputs) -> str | None:
+        if not any(a.role == "judge" for a in inputs.attackers):
+            return "no judge (the state dir has none)"
+        return None
+
+    def run(self, inputs: AuditInputs) -> ChecksResult:
+        judge = next(a for a in inputs.attackers if a.role == "judge")
+        c = competence(inputs.embeddings(judge)["private"], inputs.labels)
+        detail = (f"identifies {100 * c['rate']:.1f}% of the private images (95% CI {100 * c['ci95'][0]:.1f}-"
+                  f"{100 * c['ci95'][1]:.1f}%, chance {100 * c['chance']:.1f}%; needs > {c['multiple']:g}x)")
+        if not c["passed"]:
+            detail += "; its rows would vouch for nothing: pass a --judge that recognises these faces"
+        return ChecksResult("judge_competence", [check_row(self.title, c["passed"], detail, value=c["rate"], **{
+            k: c[k] for k in ("count", "n", "multiple")})])

@@ -1,0 +1,113 @@
+"""How often the one verdict refuses a release that is at chance, or passes one that leaks: simulated audits.
+
+A release at chance is one whose proxies no model links to their sources: for every attacker the
+audit consults (insider, public and the judge) the proxies' embeddings are independent of their
+source identities. :func:`simulate` draws such audits at a release's size, runs the *registered*
+embedding attacks on them (linkability, hubness, the source's rank; the same classes ``pfd
+attack`` runs) and takes :func:`pfd.audit.verdict.decide`'s verdict. ``leak`` plants a signal:
+each proxy is pulled towards its source's centre in every model (``leak = 0`` is the null).
+
+The simulated embeddings (per model, independent across models): private images of ``N``
+identities × ``imgs`` around a random unit centre each, spread ``sigma``; the ``K`` proxies of a
+source around a centre of their own (proxies of one source resemble each other, as pfd's do, which
+clusters their outcomes). Reconstructions, attributes and membership are not simulated: their rows
+enter the same Bonferroni split, whose bound holds whatever their dependence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["NullAudits", "simulate"]
+
+
+@dataclass
+class NullAudits:
+    """The outcome of :func:`simulate`.
+
+    Attributes:
+        draws: Simulated audits.
+        refused: Audits the verdict refused.
+        leaks: Audits refused through a LEAKS row.
+        unresolved: Audits refused only because a rate could not rule out ``RULE_OUT`` × chance.
+        by_row: Refusals per row label.
+    """
+
+    draws: int
+    refused: int = 0
+    leaks: int = 0
+    unresolved: int = 0
+    by_row: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        """Share of audits refused."""
+        return self.refused / self.draws if self.draws else 0.0
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=1, keepdim=True)
+
+
+def _view(gen: torch.Generator, n_ids: int, k: int, imgs: int, dim: int, sigma: float, leak: float) -> dict[str, torch.Tensor]:
+    centres = _unit(torch.randn(n_ids, dim, generator=gen))
+    private = _unit(centres.repeat_interleave(imgs, 0) + sigma * torch.randn(n_ids * imgs, dim, generator=gen))
+    own = _unit(torch.randn(n_ids, dim, generator=gen) + leak * centres)  # (N, D): each source's proxies share a centre
+    proxies = _unit(own.repeat_interleave(k, 0) + sigma * torch.randn(n_ids * k, dim, generator=gen))
+    return {"private": private, "proxies": proxies}
+
+
+def simulate(n_ids: int, k: int, *, draws: int = 100, imgs: int = 20, attackers: int = 3, dim: int = 64,
+             sigma: float = 0.5, leak: float = 0.0, seed: int = 0, permutations: int | None = None) -> NullAudits:
+    """The verdicts of ``draws`` simulated audits of a release of ``n_ids`` identities × ``k`` proxies.
+
+    Args:
+        n_ids: Private identities N.
+        k: Proxies per identity K.
+        draws: Simulated audits.
+        imgs: Private images per identity.
+        attackers: Models (insider, public, judge).
+        dim: Embedding dimension.
+        sigma: Spread of images around their identity centre (and of proxies around theirs).
+        leak: Pull of each source's proxies towards its centre (0: a release at chance).
+        seed: Seed of the simulation.
+        permutations: Draws of each source-rank test (default: the fewest that can reach the
+            per-figure level, with a margin).
+
+    Returns:
+        A :class:`NullAudits`.
+    """
+    from pfd.attacks.linkability.attacks import HubnessAttack, LinkabilityAttack, SourceRankAttack
+    from pfd.attacks.linkability.attacks import HubnessConfig, LinkabilityConfig, SourceRankConfig
+    from pfd.audit.contract import AuditInputs
+    from pfd.audit.verdict import LEVEL, decide, label
+
+    m = attackers * 8  # VisMatch, Re-ID, two CSLS, rank-last, orthogonal, two rank tests per attacker
+    perms = permutations or int(np.ceil(1.5 * m / LEVEL))
+    gen = torch.Generator().manual_seed(int(seed))
+    source = np.repeat(np.arange(n_ids), k)
+    labels = np.repeat(np.arange(n_ids), imgs)
+    roles = ["insider", "public", "judge"][:attackers]
+    models = [SimpleNamespace(role=r, distance="cosine") for r in roles]
+    checks = [LinkabilityAttack(LinkabilityConfig()), HubnessAttack(HubnessConfig()),
+              SourceRankAttack(SourceRankConfig(permutations=perms))]
+    out = NullAudits(draws=draws)
+    for d in range(draws):
+        inputs = AuditInputs(cfg=SimpleNamespace(seed=int(seed) * 100_003 + d), state=None, sets=None, attackers=models,
+                             source=source, labels=labels, private_spec="simulated", progress=False)
+        for role in roles:
+            inputs._emb[role] = _view(gen, n_ids, k, imgs, dim, sigma, leak)
+        rows: list[dict[str, Any]] = [row for c in checks for row in c.run(inputs).rows()]
+        v = decide(rows)
+        if not v.publishable:
+            out.refused += 1
+            out.leaks += bool(v.leaks)
+            out.unresolved += bool(v.unresolved and not v.leaks)
+            for r in v.refusals:
+                out.by_row[label(r)] = out.by_row.get(label(r), 0) + 1
+    return out

@@ -1,0 +1,63 @@
+"""The one verdict: calibrated under the null, powerful on a leak, and every kind of refusal."""
+
+from __future__ import annotations
+
+import pytest
+
+from pfd.audit.contract import check_row, summary_row
+from pfd.audit.null import simulate
+from pfd.audit.verdict import LEVEL, decide
+from pfd.errors import PfdError
+
+
+def _rate(attack: str, k: int, n: int, chance: float = 0.05, **kw):
+    from pfd.attacks.metrics import clopper_pearson
+
+    lo, hi = clopper_pearson(k, n, alpha=0.05)
+    return summary_row(attack, "public", k / n, chance, (lo, hi), "rate", count=k, n=n, n_eff=n, rule_out=True, **kw)
+
+
+@pytest.mark.slow
+def test_the_whole_verdict_refuses_a_release_at_chance_rarely_and_a_leaking_one_always():
+    null = simulate(12, 5, draws=60, seed=3)
+    # The family-wise level is 1 %: 60 audits at chance refuse ~0.6 by luck; 4 or more has probability < 0.3 %.
+    assert null.refused <= 3, null
+    leaky = simulate(12, 5, draws=4, seed=4, leak=8.0)
+    assert leaky.refused == 4 and leaky.leaks == 4
+
+
+def test_a_row_leaking_at_its_own_95_percent_is_not_a_leak_at_the_family_level():
+    rows = [_rate(f"a{i}", 5, 200) for i in range(20)] + [_rate("edge", 12, 120)]  # 10 % vs 5 %: 95 % LEAKS
+    assert rows[-1]["verdict"] == "LEAKS"
+    v = decide(rows, rule_out=0)
+    assert v.publishable and rows[-1]["verdict"] == "≈ chance" and rows[-1]["verdict_95"] == "LEAKS"
+    strong = [_rate(f"a{i}", 5, 200) for i in range(20)] + [_rate("strong", 60, 120)]
+    v = decide(strong, rule_out=0)
+    assert not v.publishable and [r["attack"] for r in v.leaks] == ["strong"] and "strong by public leaks" in v.text
+
+
+def test_a_failed_check_refuses_whatever_the_figures_say():
+    rows = [_rate("a", 5, 200), check_row("Release integrity", False, "checksum: 0001/000.png: sha256 differs")]
+    v = decide(rows)
+    assert not v.publishable and v.failed and "Release integrity failed: checksum" in v.text
+    assert decide([_rate("a", 5, 200), check_row("Release integrity", True, "ok")]).publishable
+
+
+def test_a_test_that_cannot_reach_the_per_figure_level_is_a_setting_error():
+    rows = [summary_row(f"t{i}", "public", 0.5, 0.5, None, "score", test_p=0.5, p_floor=1 / 2001,
+                        setting="[attack.source_rank] permutations") for i in range(30)]
+    with pytest.raises(PfdError, match=r"permutations = 2000; use at least 3000"):
+        decide(rows)
+    ok = [dict(r, p_floor=1 / 20001) for r in rows]
+    assert decide(ok).publishable
+
+
+def test_an_interval_too_wide_to_rule_out_five_times_chance_is_unresolved_unless_a_hub_defers_it():
+    wide = _rate("VisMatch (proxies)", 2, 10, chance=0.05, hub=False, partner="VisMatch, hubness-corrected (proxies)")
+    v = decide([wide])
+    assert not v.publishable and v.unresolved and "cannot rule out" in v.text
+    hub = dict(wide, hub=True)
+    partner = _rate("VisMatch, hubness-corrected (proxies)", 5, 200)
+    v = decide([hub, partner])
+    assert v.publishable and hub["deferred_to"] == "VisMatch, hubness-corrected (proxies) by public"
+    assert 0 < LEVEL <= 0.01

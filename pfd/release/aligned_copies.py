@@ -12,16 +12,20 @@ the mean face and the lighting cancel and what is left is where this photo's edg
    of it (4 scales from 40 % to 75 % of the side, on a grid of eighths) are reduced to 8 × 8
    structure thumbnails and compared with the private images' by cosine: the best few private
    images of the whole image and of its best windows are the candidates.
-2. **Alignment.** Each candidate is warped (mirror, rotation ±15° in 2.5° steps, scale 0.75-1.45,
-   shifts of ±3 px; for windows ±10°, 0.85-1.15, ±2 px) onto the released image or window, and
-   the score is the largest absolute normalised cross-correlation of the structures (absolute:
-   a negative correlates at −1). A genuine proxy, distilled from noise, shares no edge layout with
+2. **Alignment.** Each candidate is warped (mirror, rotation ±15° in 2.5° steps, scale 0.75-1.45;
+   for windows ±10°, 0.85-1.15) and matched against the centre of the released image or window
+   (its border of 5 px at 32 left out: a shift or a crop brings content there that the photo
+   never had) at every integer shift up to 5 px, then refined by half pixels; the score is the
+   largest absolute normalised cross-correlation of the structures (absolute: a negative
+   correlates at −1). A genuine proxy, distilled from noise, shares no edge layout with
    any private photo; an edited copy keeps most of it.
 3. **Threshold**, calibrated on the release itself as for the embedding test: median + 5 robust SDs
    of the releases' scores, never below :data:`SCORE_FLOOR` and never above :data:`SCORE_CEILING`
    (a release of real faces spreads its scores so widely that median + 5 SDs passes 1, where no
-   score can reach: an aligned correlation of 0.95 is a copy whatever else the release holds; two
-   different photos of one synthetic person reach 0.92 at most).
+   score can reach: an aligned correlation of 0.95 is a copy whatever else the release holds).
+   Measured on CelebA crops: photos of other people align at 0.89 at most, another photo of the
+   same person at 0.86, a private photo rolled by 6-10 px at 0.985; renders of one synthetic
+   person at 64 px are near-duplicates and may reach it (a photo of a private person either way).
 
 Blends below about a third of the photo and JPEG at quality 5 keep too little of the structure to
 be told from a proxy by pixels; docs/distill.md lists what is found and what is not.
@@ -45,7 +49,7 @@ SIDE = 32
 THUMB = 8
 #: The calibrated threshold is never below this absolute correlation.
 SCORE_FLOOR = 0.5
-#: ... and never above this one: a copy aligns at 0.99; two photos of one person at 0.92 at most.
+#: ... and never above this one: a copy aligns at 0.99; another person's photo at 0.89 at most (CelebA).
 SCORE_CEILING = 0.95
 #: Robust standard deviations above the release's median score.
 SIGMAS = 5.0
@@ -170,29 +174,55 @@ def _offsets(angles: Sequence[float], scales: Sequence[float], shifts: Sequence[
     return torch.tensor([(0.0, a, s, dx, dy) for a in angles for s in scales for dx in shifts for dy in shifts])
 
 
-#: Whole-image search, coarse: mirror, rotations, scales (a crop enlarges), shifts (a half turn is a
-#: view of the released image, :func:`find_aligned_copies`; a negative correlates at −1); then fine
-#: steps around the best.
-_WHOLE = _grid([-15.0, -10.0, -5.0, 0.0, 5.0, 10.0, 15.0], [0.8, 1.0, 1.2, 1.4], [-4.0, 0.0, 4.0])
-_WHOLE_FINE = _offsets([-2.5, 0.0, 2.5], [-0.05, 0.0, 0.05], [-2.0, -1.0, 0.0, 1.0, 2.0])
+#: Pixels (at :data:`SIDE`) of the released image's border left out of the correlation: a shift, a
+#: crop or a rotation brings content there that was never in the photo (a roll wraps the other side in).
+#: Every integer shift up to this many pixels is tried exactly (template matching), so odd shifts
+#: need no grid point.
+MARGIN = 5
+
+#: Whole-image search, coarse: mirror, rotations, scales (a crop enlarges); every integer shift of
+#: ±:data:`MARGIN` comes from the template matching (a half turn is a view of the released image,
+#: :func:`find_aligned_copies`; a negative correlates at −1); then fine steps around the best,
+#: half-pixel shifts included.
+_WHOLE = _grid([-15.0, -10.0, -5.0, 0.0, 5.0, 10.0, 15.0], [0.8, 1.0, 1.2, 1.4], [0.0])
+_WHOLE_FINE = _offsets([-2.5, 0.0, 2.5], [-0.05, 0.0, 0.05], [-0.5, 0.0, 0.5])
 #: Window search: smaller rotations and scales around the window.
-_WINDOW = _grid([-10.0, 0.0, 10.0], [0.9, 1.1], [-2.0, 0.0, 2.0])
-_WINDOW_FINE = _offsets([-5.0, 0.0, 5.0], [-0.05, 0.0, 0.05], [-1.0, 0.0, 1.0])
+_WINDOW = _grid([-10.0, 0.0, 10.0], [0.9, 1.1], [0.0])
+_WINDOW_FINE = _offsets([-5.0, 0.0, 5.0], [-0.05, 0.0, 0.05], [-0.5, 0.0, 0.5])
+
+
+def _shift_ncc(template: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
+    """|NCC| of a unit ``(1, 1, K, K)`` zero-mean template at every offset in each ``(n, 1, S, S)`` source.
+
+    Returns ``(n, S - K + 1, S - K + 1)``; offset ``(m, m)`` (``m = (S - K) / 2``) is no shift.
+    """
+    k = template.shape[-1]
+    num = F.conv2d(sources, template)  # (n, 1, o, o): the template is zero-mean, so this is the centred dot product
+    ones = torch.ones_like(template)
+    s1, s2 = F.conv2d(sources, ones), F.conv2d(sources * sources, ones)
+    var = (s2 - s1 * s1 / (k * k)).clamp_min(1e-12)
+    return (num / var.sqrt()).abs().squeeze(1)
 
 
 def _best_alignment(target: torch.Tensor, source: torch.Tensor, coarse: torch.Tensor, fine: torch.Tensor) -> float:
     """Largest |NCC| between structure images ``target`` and ``source`` warped, both ``(1, 1, S, S)``.
 
-    Coarse to fine: every row of ``coarse`` ``(mirror, angle, scale, dx, dy)``, then ``fine`` offsets
-    around the best coarse row. Structure is warped directly (it commutes with a rigid warp up to
-    resampling), so no blur runs per warp.
+    The target's centre (its border of :data:`MARGIN` px left out) is matched against each warp of
+    the source in ``coarse`` ``(mirror, angle, scale, 0, 0)`` at every integer shift up to the
+    margin; then ``fine`` offsets (rotation, scale, half-pixel shifts) are tried around the best.
+    Structure is warped directly (it commutes with a rigid warp up to resampling), so no blur runs
+    per warp.
     """
-    t = _unit(target)  # (1, S²)
-    scores = (_unit(_warp(source, coarse)) @ t.T).abs().squeeze(1)  # (c,)
-    k = int(scores.argmax())
-    around = coarse[k] + fine  # (f, 5); the mirror flag stays 0/1 (fine's first column is 0)
-    best = float((_unit(_warp(source, around)) @ t.T).abs().max())
-    return max(best, float(scores[k]))
+    side = target.shape[-1]
+    m = max(1, round(MARGIN * side / SIDE))
+    centre = target[..., m:side - m, m:side - m]
+    t = (centre - centre.mean()) / (centre - centre.mean()).norm().clamp_min(1e-8)  # (1, 1, K, K)
+    scores = _shift_ncc(t, _warp(source, coarse))  # (c, o, o)
+    best = int(scores.flatten().argmax())
+    row, (i, j) = best // scores[0].numel(), divmod(best % scores[0].numel(), scores.shape[-1])
+    around = _warp(source, coarse[row] + fine)[..., i:i + side - 2 * m, j:j + side - 2 * m]  # (f, 1, K, K)
+    refined = (_unit(around) @ t.flatten()[:, None]).abs().max()
+    return max(float(refined), float(scores.flatten()[best]))
 
 
 def _windows(grey: torch.Tensor, scales: Sequence[float] = None) -> tuple[torch.Tensor, list[tuple[float, float, float]]]:

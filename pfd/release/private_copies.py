@@ -14,7 +14,9 @@ copies a private photo into a release and updates the manifest passes every file
 * **embeddings** (with a model, normally the publisher's public model): the cosine of each
   released image to its nearest private image, flagged above a threshold calibrated on the
   release itself (:func:`cosine_threshold`): genuine proxies form the bulk of that distribution,
-  a copied photo sits far above it.
+  a copied photo sits far above it. It must also beat how close two different private photos come
+  under the same model, by a factor (:func:`distinct_photo_level`): a weak or low-resolution model
+  maps other people's photos almost as close as copies (the pixel tests still look at every image).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pfd.data.faceset import FaceSet
 from pfd.release.phash import copy_variants, dhash, grid_for, near_duplicate_bits, nearest
 from pfd.data.shape import image_hw
 
-__all__ = ["PrivateCopy", "find_private_copies", "cosine_threshold", "COSINE_FLOOR", "COSINE_CEILING"]
+__all__ = ["PrivateCopy", "find_private_copies", "cosine_threshold", "distinct_photo_level", "COSINE_FLOOR", "COSINE_CEILING"]
 
 #: The calibrated cosine threshold never drops below this (a release of near-identical proxies
 #: must not turn ordinary similarity into findings) ...
@@ -39,6 +41,9 @@ COSINE_FLOOR = 0.9
 COSINE_CEILING = 0.99
 #: Robust standard deviations above the release's median nearest-private cosine.
 COSINE_SIGMAS = 6.0
+#: An embedding copy must also sit this many times closer (in 1 − cos) to its private photo than
+#: the two closest different private photos sit to each other (:func:`distinct_photo_level`).
+DISTINCT_FACTOR = 4.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,31 @@ def cosine_threshold(nearest_cos: np.ndarray) -> float:
     med = float(np.median(c))
     mad = 1.4826 * float(np.median(np.abs(c - med)))
     return float(np.clip(med + COSINE_SIGMAS * mad, COSINE_FLOOR, COSINE_CEILING))
+
+
+def distinct_photo_level(embeddings: torch.Tensor) -> float:
+    """The cosine an embedding copy must beat, from how close two *different* private photos come.
+
+    With ``c`` the largest cosine between two private photos, a copy must reach
+    ``1 − (1 − c) / DISTINCT_FACTOR``: a re-encoded or edited copy sits at 0.99 or above under a
+    model that tells people apart, but a weak or low-resolution model maps different photos (and
+    other people's) to 0.98, so only what is :data:`DISTINCT_FACTOR` times closer than any two
+    private photos is a copy by the embeddings (the pixel tests still look at every image).
+
+    Args:
+        embeddings: Unit embeddings of the private photos ``(m, D)``.
+
+    Returns:
+        The level (``-1`` with fewer than two photos).
+    """
+    if len(embeddings) < 2:
+        return -1.0
+    closest = -1.0
+    for lo in range(0, len(embeddings), 1024):  # (b, m) blocks: a large private set never needs m² at once
+        block = embeddings[lo:lo + 1024] @ embeddings.T
+        block[torch.arange(len(block)), torch.arange(lo, lo + len(block))] = -2.0  # not itself
+        closest = max(closest, float(block.max()))
+    return 1.0 - (1.0 - min(closest, 1.0)) / DISTINCT_FACTOR
 
 
 def _uint8(x: torch.Tensor) -> np.ndarray:
@@ -163,7 +193,9 @@ def find_private_copies(
         ])  # (m, D)  # fmt: skip
         cos = e_rel @ e_priv.T  # (n, m)
         best, arg = cos.max(dim=1)
-        t = cosine_threshold(best.numpy())
+        # Only far above what two *different* private photos reach under this model: a weak or
+        # low-resolution model maps another person's photo as close as a copy.
+        t = max(cosine_threshold(best.numpy()), distinct_photo_level(e_priv))
         for k in np.flatnonzero(best.numpy() > t):
             if k not in found:
                 found[int(k)] = PrivateCopy(released[k][0], names[int(arg[k])], "embedding", float(best[k]), t)

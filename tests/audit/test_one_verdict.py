@@ -124,7 +124,8 @@ def test_a_release_tampered_with_after_the_audit_is_refused_naming_the_check(wor
     img[0, 0] = 255 - img[0, 0]
     first.write_bytes(encode_png(img))
     v = run_scorecard(_cfg(release, state), progress=False).verdict
-    assert not v.publishable and "Release integrity failed: checksum" in v.text
+    assert not v.publishable and [label(r) for r in v.failed] == ["Release integrity"]
+    assert "Release integrity failed" in v.text and "checksum" in v.text
     # 2. A private photo put back in, manifest updated to match: integrity passes, the copy check does not.
     private = to_uint8(world.private.images[int(np.flatnonzero(world.private.labels == 11)[0])][None])[0]
     first.write_bytes(encode_png(private))

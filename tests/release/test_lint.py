@@ -305,6 +305,32 @@ def test_embedding_check_catches_a_copy_the_hash_misses(face_release, monkeypatc
     assert cosine_threshold(np.linspace(0.9, 1.0, 20)) == pytest.approx(0.99)  # the ceiling
 
 
+
+def test_a_model_that_maps_everyone_close_flags_no_other_persons_photo(face_release, monkeypatch):
+    """Under a collapsed model two different private photos reach 0.98: another person's photo at 0.99
+    is no copy (it would pass the release-calibrated ceiling alone); only one 4 x closer is."""
+    import pfd.release.aligned_copies as aligned
+    from pfd.release.private_copies import DISTINCT_FACTOR, distinct_photo_level, find_private_copies
+
+    rel, private, w = face_release
+    monkeypatch.setattr(aligned, "find_aligned_copies", lambda released, private: [])
+    e = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0], [0.98, (1 - 0.98**2) ** 0.5], [0.0, 1.0]]), dim=1)
+    assert distinct_photo_level(e) == pytest.approx(1 - (1 - 0.98) / DISTINCT_FACTOR)
+    released = [(p, np.asarray(__import__("PIL.Image", fromlist=["Image"]).open(rel / p).convert("RGB"))) for p in w.files]
+    direction = torch.randn(1, 48, generator=torch.Generator().manual_seed(0))
+
+    def collapsed(x):  # (B, 3, H, W) -> (B, 48): one shared direction plus a small image-dependent part
+        return direction + 0.3 * (torch.nn.functional.adaptive_avg_pool2d(x, 4).flatten(1) - 0.5)
+
+    from pfd.embed import Embedder
+    from pfd.release.private_copies import cosine_threshold
+
+    emb = Embedder(collapsed, batch_size=64, device="cpu")
+    e_priv = emb(torch.stack([private.load(i) for i in range(len(private))]))
+    best = (emb(torch.stack([torch.from_numpy(x.copy()).permute(2, 0, 1).float() / 255 for _, x in released])) @ e_priv.T).amax(1)
+    assert (best.numpy() > cosine_threshold(best.numpy())).any()  # the release's own calibration alone would flag
+    assert find_private_copies(released, private, model=collapsed) == []
+
 # -- manifest schema, links, emptiness, sizes, hidden PNG data, modes ----------------------------
 
 

@@ -274,13 +274,17 @@ class Embedder:
 
     # -- cache --------------------------------------------------------------------------------
     def _hash_faces(self, h: "hashlib._Hash", faces: FaceSet) -> None:
-        h.update(f"faceset {type(faces).__qualname__} size={faces.size} n={len(faces)}".encode())
+        # By content only (names and per-image digests, or pixels), never by the set's class: a set
+        # opened from its spec and the same images held by a run (a subset, a filtered view) share entries.
+        h.update(f"faceset size={faces.size} n={len(faces)}".encode())
         digest = _digest_fn(faces)
         if digest is not None:
+            h.update(b"\0digests")
             for i in range(len(faces)):
                 h.update(f"\0{faces.name(i)}\0{digest(i)}".encode())
             return
         # No cheap fingerprint: hash the decoded pixels themselves (same loader as embedding).
+        h.update(b"\0pixels")
         i = 0
         for images in self._batches(faces):
             for img in images:

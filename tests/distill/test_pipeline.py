@@ -225,7 +225,7 @@ def test_embedding_cache_serves_later_runs_and_changes_no_pixel(public, tmp_path
     first = distill(tiny_distill_config(public, tmp_path / "a", method="raw", embed_cache=str(cache)), progress=False)
     files = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
     # The adapted model's and the public model's embeddings of the private set: two entries.
-    assert len(files) == 2
+    assert len(files) == 2, sorted(files)
     second = distill(tiny_distill_config(public, tmp_path / "b", method="raw", embed_cache=str(cache)), progress=False)
     assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == files  # hits, nothing rewritten
 

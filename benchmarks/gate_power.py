@@ -1,6 +1,6 @@
 """What the publication gate can rule out: its refusal rate under the null and under planted leaks.
 
-A linkability check of the gate (:func:`pfd.distill.gate.linkability_check`) sees, for each of
+A linkability figure of the audit (:class:`pfd.attacks.linkability.attacks.LinkabilityAttack`) sees, for each of
 ``N`` source identities, ``K`` proxies; an attack links each proxy with probability ``p``. The
 gate used to refuse only when the 95 % interval lay above chance (LEAKS); it now also refuses when
 the interval's upper end (the largest linkage rate the audit does not exclude) is more than
@@ -17,12 +17,13 @@ while a leak of 5x chance passes in <= 2 %.
 
 Usage:
     python -m benchmarks.gate_power [--draws 2000] [--multiples 4 5 6]
-    python -m benchmarks.gate_power --whole-gate [--ids 24] [--ipc 5 10] [--draws 10000]
+    python -m benchmarks.gate_power --whole-gate [--ids 24] [--ipc 10] [--draws 1000] [--out FILE]
 
-``--whole-gate`` runs :func:`pfd.distill.gate_null.null_refusals` instead: the whole gate (every
-linkability check of insider, public model and judge, on simulated embeddings with clustered
-proxies) on releases at chance, once with the gate's family-wise level and once with every check
-tested at 95 % on its own (the gate before issue 27), and prints how often each refuses.
+``--whole-gate`` runs :func:`pfd.audit.null.simulate` instead: the one verdict (every registered
+embedding attack of insider, public model and judge on simulated embeddings with clustered
+proxies, decided at the audit's family-wise level) on releases at chance and with planted leaks,
+and prints how often it refuses: the null's false-refusal rate and the power table of
+docs/distill.md.
 
 Pure simulation (seconds, no data, no model); run by hand.
 """
@@ -63,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ids", type=int, nargs="+", default=[10, 30, 150])
     ap.add_argument("--ipc", type=int, nargs="+", default=[1, 2, 3, 5, 10])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--whole-gate", action="store_true", help="simulate the whole gate on releases at chance")
+    ap.add_argument("--whole-gate", action="store_true", help="simulate the one verdict at chance and under planted leaks")
+    ap.add_argument("--leaks", type=float, nargs="+", default=[0.0, 0.5, 1.0, 1.5],
+                    help="--whole-gate: pulls of each source's proxies towards its centre (0: at chance)")
+    ap.add_argument("--out", default="", help="--whole-gate: JSON-lines file of finished rows (resumable)")
     args = ap.parse_args(argv)
     if args.whole_gate:
         return whole_gate(args)
@@ -80,26 +84,48 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def whole_gate(args: argparse.Namespace) -> int:
-    """Print the whole gate's refusal rate at chance for each (N, K), family-wise and per check."""
+    """Print the one verdict's refusal rate for each (N, K) and planted leak (0: at chance).
+
+    Each row is :func:`pfd.audit.null.simulate`: the registered linkability, hubness and source-rank
+    attacks of three models (insider, public, judge) on simulated embeddings, decided by
+    :func:`pfd.audit.verdict.decide` at its family-wise level. ``Re-ID / chance`` is what the
+    planted pull amounts to (mean over audits and models), so rows near 2x and 3x read as power.
+    Resumable: each finished row is appended to ``--out`` (JSON lines) and skipped on a rerun.
+    """
+    import json
     import time
 
-    from pfd.distill.gate import ATTACKS
-    from pfd.distill.gate_null import null_refusals
+    from pfd.attacks.metrics import clopper_pearson
+    from pfd.audit.null import simulate
+    from pfd.audit.verdict import LEVEL
 
-    m = 3 * len(ATTACKS)  # insider, public and judge, each with every attack
-    print(f"Whole gate on releases at chance ({args.draws} simulated audits each; {m} linkability checks with a judge)")
-    print("| N | K | gate | refused | 95 % upper | of which LEAKS | unresolved | seconds |")
+    out = Path(args.out) if args.out else None
+    done = {}
+    if out is not None and out.is_file():
+        for line in out.read_text().splitlines():
+            r = json.loads(line)
+            done[(r["N"], r["K"], r["leak"], r["draws"])] = r
+    print(f"One verdict (family-wise {100 * LEVEL:g} %) on simulated audits ({args.draws} each; three models)")
+    print("| N | K | leak | Re-ID / chance | refused | 95 % CI | through LEAKS / rule-out only | seconds |")
     print("|---|---|---|---|---|---|---|---|")
     for n in args.ids:
         for k in args.ipc:
-            for label, alpha in (("family-wise 0.1 %", 0.001), ("each check at 95 %", 0.025 * m)):
-                t0 = time.perf_counter()
-                r = null_refusals(n, k, draws=args.draws, seed=args.seed, alpha=alpha)
-                from pfd.attacks.metrics import clopper_pearson
-
-                hi = clopper_pearson(r.refused, r.draws)[1]
-                print(f"| {n} | {k} | {label} | {r.refused} ({100 * r.rate:.2f} %) | {100 * hi:.2f} % | {r.leaks} | "
-                      f"{r.unresolved} | {time.perf_counter() - t0:.0f} |", flush=True)
+            for leak in args.leaks:
+                key = (n, k, leak, args.draws)
+                if key not in done:
+                    t0 = time.perf_counter()
+                    r = simulate(n, k, draws=args.draws, seed=args.seed, leak=leak)
+                    done[key] = {"N": n, "K": k, "leak": leak, "draws": args.draws, "refused": r.refused,
+                                 "leaks": r.leaks, "unresolved": r.unresolved, "reid_ratio": r.reid_ratio,
+                                 "by_row": r.by_row, "seconds": round(time.perf_counter() - t0, 1)}
+                    if out is not None:
+                        out.parent.mkdir(parents=True, exist_ok=True)
+                        with out.open("a") as f:
+                            f.write(json.dumps(done[key]) + "\n")
+                r = done[key]
+                lo, hi = clopper_pearson(r["refused"], r["draws"])
+                print(f"| {n} | {k} | {leak:g} | {r['reid_ratio']:.2f} | {r['refused']} ({100 * r['refused'] / r['draws']:.1f} %) | "
+                      f"{100 * lo:.1f}-{100 * hi:.1f} % | {r['leaks']} / {r['unresolved']} | {r['seconds']:.0f} |", flush=True)
     return 0
 
 

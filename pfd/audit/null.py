@@ -36,6 +36,8 @@ class NullAudits:
         leaks: Audits refused through a LEAKS row.
         unresolved: Audits refused only because a rate could not rule out ``RULE_OUT`` × chance.
         by_row: Refusals per row label.
+        reid_ratio: Mean over audits and attackers of the Rank-1 Re-ID rate over its chance (about
+            1 at the null; what a planted ``leak`` amounts to).
     """
 
     draws: int
@@ -43,6 +45,7 @@ class NullAudits:
     leaks: int = 0
     unresolved: int = 0
     by_row: dict[str, int] = field(default_factory=dict)
+    reid_ratio: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -104,6 +107,8 @@ def simulate(n_ids: int, k: int, *, draws: int = 100, imgs: int = 20, attackers:
             inputs._emb[role] = _view(gen, n_ids, k, imgs, dim, sigma, leak)
         rows: list[dict[str, Any]] = [row for c in checks for row in c.run(inputs).rows()]
         v = decide(rows)
+        reid = [float(r["value"]) / float(r["chance"]) for r in rows if label(r).startswith("Rank-1 Re-ID (proxies)")]
+        out.reid_ratio += float(np.mean(reid)) / draws if reid else 0.0
         if not v.publishable:
             out.refused += 1
             out.leaks += bool(v.leaks)

@@ -189,40 +189,79 @@ _WHOLE_FINE = _offsets([-2.5, 0.0, 2.5], [-0.05, 0.0, 0.05], [-0.5, 0.0, 0.5])
 #: Window search: smaller rotations and scales around the window.
 _WINDOW = _grid([-10.0, 0.0, 10.0], [0.9, 1.1], [0.0])
 _WINDOW_FINE = _offsets([-5.0, 0.0, 5.0], [-0.05, 0.0, 0.05], [-0.5, 0.0, 0.5])
+#: Candidates refined by the fine steps (the best by the coarse search).
+REFINE = 3
+#: Private photos whose warps are kept at once (about 0.25 MB each).
+BANK_SIZE = 1024
 
 
-def _shift_ncc(template: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
-    """|NCC| of a unit ``(1, 1, K, K)`` zero-mean template at every offset in each ``(n, 1, S, S)`` source.
-
-    Returns ``(n, S - K + 1, S - K + 1)``; offset ``(m, m)`` (``m = (S - K) / 2``) is no shift.
-    """
-    k = template.shape[-1]
-    num = F.conv2d(sources, template)  # (n, 1, o, o): the template is zero-mean, so this is the centred dot product
-    ones = torch.ones_like(template)
-    s1, s2 = F.conv2d(sources, ones), F.conv2d(sources * sources, ones)
-    var = (s2 - s1 * s1 / (k * k)).clamp_min(1e-12)
-    return (num / var.sqrt()).abs().squeeze(1)
-
-
-def _best_alignment(target: torch.Tensor, source: torch.Tensor, coarse: torch.Tensor, fine: torch.Tensor) -> float:
-    """Largest |NCC| between structure images ``target`` and ``source`` warped, both ``(1, 1, S, S)``.
-
-    The target's centre (its border of :data:`MARGIN` px left out) is matched against each warp of
-    the source in ``coarse`` ``(mirror, angle, scale, 0, 0)`` at every integer shift up to the
-    margin; then ``fine`` offsets (rotation, scale, half-pixel shifts) are tried around the best.
-    Structure is warped directly (it commutes with a rigid warp up to resampling), so no blur runs
-    per warp.
-    """
+def _template(target: torch.Tensor) -> torch.Tensor:
+    """The unit, zero-mean centre ``(1, 1, K, K)`` of a ``(1, 1, S, S)`` structure image (border of :data:`MARGIN` px off)."""
     side = target.shape[-1]
-    m = max(1, round(MARGIN * side / SIDE))
+    m = _margin(side)
     centre = target[..., m:side - m, m:side - m]
-    t = (centre - centre.mean()) / (centre - centre.mean()).norm().clamp_min(1e-8)  # (1, 1, K, K)
-    scores = _shift_ncc(t, _warp(source, coarse))  # (c, o, o)
-    best = int(scores.flatten().argmax())
-    row, (i, j) = best // scores[0].numel(), divmod(best % scores[0].numel(), scores.shape[-1])
-    around = _warp(source, coarse[row] + fine)[..., i:i + side - 2 * m, j:j + side - 2 * m]  # (f, 1, K, K)
-    refined = (_unit(around) @ t.flatten()[:, None]).abs().max()
-    return max(float(refined), float(scores.flatten()[best]))
+    centre = centre - centre.mean()
+    return centre / centre.norm().clamp_min(1e-8)
+
+
+def _margin(side: int) -> int:
+    return max(1, round(MARGIN * side / SIDE))
+
+
+class _Bank:
+    """Each private structure image warped by a coarse grid, with the norms of its windows, built once.
+
+    A private photo is a candidate of many released images; its warps and the ``K × K`` window
+    statistics of the template matching do not depend on the released image, so they are cached
+    (at most :data:`BANK_SIZE` photos, oldest out).
+    """
+
+    def __init__(self, private_s: torch.Tensor, coarse: torch.Tensor) -> None:
+        self.private_s, self.coarse = private_s, coarse  # (m, 1, S, S), (r, 5)
+        self.cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def get(self, c: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(warps (r, 1, S, S), window norms (r, 1, o, o))`` of private image ``c``."""
+        hit = self.cache.get(c)
+        if hit is None:
+            warps = _warp(self.private_s[c:c + 1], self.coarse)
+            k = self.private_s.shape[-1] - 2 * _margin(self.private_s.shape[-1])
+            ones = torch.ones(1, 1, k, k)
+            s1, s2 = F.conv2d(warps, ones), F.conv2d(warps * warps, ones)
+            hit = (warps, (s2 - s1 * s1 / (k * k)).clamp_min(1e-12).sqrt())
+            if len(self.cache) >= BANK_SIZE:
+                self.cache.pop(next(iter(self.cache)))
+            self.cache[c] = hit
+        return hit
+
+
+def _best_alignment(target: torch.Tensor, candidates: Sequence[int], bank: _Bank, fine: torch.Tensor) -> tuple[float, int]:
+    """The largest |NCC| between structure image ``target`` ``(1, 1, S, S)`` and any candidate warped, and which.
+
+    The target's centre (its border of :data:`MARGIN` px left out) is matched against each coarse
+    warp of every candidate (``(mirror, angle, scale, 0, 0)``) at every integer shift up to the
+    margin, in one convolution; then ``fine`` offsets (rotation, scale, half-pixel shifts) are
+    tried around the best warp of the :data:`REFINE` best candidates. Structure is warped directly
+    (it commutes with a rigid warp up to resampling), so no blur runs per warp.
+    """
+    if not candidates:
+        return 0.0, -1
+    side = target.shape[-1]
+    k = side - 2 * _margin(side)
+    t = _template(target)  # (1, 1, K, K)
+    warps, norms = zip(*(bank.get(c) for c in candidates))
+    r = len(bank.coarse)
+    scores = (F.conv2d(torch.cat(warps), t) / torch.cat(norms)).abs().view(len(candidates), -1)  # (c, r·o·o)
+    per, where = scores.max(dim=1)
+    best = (0.0, -1)
+    o = scores.shape[1] // r
+    side_o = int(round(o ** 0.5))
+    for ci in torch.topk(per, min(REFINE, len(candidates))).indices.tolist():
+        row, (i, j) = int(where[ci]) // o, divmod(int(where[ci]) % o, side_o)
+        around = _warp(bank.private_s[candidates[ci]:candidates[ci] + 1], bank.coarse[row] + fine)
+        refined = (_unit(around[..., i:i + k, j:j + k]) @ t.flatten()[:, None]).abs().max()
+        best = max(best, (max(float(refined), float(per[ci])), candidates[ci]))
+    return best
 
 
 def _windows(grey: torch.Tensor, scales: Sequence[float] = None) -> tuple[torch.Tensor, list[tuple[float, float, float]]]:
@@ -255,22 +294,20 @@ def find_aligned_copies(released: torch.Tensor, private: torch.Tensor) -> list[A
     rel_g, priv_g = _grey(released.float()), _grey(private.float())  # (n, 1, S, S), (m, 1, S, S)
     priv_s = structure(priv_g)
     thumbs = _Thumbs(priv_g)
+    whole_bank, window_bank = _Bank(priv_s, _WHOLE), _Bank(priv_s, _WINDOW)
     scores, matches = [], []
     for i in range(len(released)):
         g = rel_g[i : i + 1]
         turned = g.flip(-1).flip(-2)
         # Views: as is, mirrored, upside down (both), negative; the warp grid holds mirrors too.
         views = torch.cat([g, g.flip(-1), turned, g.flip(-2), 1.0 - g])
-        s_g, s_t = structure(g), structure(turned)
-        whole = (0.0, -1)
-        for c in thumbs.whole(views, CANDIDATES):
-            for target in (s_g, s_t):
-                whole = max(whole, (_best_alignment(target, priv_s[c : c + 1], _WHOLE, _WHOLE_FINE), c))
+        candidates = thumbs.whole(views, CANDIDATES)
+        whole = max(_best_alignment(target, candidates, whole_bank, _WHOLE_FINE) for target in (structure(g), structure(turned)))
         wins, boxes = _windows(g)
         win_s = structure(wins)
         part = (0.0, -1, boxes[0])
         for w, c in thumbs.pairs(wins, WINDOW_PAIRS):
-            sc = _best_alignment(win_s[w : w + 1], priv_s[c : c + 1], _WINDOW, _WINDOW_FINE)
+            sc, _ = _best_alignment(win_s[w : w + 1], [c], window_bank, _WINDOW_FINE)
             if sc > part[0]:
                 part = (sc, c, boxes[w])
         scores.append(max(whole[0], part[0]))

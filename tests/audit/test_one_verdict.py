@@ -95,10 +95,17 @@ def _table(card) -> dict[str, tuple[float, str]]:
     return {label(r): (round(float(r["value"]), 9), r["verdict"]) for r in card.rows if r.get("gates", True)}
 
 
-def test_the_gate_and_the_card_give_one_verdict_on_every_release(world, tmp_path):
+@pytest.fixture(scope="module")
+def audited(world, tmp_path_factory):
+    """Every case audited twice: by the gate in memory and by the card on the written release."""
+    root = tmp_path_factory.mktemp("one-verdict")
+    return {name: _audit_both(world, root / name.replace(" ", "-"), images, source)
+            for name, (images, source) in _cases(world).items()}
+
+
+def test_the_gate_and_the_card_give_one_verdict_on_every_release(audited):
     verdicts = {}
-    for name, (images, source) in _cases(world).items():
-        gate, card, _, _ = _audit_both(world, tmp_path / name.replace(" ", "-"), images, source)
+    for name, (gate, card, _, _) in audited.items():
         # Every figure the gate saw, the card sees, with the same value and verdict (integrity checks
         # only the written release: pfd's own writer writes what the gate passed).
         table = _table(card)
@@ -114,10 +121,12 @@ def test_the_gate_and_the_card_give_one_verdict_on_every_release(world, tmp_path
         assert not publishable and check in refusing, (leak, refusing)
 
 
-def test_a_release_tampered_with_after_the_audit_is_refused_naming_the_check(world, tmp_path):
-    images, source = _chance(world)
-    _, card, release, state = _audit_both(world, tmp_path / "ok", images, source)
+def test_a_release_tampered_with_after_the_audit_is_refused_naming_the_check(world, audited, tmp_path):
+    _, card, written, state = audited["chance"]
     assert card.verdict.publishable
+    release = tmp_path / "release"
+    shutil.copytree(written, release)
+    images, _ = _chance(world)
     # 1. A PNG changed under the old manifest: the checksum no longer matches.
     first = sorted(release.glob("*/*.png"))[0]
     img = to_uint8(images[:1])[0].copy()

@@ -26,6 +26,8 @@ the mean face and the lighting cancel and what is left is where this photo's edg
    Measured on CelebA crops: photos of other people align at 0.89 at most, another photo of the
    same person at 0.86, a private photo rolled by 6-10 px at 0.985; renders of one synthetic
    person at 64 px are near-duplicates and may reach it (a photo of a private person either way).
+   A window match must also pass :data:`PASTED_FLOOR` (0.78): the best of many blurry windows
+   reaches 0.70 on a genuine release of low-resolution faces.
 
 Blends below about a third of the photo and JPEG at quality 5 keep too little of the structure to
 be told from a proxy by pixels; docs/distill.md lists what is found and what is not.
@@ -41,7 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["AlignedMatch", "find_aligned_copies", "structure", "SCORE_FLOOR", "SCORE_CEILING"]
+__all__ = ["AlignedMatch", "find_aligned_copies", "structure", "SCORE_FLOOR", "SCORE_CEILING", "PASTED_FLOOR"]
 
 #: Work side of the structure images.
 SIDE = 32
@@ -51,6 +53,10 @@ THUMB = 8
 SCORE_FLOOR = 0.5
 #: ... and never above this one: a copy aligns at 0.99; another person's photo at 0.89 at most (CelebA).
 SCORE_CEILING = 0.95
+#: A window match (pasted, tiled) must also beat this: a window is blurrier than the whole image
+#: and is searched over more places, so genuine proxies reach 0.70 there (low-resolution private
+#: faces), while a pasted or tiled photo aligns at 0.83 or more.
+PASTED_FLOOR = 0.78
 #: Robust standard deviations above the release's median score.
 SIGMAS = 5.0
 #: Candidate private images per released image (direct, and again by their crops), and (window,
@@ -314,7 +320,12 @@ def find_aligned_copies(released: torch.Tensor, private: torch.Tensor) -> list[A
         matches.append(AlignedMatch(i, whole[1], whole[0], "transformed") if whole[0] >= part[0]
                        else AlignedMatch(i, part[1], part[0], "pasted", part[2]))
     threshold = calibrated_threshold(np.array(scores))
-    return [replace(m, threshold=threshold) for m in matches if m.score > threshold]
+    out = []
+    for m in matches:
+        bar = max(threshold, PASTED_FLOOR) if m.how == "pasted" else threshold
+        if m.score > bar:
+            out.append(replace(m, threshold=bar))
+    return out
 
 
 def calibrated_threshold(scores: np.ndarray) -> float:

@@ -19,9 +19,12 @@ def _rate(attack: str, k: int, n: int, chance: float = 0.05, **kw):
 
 @pytest.mark.slow
 def test_the_whole_verdict_refuses_a_release_at_chance_rarely_and_a_leaking_one_always():
-    null = simulate(12, 5, draws=60, seed=3)
-    # The family-wise level is 1 %: 60 audits at chance refuse ~0.6 by luck; 4 or more has probability < 0.3 %.
-    assert null.refused <= 3, null
+    # At the demo's size (24 people x K = 10, three models). The family-wise level is 1 %: 20 audits at
+    # chance refuse 0.2 by luck, 2 or more with probability < 2 %; a verdict that fired at 10 % (each
+    # figure at its own 5 %, as before issue 27) would refuse 2 or more in 61 % of such runs.
+    null = simulate(24, 10, draws=20, seed=3)
+    assert null.refused <= 1, null
+    assert 0.7 < null.reid_ratio < 1.4  # the simulated release is at chance
     leaky = simulate(12, 5, draws=4, seed=4, leak=8.0)
     assert leaky.refused == 4 and leaky.leaks == 4
 

@@ -73,6 +73,8 @@ ATTRIBUTES: dict[str, int] = {"tone": 4, "hair": 2, "age": 6}
 DEFAULT_SIZE = 112
 _MIN_SIZE, _MAX_SIZE = 16, MAX_SIDE
 _MAX_IMAGES = 100_000
+#: Bytes of rendered images kept per set (oldest out): all of a 5,000-image set at 32 px.
+RENDER_CACHE_BYTES = 64 * 2**20
 _SPEC_KEYS = ("ids", "imgs", "domain", "seed", "size")
 _PREFIX = "synthetic"
 
@@ -136,6 +138,7 @@ class SyntheticFaces(FaceSet):
         self.identities = [f"{tag}-{k:04d}" for k in range(n)]
         self.labels = np.repeat(np.arange(n, dtype=np.int64), m)
         self._params: OrderedDict[int, IdentityParams] = OrderedDict()
+        self._rendered: OrderedDict[int, np.ndarray] = OrderedDict()
         self.attributes = {name: self._attributes_of(k) for k, name in enumerate(self.identities)}
 
     # -- FaceSet --------------------------------------------------------------------------
@@ -154,13 +157,22 @@ class SyntheticFaces(FaceSet):
     def render(self, index: int) -> np.ndarray:
         """Image ``index`` as a ``uint8`` array ``(H, W, 3)`` (what :func:`write_synthetic` saves)."""
         index = self._check_index(index)
+        hit = self._rendered.get(index)
+        if hit is not None:
+            return hit.copy()
         label, k = divmod(index, self.images_per_identity)
         gid = int(self.gids[label])
         arr = render_face(self._identity(label), image_rng(self.seed, gid, k, self.domain), self.domain,
                           self.render_size)
         if (self.render_size, self.render_size) != image_hw(self.size):
             arr = np.array(Image.fromarray(arr).resize(pil_size(self.size), Image.Resampling.BILINEAR))
-        return arr
+        # An image is a pure function of its index: the audit reads the private set several times
+        # (hashes, aligned copies, embeddings), so recent renders are kept (a few MB at 32 px).
+        while self._rendered and (len(self._rendered) + 1) * arr.nbytes > RENDER_CACHE_BYTES:
+            self._rendered.popitem(last=False)
+        if arr.nbytes <= RENDER_CACHE_BYTES:
+            self._rendered[index] = arr
+        return arr.copy()
 
     def spec(self) -> str:
         """The spec string that re-opens exactly this set."""

@@ -32,6 +32,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("audit-world")]
 #: The audit's settings for these tests: a short reconstruction (both sides use the same ones).
 ATTACKS = {"reconstruction": {"iterations": 10, "limit": 16, "batch_size": 16}}
 LABEL_SEED = 5
+#: Released photos per source: 20 x 6 = 120 images, enough to rule out 5x chance at chance.
+PER_SOURCE = 6
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +42,13 @@ def world(tmp_path_factory):
 
 
 def _chance(world) -> tuple[torch.Tensor, np.ndarray]:
-    """Ten photos of *other* people per private identity: nothing links them to their sources.
+    """Six photos of *other* people per private identity: nothing links them to their sources.
 
-    Each photo goes to a seeded random source (ten per source): the synthetic generator draws the
+    Each photo goes to a seeded random source (six per source): the synthetic generator draws the
     k-th person of every split from related attributes, so a fixed pairing of people would link, and
-    one person's ten photos under one source would make the audit too clustered to rule out 5x chance."""
-    other = render(open_faces(f"synthetic:test,ids=20,imgs=10,size={SIZE}"))
-    return other.images.clone(), np.random.default_rng(0).permutation(np.repeat(np.arange(20), 10))
+    one person's photos under one source would make the audit too clustered to rule out 5x chance."""
+    other = render(open_faces(f"synthetic:test,ids=20,imgs={PER_SOURCE},size={SIZE}"))
+    return other.images.clone(), np.random.default_rng(0).permutation(np.repeat(np.arange(20), PER_SOURCE))
 
 
 def _cases(world) -> dict[str, tuple[torch.Tensor, np.ndarray]]:

@@ -242,8 +242,41 @@ def _check_judge(cfg: DistillConfig) -> None:
                            "be the public model itself; choose another judge_seed")
     elif judge:
         j = Path(judge).expanduser()
-        if cfg.public and j.resolve() == Path(cfg.public).expanduser().resolve():
-            raise PfdError(f"--judge {judge} is the public model (--public): a judge must be a model no loss sees")
+        if cfg.public and _same_model(j, Path(cfg.public).expanduser()):
+            raise PfdError(f"--judge {judge} is the public model (--public {cfg.public}; same file or same weights): "
+                           "a judge must be a model no loss sees")
+
+
+def _weights_digest(path: Path) -> str | None:
+    """sha256 of a checkpoint's backbone weights (names and values), or ``None`` when it does not load."""
+    import hashlib
+
+    try:
+        from pfd.nn.checkpoints import load_backbone
+
+        model = load_backbone(path)
+    except Exception:  # noqa: BLE001 - an unreadable checkpoint is reported by the stage that loads it
+        return None
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _same_model(a: Path, b: Path) -> bool:
+    """Two checkpoints are one model when they are one file, equal bytes or equal weights (told by
+    content, never by how the path is spelt: a copy under another name is the same model)."""
+    if a.resolve() == b.resolve():
+        return True
+    if not (a.is_file() and b.is_file()):
+        return False
+    from pfd.io import sha256_file
+
+    if sha256_file(a) == sha256_file(b):
+        return True
+    da = _weights_digest(a)
+    return da is not None and da == _weights_digest(b)
 
 
 def _check_attack(cfg: AttackConfig, prefix: str = "", flags: bool = True) -> None:

@@ -458,10 +458,22 @@ def test_delink_runs_judge_the_release_with_a_model_no_loss_saw(public, tmp_path
     ({"rta": {"lambda_delink": 5.0}}, "pass --judge CKPT"),
     ({"rta": {"lambda_delink": 5.0}, "release": {"judge": "pretrain"}}, "--judge pretrain pretrains a second model"),
     ({"release": {"judge": "PUBLIC"}}, "is the public model"),
+    ({"release": {"judge": "COPY"}}, "is the public model"),
+    ({"release": {"judge": "RESAVED"}}, "is the public model"),
 ])
 def test_a_delink_run_without_an_honest_judge_is_refused_before_any_work(public, tmp_path, change, message):
-    if change.get("release", {}).get("judge") == "PUBLIC":
+    judge = change.get("release", {}).get("judge")
+    if judge == "PUBLIC":
         change = {"release": {"judge": str(public)}}
+    elif judge == "COPY":  # a byte copy under another name (issue 34)
+        shutil.copyfile(public, tmp_path / "pubcopy.pt")
+        change = {"release": {"judge": str(tmp_path / "pubcopy.pt")}}
+    elif judge == "RESAVED":  # the same weights saved again: other bytes, one model
+        from pfd.nn.checkpoints import load_backbone, save_checkpoint
+
+        save_checkpoint(tmp_path / "resaved.pt", backbone=load_backbone(public), extra={"note": "resaved"})
+        assert (tmp_path / "resaved.pt").read_bytes() != Path(public).read_bytes()
+        change = {"release": {"judge": str(tmp_path / "resaved.pt")}}
     with pytest.raises(PfdError, match=message):
         distill(tiny_distill_config(public, tmp_path, **change), progress=False)
     assert not (tmp_path / "state").exists()

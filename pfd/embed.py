@@ -47,7 +47,7 @@ from pfd.errors import PfdError
 from pfd.io import atomic_torch_save
 from pfd.progress import progress_bar
 
-__all__ = ["Embedder", "default_device", "class_centers"]
+__all__ = ["Embedder", "default_device", "class_centers", "hash_state_dict"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,18 @@ def default_device() -> torch.device:
 def _tensor_bytes(t: torch.Tensor) -> bytes:
     """Raw bytes of a tensor of any dtype (bf16 included), in C order, on the CPU."""
     return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def hash_state_dict(h: "hashlib._Hash", state_dict: dict[str, torch.Tensor]) -> None:
+    """Feed every tensor of ``state_dict`` (name, dtype, shape, bytes; sorted by name) into ``h``.
+
+    Args:
+        h: A hashlib hash object.
+        state_dict: A model's ``state_dict()``.
+    """
+    for key, t in sorted(state_dict.items()):
+        h.update(f"{key} {t.dtype} {tuple(t.shape)}".encode())
+        h.update(_tensor_bytes(t))
 
 
 class Embedder:
@@ -204,9 +216,7 @@ class Embedder:
             h.update(code.encode())
         arch = getattr(self.model, "arch", None)
         h.update(json.dumps(arch, sort_keys=True, default=str).encode())
-        for key, t in sorted(state_dict().items()):
-            h.update(f"{key} {t.dtype} {tuple(t.shape)}".encode())
-            h.update(_tensor_bytes(t))
+        hash_state_dict(h, state_dict())
 
     def _prepare_model(self) -> list[tuple[Any, bool]]:
         """Move the model to the device, switch to eval; return the modes to restore."""

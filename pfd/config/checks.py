@@ -257,10 +257,10 @@ def _weights_digest(path: Path) -> str | None:
         model = load_backbone(path)
     except Exception:  # noqa: BLE001 - an unreadable checkpoint is reported by the stage that loads it
         return None
+    from pfd.embed import hash_state_dict
+
     h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    hash_state_dict(h, model.state_dict())
     return h.hexdigest()
 
 

@@ -29,11 +29,14 @@ fine-tuned on public data + the release). Every row but ``base`` runs for ``seed
 * **Utility**: 10-fold verification accuracy and TAR@FAR=1e-2 on the test identities' pairs
   (:func:`pfd.card.pairs.adaptive_pairs`; Yale B also on its subsets 1-3), each as a difference against
   ``public-ft`` with a 95 % identity-bootstrap interval (:func:`pfd.card.stats.paired_difference`).
-* **Linkability**: VisMatch and Rank-1 Re-ID of the proxies, and of their reconstructions
-  (:class:`pfd.attacks.linkability.reconstruction.BNInversion` through the public model, first seed only, one
-  proxy per source identity), by the public and the insider (adapted-model) attacker: 8 figures
-  per row, with the intervals :mod:`pfd.attacks.linkability.matching` returns (clustered by source
-  identity where it computes them).
+* **Privacy**: the one audit of each written release (:func:`pfd.attacks.scorecard.run.run_scorecard`,
+  what ``pfd attack`` and ``pfd card`` run, with the benchmark's in-memory private set passed in):
+  integrity and private-copy checks, VisMatch and Rank-1 Re-ID of the proxies and their
+  hubness-corrected forms, rank-last and orthogonal Re-ID, the source-rank tests by cos and |cos|,
+  and the links of reconstructions (BN-prior inversion through the public model, first seed only,
+  a seeded sample of one proxy per source identity on average), by the public model, the insider
+  (adapted model) and the judge; the verdict of :func:`pfd.audit.verdict.decide` per seed
+  (``audit`` in the json; goal (c) needs it publishable on every seed).
 * **Membership**: the geometric MIA (:func:`pfd.attacks.membership.audit.membership_audit`) of each
   downstream model, members = private identities, non-members = test identities; each
   statistic's a-priori AUC (mean over seeds) against ``base``'s with a stratified identity

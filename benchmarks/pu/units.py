@@ -15,19 +15,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from pfd.attacks.linkability.hubness import rank1_reid_csls, visual_matching_csls
-from pfd.attacks.linkability.matching import rank1_reid, visual_matching
-from pfd.attacks.linkability.ranks import source_rank_test
-from pfd.attacks.linkability.reconstruction import BNInversion, check_reconstructions
 from pfd.attacks.membership.audit import resolve_head
 from pfd.attacks.membership.reference import group_separation
 from pfd.attacks.membership.statistics import membership_report
 from pfd.attacks.models.loading import load_attacker
-from pfd.attacks.scorecard.inputs import open_release_state, proxy_sources
 from pfd.config import DistillConfig, build_config, config_to_dict, load_recipe
 from pfd.data.faceset import ConcatFaces, to_memory
 from pfd.release.reader import read_release
-from pfd.release.lint import lint_release
 from pfd.release.format import MANIFEST
 from pfd.release.state_dir import StateDir, new_run_id, write_marker
 from pfd.distill.pipeline import Distillation, distill
@@ -192,57 +186,41 @@ class Bench:
                           "tar@far=0.01": tar_at_far(scores, pairs.issame, 1e-2)[0]})
         return curve
 
-    def linkability(self, root: Path, *, reconstruct: bool) -> dict[str, Any]:
-        """VisMatch and Re-ID of the proxies (and of their reconstructions) by both attackers."""
-        state = open_release_state(root / "release", root / "state")
-        paths = {"public": state.public_model, "insider": state.adapted_model}
-        if self.judge is not None:
-            paths["judge"] = self.judge
-        attackers = {role: load_attacker(p, role=role, progress=False) for role, p in paths.items()}
-        proxies = read_release(root / "release", size=attackers["public"].size)
-        source = proxy_sources(state, proxies.names, self.private)
-        q_pub = attackers["public"].embed(proxies)  # (n, D)
-        out: dict[str, Any] = {"proxies": {}, "reconstructions": {}}
-        gallery = {role: self.embed(paths[role], "private", flip=False) for role in attackers}
-        ranks: dict[str, dict[str, Any]] = {"proxies": {}, "reconstructions": {}}
-        for role, a in attackers.items():
-            q = q_pub if role == "public" else a.embed(proxies)
-            out["proxies"][role], rank = self._link(q, source, gallery[role])
-            if rank is not None:
-                ranks["proxies"][role] = rank
-        if self.s.get("judge_model"):
-            out["rank_uniformity"] = ranks
-        if not reconstruct:
-            del out["reconstructions"]
-            return out
-        r = self.s["recon"]
-        pick = per_identity(source, r["per_identity"], seed=0)
-        pub = attackers["public"]
-        inv = BNInversion(pub.model, size=pub.size, iterations=r["iterations"], batch_size=r["batch_size"],
-                          lr=r["lr"], lambda_bn=r["lambda_bn"], seed=0, progress=self.progress)
-        t0 = time.perf_counter()
-        images = check_reconstructions(inv(q_pub[pick]), len(pick))
-        for role, a in attackers.items():
-            out["reconstructions"][role], rank = self._link(a.embed(images), source[pick], gallery[role])
-            if rank is not None:
-                ranks["reconstructions"][role] = rank
-        out["reconstruction"] = {**inv.settings(), "n": int(len(pick)), "of": int(len(source)),
-                                 "final_cosine_mean": float(np.mean([h["cosine"] for h in inv.history])),
-                                 "seconds": round(time.perf_counter() - t0, 1)}
-        return out
+    def audit(self, root: Path, *, reconstruct: bool) -> dict[str, Any]:
+        """The one audit of the written release (:func:`pfd.attacks.scorecard.run.run_scorecard`, what
+        ``pfd attack`` and ``pfd card`` run; the gate ran the same checks before writing): every
+        registered check by the public model, the insider and the judge, and its verdict.
 
-    def _link(self, q: torch.Tensor, source: np.ndarray, gallery: torch.Tensor) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """The link figures of one attacker, and the source-rank uniformity test (a verdict, not a link)."""
-        labels = self.private.labels
-        out = {"vismatch": visual_matching(q, source, gallery, labels).as_dict(),
-               "reid": rank1_reid(q, source, gallery, labels).as_dict()}
-        if self.s.get("judge_model"):  # the protocol of issue 26: hubness-corrected attacks and the source's rank too
-            out["vismatch_csls"] = visual_matching_csls(q, source, gallery, labels).as_dict()
-            out["reid_csls"] = rank1_reid_csls(q, source, gallery, labels).as_dict()
-            rank = source_rank_test(q, source, gallery, labels)
-            out["reid_last"] = rank.pop("reid_last")
-            return out, rank
-        return out, None
+        Returns:
+            ``{"audit": {"verdict", "summary", "skipped"}, "linkability": ...}``: the verdict and every row
+            as :func:`pfd.audit.verdict.decide` marked them, and the link figures in the table's layout
+            (:func:`link_layout`).
+        """
+        from pfd.attacks.scorecard.run import run_scorecard
+        from pfd.config import AttackConfig, build_config
+
+        r = self.s["recon"]
+        per_id = r["per_identity"]
+        attacks = {
+            # The benchmark's inversion budget: about ``per_identity`` proxies per private identity
+            # (a seeded sample) at its own steps, on the first ``recon.seeds`` seeds only.
+            "reconstruction": {"enabled": reconstruct, "iterations": r["iterations"], "batch_size": r["batch_size"],
+                               "lr": r["lr"], "lambda_bn": r["lambda_bn"],
+                               "limit": per_id * self.private.num_classes if per_id > 0 else 0},
+        }
+        cfg = build_config(AttackConfig, {"attacks": attacks}, {
+            "release": str(root / "release"), "state_dir": str(root / "state"),
+            "private": f"{self.sc.private} (in memory)", "report": str(root / "audit")})
+        t0 = time.perf_counter()
+        card = run_scorecard(cfg, progress=self.progress, private=self.private)
+        data = card.data
+        out = link_layout(data)
+        out["audit"] = {"verdict": data["verdict"], "summary": data["summary"], "skipped": data.get("skipped", {}),
+                        "seconds": round(time.perf_counter() - t0, 1)}
+        if reconstruct and data.get("reconstruction"):
+            out["linkability"]["reconstruction"] = {k: v for k, v in data["reconstruction"].items()
+                                                    if isinstance(v, (int, float, str))}
+        return out
 
     def membership(self, model_path: Path) -> dict[str, Any]:
         """:func:`pfd.attacks.membership.audit.membership_audit` on the cached embeddings (same report)."""
@@ -288,10 +266,6 @@ class Bench:
                               "baseline": summary.get("baseline"), "reused_release": reused,
                               "shared_finetune_s": plain[1] if shared is not None else None}
             release = root / "release"
-            # The real folders, not the unit's symlinks to them (a symlinked release is a lint finding of
-            # its own); findings counted by kind (raw, dp-pix and blur release private photos by design).
-            kinds = [f.kind for f in lint_release(droot / "release", private=self.private, state_dir=droot / "state")]
-            res["lint_findings"] = {k: kinds.count(k) for k in sorted(set(kinds))}
         if name == "base":
             model = self.public
         else:
@@ -303,7 +277,9 @@ class Bench:
         times["utility"] = time.perf_counter() - t
         if release is not None:
             t = time.perf_counter()
-            res["linkability"] = self.linkability(root, reconstruct=seed < self.s["recon"]["seeds"])
+            # The real folders, not the unit's symlinks to them (the audit's integrity check refuses a
+            # symlinked release); raw, dp-pix and blur release private photos by design and fail it.
+            res.update(self.audit(self.release_dir(method, baseline, seed), reconstruct=seed < self.s["recon"]["seeds"]))
             times["linkability"] = time.perf_counter() - t
         t = time.perf_counter()
         res["membership"] = self.membership(model)
@@ -348,11 +324,15 @@ class Bench:
         links = [u.get("linkability") for u in mine if u.get("linkability")]
         if links:
             out["linkability"] = _link_summary(links)
+        audits = [u.get("audit") for u in mine]
+        if any(a is not None for a in audits):  # the one audit's verdict on each seed's written release
+            out["audit"] = {"publishable": sum(bool(a and a["verdict"]["publishable"]) for a in audits), "of": len(audits),
+                            "text_per_seed": [a["verdict"]["text"] if a else None for a in audits],
+                            "failed_per_seed": [_failed_rows(a) for a in audits]}
         gates = [(u.get("distill") or {}).get("gate") for u in mine]
         if any(g is not None for g in gates):  # the publication gate's verdict on each seed's release
             out["gate"] = {"passed": sum(bool(g and g.get("passed")) for g in gates), "of": len(gates),
-                           "failed_checks": [[c["name"] for c in (g or {}).get("checks", []) if not c.get("passed")]
-                                             for g in gates]}
+                           "failed_checks": [_failed_rows({"summary": (g or {}).get("checks", [])}) for g in gates]}
         out["times_s"] = {"total_mean": float(np.mean([u["times_s"]["total"] for u in mine]))}
         return out
 
@@ -400,6 +380,37 @@ def _link_summary(links: list[dict[str, Any]]) -> dict[str, Any]:
                 out["rank_uniformity"].setdefault(target, {})[role] = {
                     "p_per_seed": [h["p"] for h in have], "mean_rank_per_seed": [h["mean_rank"] for h in have],
                     "uniform": sum(bool(h["uniform"]) for h in have), "of": len(have)}
+    return out
+
+
+def _failed_rows(audit: dict[str, Any] | None) -> list[str]:
+    """The rows the one verdict failed (a leaking figure or a failed check): ``"<attack> [<attacker>]"``."""
+    if not audit:
+        return []
+    return [f"{r['attack']} [{r['attacker']}]" for r in audit["summary"] if r.get("family") not in ("passed", None)]
+
+
+def link_layout(data: dict[str, Any]) -> dict[str, Any]:
+    """The audit's link figures (``report.json``'s ``linkability``, ``hubness`` and ``source_rank``)
+    in the benchmark's layout: ``{"linkability": {target: {role: {attack: figure}}, "rank_uniformity":
+    {target: {role: test}}}}``, attacks ``vismatch``, ``reid``, their ``_csls`` forms, ``reid_last``
+    and ``reid_orthogonal``; the source-rank test by ``|cos|`` under the role ``"<role> |cos|"``."""
+    link: dict[str, Any] = {}
+    for entry in [*data.get("linkability", []), *data.get("hubness", [])]:
+        roles = link.setdefault(entry["target"], {}).setdefault(entry["attacker"], {})
+        roles.update({k: v for k, v in entry.items() if isinstance(v, dict) and "rate" in v})
+    ranks: dict[str, Any] = {}
+    for test in data.get("source_rank", []):
+        target = test.get("target", "proxies")
+        last = test.get("reid_last")
+        if last:
+            link.setdefault(target, {}).setdefault(test["attacker"], {})[last["attack"]] = last
+        role = test["attacker"] + (" |cos|" if test.get("by") == "abs" else "")
+        ranks.setdefault(target, {})[role] = {k: test[k] for k in ("p", "mean_rank", "mean_rank_ci95", "uniform",
+                                                                    "statistic", "permutations") if k in test}
+    out: dict[str, Any] = {"linkability": link}
+    if ranks:
+        link["rank_uniformity"] = ranks
     return out
 
 

@@ -45,7 +45,7 @@ from pfd.errors import PfdError
 from pfd.release.reader import read_release
 from pfd.release.state_dir import StateDir
 
-__all__ = ["Scorecard", "ReleaseSets", "MemorySets", "attack_configs", "run_scorecard", "run_audit", "audit_in_memory"]
+__all__ = ["Scorecard", "ReleaseSets", "OpenedPrivateSets", "MemorySets", "attack_configs", "run_scorecard", "run_audit", "audit_in_memory"]
 
 
 @dataclass
@@ -98,6 +98,33 @@ class ReleaseSets:
             with Image.open(self.release / name) as im:
                 out.append((name, np.asarray(im.convert("RGB"), dtype=np.uint8)))
         return out
+
+
+class OpenedPrivateSets(ReleaseSets):
+    """A written release and a private set the caller has already opened (a benchmark's set that
+    lives only in memory, e.g. ``celeba:private+lowres``), at the attackers' image size.
+
+    Args:
+        private: The private set.
+        private_spec: How it is named in the report.
+        release: The released folder.
+        skip_bad: As :class:`ReleaseSets`.
+    """
+
+    def __init__(self, private: FaceSet, private_spec: str, release: Path, *, skip_bad: bool = False) -> None:
+        super().__init__(private_spec, release, skip_bad=skip_bad)
+        self._base = private
+
+    def private(self, size: Any) -> FaceSet:
+        if size is not None and not same_size(size, self._base.size):
+            raise PfdError(f"the private set given ({private_spec_text(self.private_spec)}) is "
+                           f"{size_text(self._base.size)} but an attacker takes {size_text(size)} images; open it at "
+                           "that size, or pass its spec instead")
+        return self._base
+
+
+def private_spec_text(spec: str) -> str:
+    return spec if len(spec) <= 80 else spec[:77] + "..."
 
 
 class MemorySets(ReleaseSets):
@@ -218,7 +245,7 @@ def attack_configs(cfg: AttackConfig) -> dict[str, Any]:
 
 def run_scorecard(
     cfg: AttackConfig, *, reconstructor: Reconstructor | None = None, attackers: list[Any] | None = None,
-    progress: bool = True, level: float = LEVEL, rule_out: float = RULE_OUT,
+    progress: bool = True, level: float = LEVEL, rule_out: float = RULE_OUT, private: FaceSet | None = None,
 ) -> Scorecard:
     """Run every applicable registered attack on a release.
 
@@ -235,6 +262,9 @@ def run_scorecard(
 
         level: The verdict's family-wise level (:data:`pfd.audit.verdict.LEVEL`).
         rule_out: The multiple of chance each proxy rate must exclude.
+        private: The private set, already opened at the attackers' image size, where its spec
+            (``cfg.private``, or the state dir's record) names nothing :func:`pfd.data.sources.open_faces`
+            opens: the benchmark's in-memory sets. Its identities must be the ones the state dir recorded.
 
     Returns:
         The :class:`Scorecard` (write it with :func:`pfd.attacks.scorecard.report.write_report`).
@@ -253,12 +283,13 @@ def run_scorecard(
     own = clock.run("load", lambda: _attackers(cfg, state, progress))
     outside = clock.run("load", lambda: _outside(cfg, list(attackers or []), [a.role for a in own], progress))
     models = own + outside
-    sets = ReleaseSets(private_spec, state.release, skip_bad=cfg.skip_bad)
+    sets = (ReleaseSets(private_spec, state.release, skip_bad=cfg.skip_bad) if private is None else
+            OpenedPrivateSets(private, private_spec, state.release, skip_bad=cfg.skip_bad))
     size = models[0].size
     try:
         private0 = clock.run("load", lambda: sets.private(size))
     except PfdError as e:
-        if cfg.private:
+        if cfg.private or private is not None:
             raise
         # The spec the state dir recorded, not one the auditor typed: a benchmark's in-memory set
         # ("celeba:private+lowres (in memory)") or a folder that moved.

@@ -204,6 +204,38 @@ def test_a_recorded_private_set_that_cannot_be_opened_says_to_pass_private(world
                       progress=False)
 
 
+def test_an_opened_private_set_gives_the_audit_of_its_spec_and_the_benchmark_reads_the_same_figures(world, tmp_path):
+    """Issue 33: the benchmark audits its in-memory sets through the one entry point (``private=``),
+    not by hand; its table's layout holds exactly the audit's rate figures and source-rank tests."""
+    from benchmarks.pu.units import link_layout
+    from pfd.data.faceset import TensorFaces
+    from pfd.errors import PfdError
+
+    src = np.arange(60) % 20
+    images = torch.rand(60, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(4))
+    release, state = _layout(tmp_path / "a", world, images, src)
+    by_spec = run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS),
+                            progress=False)
+    release2, state2 = _layout(tmp_path / "b", world, images, src, private="celeba:private+lowres (in memory)")
+    opened = run_scorecard(AttackConfig(release=str(release2), state_dir=str(state2), attacks=NO_RECON_NO_ATTRS),
+                           progress=False, private=world.private)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "detail"} for r in rows]  # noqa: E731
+    assert strip(opened.rows) == strip(by_spec.rows) and opened.verdict.publishable == by_spec.verdict.publishable
+    layout = link_layout(opened.data)["linkability"]
+    rates = [r for r in opened.rows if r["kind"] == "rate"]
+    found = [f for t in ("proxies", "reconstructions") for role in layout.get(t, {}) for f in layout[t][role].values()]
+    assert sorted(f["rate"] for f in found) == pytest.approx(sorted(r["value"] for r in rates)) and len(found) == 12
+    assert set(layout["proxies"]["insider"]) == {"vismatch", "reid", "vismatch_csls", "reid_csls", "reid_last",
+                                                 "reid_orthogonal"}
+    tests = [r for r in opened.rows if "Source rank" in r["attack"]]
+    ranks = layout["rank_uniformity"]["proxies"]
+    assert len(ranks) == len(tests) == 4 and sorted(v["p"] for v in ranks.values()) == pytest.approx(sorted(r["p"] for r in tests))
+    small = TensorFaces(world.private.images[:, :, :16, :16], world.private.labels, identities=world.private.identities)
+    with pytest.raises(PfdError, match=r"^the private set given \(celeba:private\+lowres \(in memory\)\) is 16px but an attacker takes 32px images"):
+        run_scorecard(AttackConfig(release=str(release2), state_dir=str(state2), attacks=NO_RECON_NO_ATTRS),
+                      progress=False, private=small)
+
+
 def test_the_gates_judge_and_pfd_checkpoints_as_attackers_get_their_rows(world, tmp_path):
     """Own hostile case: the judge that vouched for a release was not in its scorecard, and
     `--attacker state/judge_model.pt` (a pfd checkpoint) was refused as "not an ONNX file"."""

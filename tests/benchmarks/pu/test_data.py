@@ -355,6 +355,15 @@ def test_target_goals_are_met_or_missed_by_their_rules():
     bad = target_goals(rows(0.04, 0.01, 0.02, 1, 0.01))
     assert not bad["c"][0] and "proxies public vismatch" in bad["c"][1] and "seed 1 failed public_vismatch" in bad["c"][1]
     assert not bad["d"][0] and "pair_cos" in bad["d"][1]
+    # Issue 33: every figure inside chance's interval and the gate passed, but the one audit of the written
+    # release refused one seed (a test that is not a rate): (c) is missed and says by what.
+    refused = rows(0.04, 0.01, 0.0, 2, -0.02)
+    refused["rows"]["pfd"]["audit"] = {"publishable": 1, "of": 2, "failed_per_seed": [
+        [], ["Source rank uniform (proxies): mean rank [insider]"]]}
+    c = target_goals(refused)["c"]
+    assert not c[0] and "audit publishable 1/2 seeds; seed 1 refused by Source rank uniform (proxies)" in c[1]
+    refused["rows"]["pfd"]["audit"] = {"publishable": 2, "of": 2, "failed_per_seed": [[], []]}
+    assert target_goals(refused)["c"][0]
     # Just under the 5-point rule: missed, and the line does not round it up to the threshold.
     near = rows(0.04, 0.01, 0.0, 2, -0.02)
     near["rows"]["raw"]["utility"]["all"]["accuracy"] = diff(0.04983, 0.026, 0.071)

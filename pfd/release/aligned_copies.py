@@ -117,8 +117,13 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
 
 
 def _low(grey: torch.Tensor) -> torch.Tensor:
-    """``(n, THUMB²)`` low-frequency thumbnails of greyscale images: blurred, pooled to 8 × 8."""
-    return F.adaptive_avg_pool2d(_blur(grey, 2.0 * grey.shape[-1] / SIDE), THUMB).flatten(1)
+    """``(n, THUMB²)`` low-frequency thumbnails of greyscale images: the centre (the border of
+    :data:`MARGIN` px left out, as in the alignment: a rotation's corners, a roll's wrapped edge),
+    blurred, pooled to 8 × 8. With the border in, a private photo rotated by 10° with black corners
+    was not among its own candidates (issue 34)."""
+    side = grey.shape[-1]
+    m = _margin(side)
+    return F.adaptive_avg_pool2d(_blur(grey[..., m:side - m, m:side - m], 2.0 * side / SIDE), THUMB).flatten(1)
 
 
 class _Thumbs:
@@ -143,9 +148,13 @@ class _Thumbs:
     def whole(self, grey_views: torch.Tensor, k: int) -> list[int]:
         """The ``k`` private images nearest any view, and those whose crops are nearest."""
         q = self.unit(_low(grey_views))  # (v, T²)
-        direct = (q @ self.private.T).amax(0)  # (m,)
+        sims = q @ self.private.T  # (v, m)
+        direct = sims.amax(0)  # (m,)
         crops = torch.full_like(direct, -2.0).scatter_reduce(0, self.owner, (q @ self.windows.T).amax(0), reduce="amax")
         out = torch.topk(direct, min(k, len(direct))).indices.tolist()
+        # The image as it is gets its own k: the mirrored, turned and negative views of look-alike faces
+        # otherwise crowd out the true source of a plain crop (issue 34: a 3-px crop at 64 px).
+        out += [c for c in torch.topk(sims[0], min(k, len(direct))).indices.tolist() if c not in out]
         return out + [c for c in torch.topk(crops, min(k, len(crops))).indices.tolist() if c not in out]
 
     def pairs(self, windows_grey: torch.Tensor, k: int) -> list[tuple[int, int]]:
@@ -190,8 +199,11 @@ MARGIN = 5
 #: ±:data:`MARGIN` comes from the template matching (a half turn is a view of the released image,
 #: :func:`find_aligned_copies`; a negative correlates at −1); then fine steps around the best,
 #: half-pixel shifts included.
-_WHOLE = _grid([-15.0, -10.0, -5.0, 0.0, 5.0, 10.0, 15.0], [0.8, 1.0, 1.2, 1.4], [0.0])
-_WHOLE_FINE = _offsets([-2.5, 0.0, 2.5], [-0.05, 0.0, 0.05], [-0.5, 0.0, 0.5])
+#: Scales every 0.1 with fine steps of ±0.05 cover 0.75-1.45 without a gap (with steps of 0.2 a
+#: 3-px crop of a 64-px photo, scale 1.10, aligned at 0.91 only); shifts refine to a quarter pixel
+#: (a 4-px roll of a 48-px photo is 2.67 px at 32: 0.944 at half pixels, 0.96 at quarters).
+_WHOLE = _grid([-15.0, -10.0, -5.0, 0.0, 5.0, 10.0, 15.0], [0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4], [0.0])
+_WHOLE_FINE = _offsets([-2.5, 0.0, 2.5], [-0.05, 0.0, 0.05], [-0.5, -0.25, 0.0, 0.25, 0.5])
 #: Window search: smaller rotations and scales around the window.
 _WINDOW = _grid([-10.0, 0.0, 10.0], [0.9, 1.1], [0.0])
 _WINDOW_FINE = _offsets([-5.0, 0.0, 5.0], [-0.05, 0.0, 0.05], [-0.5, 0.0, 0.5])

@@ -65,3 +65,33 @@ def test_the_private_folder_or_one_inside_it_is_refused_as_a_pool(tmp_path):
             check_disjoint(faces, faces, pool_spec=str(spec), private_spec=str(tmp_path / "faces"))
     with pytest.raises(PfdError, match="is the private set"):
         check_disjoint(faces, faces, pool_spec="synthetic:private", private_spec="synthetic:private")
+
+
+def _u8(x: torch.Tensor) -> torch.Tensor:
+    return (x * 255).round().clamp(0, 255) / 255  # what an image file holds
+
+
+@pytest.mark.parametrize("edit", ["rolled 4 px", "cropped 3 px and resized back", "rotated 10 degrees"])
+def test_a_pool_of_edited_private_photos_is_refused(edit):
+    """Issue 34: pools of private photos rolled 4 px, cropped 3 px and resized back, or rotated 10° were
+    accepted (only exact copies and perceptual near-duplicates were searched); a proxy started from one
+    kept a pixel correlation of 0.79 with its private photo through RTA."""
+    import torchvision.transforms.functional as TF
+    from pfd.data.sources import open_faces
+
+    private = open_faces("synthetic:private,ids=6,imgs=4,size=64")
+    public = open_faces("synthetic:test,ids=6,imgs=4,size=64")
+    pool = torch.stack([public.load(i) for i in range(len(public))])  # (24, 3, 64, 64)
+    check_disjoint(TensorFaces(pool, public.labels, identities=public.identities), private,
+                   pool_spec="public/", private_spec="private/")  # other people: fine
+    photo = private.load(9)
+    edits = {"rolled 4 px": lambda x: torch.roll(x, shifts=(4, 4), dims=(1, 2)),
+             "cropped 3 px and resized back": lambda x: torch.nn.functional.interpolate(
+                 x[None, :, 3:-3, 3:-3], size=(64, 64), mode="bilinear", align_corners=False)[0],
+             "rotated 10 degrees": lambda x: TF.rotate(x, 10.0, interpolation=TF.InterpolationMode.BILINEAR)}
+    leaked = pool.clone()
+    leaked[13] = _u8(edits[edit](photo))
+    with pytest.raises(PfdError, match=r"^--init-data public/: .* is private photo .*"
+                                       + "(near-duplicate|aligned|transformed).*remove them from the pool$"):
+        check_disjoint(TensorFaces(leaked, public.labels, identities=public.identities), private,
+                       pool_spec="public/", private_spec="private/")

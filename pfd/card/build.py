@@ -111,17 +111,62 @@ def _inputs(cfg: CardConfig) -> dict[str, Any]:
     private = cfg.private or state_private_spec(state)
     if not private:
         raise PfdError(f"no private set: pass --private (the state dir {cfg.state_dir} records none)")
-    if cfg.test.strip() == private.strip():
-        raise PfdError(f"--test {cfg.test} is the private set: the test people must be held out of the release")
     size = read_arch(str(public_model)).get("size")
     # Every data set is opened, and the pairs drawn, before anything is written: a missing public
     # folder or a test set too small for the folds is a one-line error with no card folder left behind.
     public = [open_faces(spec, size=size, skip_bad=cfg.skip_bad) for spec in cfg.public]
     test = to_memory(open_faces(cfg.test, size=size, skip_bad=cfg.skip_bad))
+    private_set = _open_private(cfg, private, size)
+    _check_disjoint(cfg, private, private_set, public, test, size)
     e = cfg.eval
     pairs, info = adaptive_pairs(test, num_pairs=e.pairs, seed=e.seed, folds=e.folds)
     return {"state": state, "public_model": Path(public_model), "private": private, "size": size, "public": public,
             "test": test, "pairs": pairs, "pairs_info": info}
+
+
+def _open_private(cfg: CardConfig, spec: str, size: Any) -> Any:
+    """The private set, opened before any fine-tune (issue 34: a state dir's recorded set that does not
+    open here failed after both fine-tunes, 306 s on 30 real people)."""
+    from pfd.data.sources import open_faces
+
+    try:
+        return open_faces(spec, size=size, skip_bad=cfg.skip_bad)
+    except PfdError as e:
+        if cfg.private:
+            raise
+        raise PfdError(f"the state dir {cfg.state_dir} records the private set as {spec!r}, which cannot be opened "
+                       f"here ({e}); pass --private with those images (a benchmark's set: write it out with "
+                       "python -m benchmarks.privacy_utility --export SPEC DIR)") from None
+
+
+def _check_disjoint(cfg: CardConfig, private_spec: str, private: Any, public: list[Any], test: Any, size: Any) -> None:
+    """The card's data sets told apart by content (:mod:`pfd.release.disjoint`), never by their spelling."""
+    from pfd.data.sources import open_faces
+    from pfd.release.disjoint import check_disjoint_sets, content_digest
+    from pfd.release.reader import read_release
+
+    held_out = "the test people must be held out of the release"
+    check_disjoint_sets(test, private, a_flag=f"--test {cfg.test}", b_flag=f"the private set {private_spec}",
+                        fix=f"{held_out}: remove them from --test")
+    check_disjoint_sets(test, read_release(cfg.release, size=size), a_flag=f"--test {cfg.test}",
+                        b_flag=f"the release {cfg.release}", fix="--test holds real photos of people the release "
+                        "was not distilled from, never the release")
+    for spec, faces in zip(cfg.public, public):
+        check_disjoint_sets(test, faces, a_flag=f"--test {cfg.test}", b_flag=f"--public {spec}",
+                            fix="the test people must be unseen by every model the card compares: remove them from "
+                                "--test or from --public")
+    seen: dict[str, str] = {}
+    for spec, faces in zip(cfg.public, public):
+        d = content_digest(faces)
+        if d in seen:
+            raise PfdError(f"--public {spec} holds the same images as --public {seen[d]}: every public image would be "
+                           "trained on twice; pass each public set once")
+        seen[d] = spec
+    if cfg.holdout:
+        check_disjoint_sets(open_faces(cfg.holdout, size=size, skip_bad=cfg.skip_bad), private,
+                            a_flag=f"--holdout {cfg.holdout}", b_flag=f"the private set {private_spec}",
+                            fix="the held-out people are the non-members of the membership test: pass people the "
+                                "release was not distilled from")
 
 
 def _hashes(cfg: CardConfig, inputs: dict[str, Any]) -> dict[str, str]:

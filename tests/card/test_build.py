@@ -67,7 +67,8 @@ def test_bad_inputs_are_one_line_errors_before_any_work(card_world, tmp_path):
     rel, st = card_world["release"], card_world["state"]
     with pytest.raises(PfdError, match="pass --public"):
         make_card(card_config(rel, st, tmp_path / "a", public=[]), progress=False)
-    with pytest.raises(PfdError, match="is the private set"):
+    with pytest.raises(PfdError, match=r"^--test synthetic:private.* shares 200 photo\(s\) with the private set .*"
+                                       r"held out of the release: remove them from --test$"):
         make_card(card_config(rel, st, tmp_path / "b", test="synthetic:private,ids=20,imgs=10,size=32"), progress=False)
     with pytest.raises(PfdError, match="no such release folder"):
         make_card(card_config(tmp_path / "nowhere", st, tmp_path / "c"), progress=False)
@@ -77,6 +78,57 @@ def test_bad_inputs_are_one_line_errors_before_any_work(card_world, tmp_path):
         make_card(card_config(rel, st, tmp_path / "d"), progress=False)
     for name in "abc":
         assert not (tmp_path / name).exists()
+
+
+def test_data_sets_are_told_apart_by_content_not_by_their_spelling(card_world, tmp_path, monkeypatch):
+    """Issue 34: --test holding private people was refused only when the spec string was identical; a
+    respelt or copied folder, test people plus two private people, --holdout = the private set,
+    --test = --public or = the release, and the same --public twice all ran silently."""
+    import shutil
+
+    from pfd.data.synthetic import write_synthetic
+
+    rel, st = card_world["release"], card_world["state"]
+    private = write_synthetic(tmp_path / "priv", open_faces("synthetic:private,ids=20,imgs=10,size=32"))
+    test = write_synthetic(tmp_path / "test", open_faces(TEST))
+    public = write_synthetic(tmp_path / "pub", open_faces(PUBLIC))
+    monkeypatch.chdir(tmp_path)
+    # The private set by another path, and a byte copy of it.
+    shutil.copytree(private, tmp_path / "copy")
+    for spec in ("./priv", str(private), "copy"):
+        with pytest.raises(PfdError, match=r"^--test .* shares 200 photo\(s\) with the private set .*identities "
+                                           r"'syn-private-0000', .* and 16 more; e\.g\. syn-private-0000/"):
+            make_card(card_config(rel, st, tmp_path / "a", test=spec), progress=False)
+    # Test people plus two private people: those two are named.
+    mixed = tmp_path / "mixed"
+    shutil.copytree(test, mixed)
+    for ident in ("syn-private-0003", "syn-private-0011"):
+        shutil.copytree(private / ident, mixed / ident)
+    with pytest.raises(PfdError, match=r"shares 20 photo\(s\) with the private set .*\(identities 'syn-private-0003', "
+                                       r"'syn-private-0011'; "):
+        make_card(card_config(rel, st, tmp_path / "a", test=str(mixed)), progress=False)
+    with pytest.raises(PfdError, match=r"^--test test shares 32 photo\(s\) with --public synthetic:test.*unseen by every "
+                                       r"model"):
+        make_card(card_config(rel, st, tmp_path / "a", test="test", public=[PUBLIC, TEST]), progress=False)
+    # A release of noise (no private photo in it) given as the test set.
+    import torch
+
+    from tests.attack_world import make_release
+
+    noise_rel, noise_st = tmp_path / "noise" / "release", tmp_path / "noise" / "state"
+    make_release(noise_rel, noise_st, torch.rand(40, 3, 32, 32, generator=torch.Generator().manual_seed(0)),
+                 np.arange(40) % 20, card_world["world"].private.identities)
+    for f in ("public_model.pt", "adapted.pt", "config.toml"):
+        shutil.copy(st / f, noise_st / f)
+    with pytest.raises(PfdError, match=r"^--test .*release shares 40 photo\(s\) with the release .*never the release$"):
+        make_card(card_config(noise_rel, noise_st, tmp_path / "a", test=str(noise_rel)), progress=False)
+    with pytest.raises(PfdError, match=r"^--public \./pub holds the same images as --public synthetic:public.*pass each "
+                                       r"public set once$"):
+        make_card(card_config(rel, st, tmp_path / "a", public=[PUBLIC, "./pub"]), progress=False)
+    with pytest.raises(PfdError, match=r"^--holdout copy shares 200 photo\(s\) with the private set .*non-members"):
+        make_card(card_config(rel, st, tmp_path / "a", holdout="copy"), progress=False)
+    assert not (tmp_path / "a").exists()  # each refused before the card folder exists
+    assert public.is_dir()
 
 
 def test_verdict_text_reads_the_interval():

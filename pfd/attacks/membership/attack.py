@@ -156,6 +156,14 @@ class MembershipAttack(Check):
         from pfd.data.sources import open_faces
 
         cfg, c = inputs.cfg, self.cfg
+        # Non-members that are members make the test meaningless: refused by content before any training.
+        from pfd.release.disjoint import check_disjoint_sets
+
+        first = open_faces(c.holdout, size=inputs.public.size, skip_bad=cfg.skip_bad)
+        check_disjoint_sets(first, inputs.sets.private(inputs.public.size), a_flag=f"--holdout {c.holdout}",
+                            b_flag=f"the private set {inputs.private_spec}",
+                            fix="the held-out people are the non-members of the membership test: pass people "
+                                "the release was not distilled from")
         dcfg = downstream_config(c.downstream, public=c.public, release=inputs.state.release,
                                  image_size=inputs.state.image_size or inputs.public.size,
                                  out=Path(cfg.report) / "downstream")

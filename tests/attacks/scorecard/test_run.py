@@ -153,6 +153,10 @@ def test_bad_inputs_are_one_line_errors(world, tmp_path):
     base = ["--release", str(release), "--state-dir", str(state), "--report", str(tmp_path / "r")]
     assert "is not in synthetic:private,ids=10" in _fail(*base, "--private", f"synthetic:private,ids=10,imgs=10,size={SIZE}")
     assert "needs both --public DATA and --holdout SPEC" in _fail(*base, "--public", "synthetic:public")
+    # Issue 34: non-members that are the members (the private set respelt) are refused before any training.
+    msg = _fail(*base, "--public", f"synthetic:public,ids=10,imgs=4,size={SIZE}", "--holdout", PRIVATE + ",seed=0")
+    assert msg.startswith(f"Error: --holdout {PRIVATE},seed=0 shares 200 photo(s) with the private set") and "non-members" in msg
+    assert not (tmp_path / "r" / "downstream").exists()
     # Wrong model size: a TorchScript public model told the wrong input size ...
     from pfd.nn.checkpoints import load_backbone
 

@@ -45,10 +45,12 @@ log = logging.getLogger(PROGRESS_LOGGER)
 #: The two downstream models of each seed.
 SIDES = ("public-ft", "with-release")
 #: Everything a card run writes into its folder (anything else makes the folder foreign).
-CARD_ENTRIES = frozenset({"config.toml", "downstream", "scores", "privacy", "card.json", "card.md", "card.html",
+CARD_ENTRIES = frozenset({"config.toml", "inputs.json", "downstream", "scores", "privacy", "card.json", "card.md", "card.html",
                           ".pfd-report-lock"})
 #: Settings that may change between a run and its --resume (they do not change a figure).
 _FREE = ("resume", "out", "threads", "skip_bad")
+#: Inputs named by a path: a --resume compares what they hold (``inputs.json``), not how they are spelt.
+_CONTENT = ("release", "state_dir", "private", "public_model", "public", "test", "holdout")
 
 
 @dataclass
@@ -83,7 +85,7 @@ def _claim(cfg: CardConfig, out: Path) -> None:
     before = load_recipe(saved).get("card", {})
     now = json.loads(json.dumps(_settings(cfg)))
     for key in sorted(set(before) | set(now)):
-        if key in _FREE:
+        if key in _FREE or key in _CONTENT:
             continue
         if json.loads(json.dumps(before.get(key))) != now.get(key):
             raise PfdError(f"{out}: --resume with another {key} ({before.get(key)!r} before, {now.get(key)!r} now); "
@@ -117,11 +119,11 @@ def _inputs(cfg: CardConfig) -> dict[str, Any]:
     public = [open_faces(spec, size=size, skip_bad=cfg.skip_bad) for spec in cfg.public]
     test = to_memory(open_faces(cfg.test, size=size, skip_bad=cfg.skip_bad))
     private_set = _open_private(cfg, private, size)
-    _check_disjoint(cfg, private, private_set, public, test, size)
+    data = _check_disjoint(cfg, private, private_set, public, test, size)
     e = cfg.eval
     pairs, info = adaptive_pairs(test, num_pairs=e.pairs, seed=e.seed, folds=e.folds)
     return {"state": state, "public_model": Path(public_model), "private": private, "size": size, "public": public,
-            "test": test, "pairs": pairs, "pairs_info": info}
+            "test": test, "pairs": pairs, "pairs_info": info, "data": data}
 
 
 def _open_private(cfg: CardConfig, spec: str, size: Any) -> Any:
@@ -139,8 +141,13 @@ def _open_private(cfg: CardConfig, spec: str, size: Any) -> Any:
                        "python -m benchmarks.privacy_utility --export SPEC DIR)") from None
 
 
-def _check_disjoint(cfg: CardConfig, private_spec: str, private: Any, public: list[Any], test: Any, size: Any) -> None:
-    """The card's data sets told apart by content (:mod:`pfd.release.disjoint`), never by their spelling."""
+def _check_disjoint(cfg: CardConfig, private_spec: str, private: Any, public: list[Any], test: Any,
+                    size: Any) -> dict[str, Any]:
+    """The card's data sets told apart by content (:mod:`pfd.release.disjoint`), never by their spelling.
+
+    Returns:
+        The content digest of every data set (``private``, ``public`` (a list), ``test``, ``holdout``).
+    """
     from pfd.data.sources import open_faces
     from pfd.release.disjoint import check_disjoint_sets, content_digest
     from pfd.release.reader import read_release
@@ -162,20 +169,58 @@ def _check_disjoint(cfg: CardConfig, private_spec: str, private: Any, public: li
             raise PfdError(f"--public {spec} holds the same images as --public {seen[d]}: every public image would be "
                            "trained on twice; pass each public set once")
         seen[d] = spec
+    digests: dict[str, Any] = {"private": content_digest(private), "public": list(seen), "test": content_digest(test)}
     if cfg.holdout:
-        check_disjoint_sets(open_faces(cfg.holdout, size=size, skip_bad=cfg.skip_bad), private,
-                            a_flag=f"--holdout {cfg.holdout}", b_flag=f"the private set {private_spec}",
+        holdout = open_faces(cfg.holdout, size=size, skip_bad=cfg.skip_bad)
+        check_disjoint_sets(holdout, private, a_flag=f"--holdout {cfg.holdout}", b_flag=f"the private set {private_spec}",
                             fix="the held-out people are the non-members of the membership test: pass people the "
                                 "release was not distilled from")
+        digests["holdout"] = content_digest(holdout)
+    return digests
 
 
-def _hashes(cfg: CardConfig, inputs: dict[str, Any]) -> dict[str, str]:
+def _hashes(cfg: CardConfig, inputs: dict[str, Any]) -> dict[str, Any]:
+    """What the card's figures depend on, by content: the release (its manifest, which holds every
+    file's sha256), the state dir's files the audit reads, the public model, every data set's pixel
+    digest and the settings. ``--resume`` continues only when all are unchanged (issue 34: a release
+    distilled again into the same folder kept the old figures under the new release's hash)."""
     from pfd.release.format import MANIFEST
+    from pfd.release.state_dir import StateDir
 
-    settings = dump_toml({"card": _settings(cfg)}).encode()
+    settings = dump_toml({"card": {k: v for k, v in _settings(cfg).items() if k not in _CONTENT}}).encode()
+    st = StateDir.at(cfg.state_dir)
+    state = {p.name: sha256_file(p) for p in (st.proxy_map, st.adapted, st.judge_model, st.private_set) if p.is_file()}
     return {"release_manifest": sha256_file(Path(cfg.release) / MANIFEST),
             "public_model": sha256_file(inputs["public_model"]),
+            "state_dir": state, "data": inputs["data"],
             "settings": hashlib.sha256(settings).hexdigest()}
+
+
+#: What each entry of :func:`_hashes` is, for the message that refuses a --resume after it changed.
+_INPUT_NAMES = {"release_manifest": "the release (--release: its manifest)", "public_model": "the public model",
+                "state_dir": "the state dir's files (--state-dir)", "settings": "the settings"}
+
+
+def _check_inputs(out: Path, hashes: dict[str, Any], resume: bool) -> None:
+    """On ``--resume``, refuse inputs whose content changed since the card began, naming them."""
+    saved = out / "inputs.json"
+    if not resume or not (out / "config.toml").is_file():
+        return
+    if not saved.is_file():  # inputs.json is written before config.toml: an older pfd began this card
+        raise PfdError(f"{out}: --resume of a card that does not record its inputs (made by an older pfd); choose "
+                       "another --out to make a new one")
+    before = json.loads(saved.read_text(encoding="utf-8"))
+    changed = []
+    for key in sorted(set(before) | set(hashes)):
+        if key == "data":
+            old, new = before.get(key) or {}, hashes.get(key) or {}
+            changed += [f"--{k}" if k != "private" else "the private set (--private)"
+                        for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+        elif before.get(key) != hashes.get(key):
+            changed.append(_INPUT_NAMES.get(key, key))
+    if changed:
+        raise PfdError(f"{out}: --resume after {', '.join(changed)} changed since this card began; its figures belong "
+                       "to the old inputs: choose another --out (or delete this card) to make a new one")
 
 
 def _scores(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) -> dict[str, Any]:
@@ -314,8 +359,11 @@ def make_card(cfg: CardConfig, *, progress: bool = True) -> Card:
 
     out = Path(cfg.out).expanduser()
     inputs = _inputs(cfg)
+    hashes = _hashes(cfg, inputs)
     with report_folder(out, option="--out", release=cfg.release, entries=CARD_ENTRIES, what="pfd card"):
         _claim(cfg, out)
+        _check_inputs(out, hashes, cfg.resume)
+        atomic_write_text(out / "inputs.json", json.dumps(hashes, indent=1, sort_keys=True))
         atomic_write_text(out / "config.toml", dump_toml({"card": config_to_dict(cfg)}))
         t0 = time.perf_counter()
         scores = _scores(cfg, out, inputs, progress)
@@ -325,6 +373,6 @@ def make_card(cfg: CardConfig, *, progress: bool = True) -> Card:
         t2 = time.perf_counter()
         data = {"format": "pfd-card", "version": 1, "verdict": verdict(privacy, utility), "utility": utility,
                 "privacy": privacy, "gate": _gate(cfg.state_dir), "settings": config_to_dict(cfg),
-                "hashes": _hashes(cfg, inputs), "timings": {"utility": round(t1 - t0, 1), "privacy": round(t2 - t1, 1)}}
+                "hashes": hashes, "timings": {"utility": round(t1 - t0, 1), "privacy": round(t2 - t1, 1)}}
         paths = write_card(data, out)
     return Card(data=data, paths=paths)

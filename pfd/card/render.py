@@ -23,6 +23,20 @@ __all__ = ["write_card", "card_markdown", "card_html"]
 _SIDES = {"base": "public model", "public-ft": "public-ft (public data)", "with-release": "with release (public data + release)"}
 
 
+
+def flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """``(dotted key, text)`` of a nested settings or hashes dict, for the page (no Python reprs)."""
+    out: list[tuple[str, str]] = []
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out += flat(v, f"{key}.") if v else [(key, "-")]
+        elif isinstance(v, (list, tuple)):
+            out.append((key, ", ".join(str(x) for x in v) if v else "-"))
+        else:
+            out.append((key, "-" if v in ("", None) else str(v)))
+    return out
+
 def _ok(v: Any) -> bool:
     """A finite number (card.json writes an unresolvable figure, nan, as null)."""
     return v is not None and bool(np.isfinite(v))
@@ -68,7 +82,7 @@ def card_markdown(data: Mapping[str, Any]) -> str:
     gate = data.get("gate")
     if gate is not None:
         out += ["", f"Publication gate at distillation: {'passed' if gate.get('passed') else 'refused'}."]
-    out += ["", "## Settings and hashes", ""] + [f"- {k}: `{v}`" for k, v in data["hashes"].items()]
+    out += ["", "## Settings and hashes", ""] + [f"- {k}: `{v}`" for k, v in flat(data["hashes"])]
     out += ["", "The full page: card.html; every figure: card.json; the attack report: privacy/report.md.", ""]
     return "\n".join(out)
 
@@ -119,9 +133,9 @@ def card_html(data: Mapping[str, Any], privacy_folder: Path | None = None) -> st
         parts.append(f"<p>Publication gate at distillation: <b>{'passed' if gate.get('passed') else 'refused'}</b>.</p>")
     parts += ["<h2>Settings and hashes</h2>",
               "<table>" + "".join(f"<tr><th>{esc(k)}</th><td><code>{esc(h)}</code></td></tr>"
-                                  for k, h in data["hashes"].items()) + "</table>",
+                                  for k, h in flat(data["hashes"])) + "</table>",
               "<table>" + "".join(f"<tr><th>{esc(k)}</th><td><code>{esc(s)}</code></td></tr>"
-                                  for k, s in data["settings"].items()) + "</table>"]
+                                  for k, s in flat(data["settings"])) + "</table>"]
     return page("pfd privacy-utility card", parts)
 
 

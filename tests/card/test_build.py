@@ -63,6 +63,51 @@ def test_resume_keeps_every_step_and_refuses_other_settings(card_world, tmp_path
         make_card(card_config(card_world["release"], card_world["state"], out, resume=True, seeds=2), progress=False)
 
 
+def test_resume_refuses_inputs_whose_content_changed(card_world, tmp_path):
+    """Issue 34: re-distilling into the same folders and resuming kept the old release's figures under
+    the new release's hash; a test set that gained a person ended in an IndexError."""
+    import shutil
+
+    import torch
+
+    from pfd.data.synthetic import write_synthetic
+    from tests.attack_world import make_release
+
+    world = card_world["world"]
+    rel, st = tmp_path / "r" / "release", tmp_path / "r" / "state"
+    shutil.copytree(card_world["state"], st)
+    shutil.copytree(card_world["release"], rel)
+    test = write_synthetic(tmp_path / "test", open_faces(TEST))
+    out = tmp_path / "card"
+    card_dir = card_world["card"].paths["json"].parent
+    shutil.copytree(card_dir, out)  # a finished card of these inputs, resumed with every path respelt
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "scores").iterdir()}
+    card = make_card(card_config(rel, st, out, test=str(test), resume=True), progress=False)
+    assert card.data["hashes"] == card_world["card"].data["hashes"]  # the same contents
+    assert {p: p.stat().st_mtime_ns for p in (out / "scores").iterdir()} == stamps  # nothing recomputed
+    # The release distilled again into the same folders: new pixels, a new manifest.
+    shutil.rmtree(rel)
+    for f in ("proxy_map.json", "release_link"):
+        (st / f).unlink(missing_ok=True)
+    make_release(rel, st, torch.rand(40, 3, 32, 32, generator=torch.Generator().manual_seed(1)), np.arange(40) % 20,
+                 world.private.identities)
+    with pytest.raises(PfdError, match=r"--resume after the release \(--release: its manifest\), the state dir's files "
+                                       r"\(--state-dir\) changed since this card began"):
+        make_card(card_config(rel, st, out, test=str(test), resume=True), progress=False)
+    # The test set gained a person (the release as the card began, restored).
+    shutil.rmtree(tmp_path / "r")
+    shutil.copytree(card_world["state"], st)
+    shutil.copytree(card_world["release"], rel)
+    extra = open_faces("synthetic:test,ids=9,imgs=4,size=32")
+    write_synthetic(tmp_path / "test9", extra)
+    with pytest.raises(PfdError, match=r"--resume after --test changed since this card began"):
+        make_card(card_config(rel, st, out, test=str(tmp_path / "test9"), resume=True), progress=False)
+    assert json.loads((out / "card.json").read_text())["hashes"] == card.data["hashes"]  # the card is kept as it was
+    (out / "inputs.json").unlink()
+    with pytest.raises(PfdError, match="does not record its inputs"):
+        make_card(card_config(rel, st, out, test=str(test), resume=True), progress=False)
+
+
 def test_bad_inputs_are_one_line_errors_before_any_work(card_world, tmp_path):
     rel, st = card_world["release"], card_world["state"]
     with pytest.raises(PfdError, match="pass --public"):

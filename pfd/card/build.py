@@ -18,13 +18,15 @@ with the same settings (a different setting is refused with one line, naming it)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -84,9 +86,10 @@ def _claim(cfg: CardConfig, out: Path) -> None:
         raise PfdError(f"{out}: holds a card already; pass --resume to continue it (same settings) or choose another --out")
     before = load_recipe(saved).get("card", {})
     now = json.loads(json.dumps(_settings(cfg)))
+    privacy_done = (out / "privacy" / "report.json").is_file()
     for key in sorted(set(before) | set(now)):
-        if key in _FREE or key in _CONTENT:
-            continue
+        if key in _FREE or key in _CONTENT or (key == "attack" and not privacy_done):
+            continue  # the attacks' settings are read only by the privacy part, which is not written yet
         if json.loads(json.dumps(before.get(key))) != now.get(key):
             raise PfdError(f"{out}: --resume with another {key} ({before.get(key)!r} before, {now.get(key)!r} now); "
                            "resume with the same settings or choose another --out")
@@ -122,6 +125,11 @@ def _inputs(cfg: CardConfig) -> dict[str, Any]:
     data = _check_disjoint(cfg, private, private_set, public, test, size)
     e = cfg.eval
     pairs, info = adaptive_pairs(test, num_pairs=e.pairs, seed=e.seed, folds=e.folds)
+    n_public = sum(len(f) for f in public)
+    n_public = min(n_public, cfg.downstream.public_images) if cfg.downstream.public_images > 0 else n_public
+    if cfg.downstream.batch_size > n_public:
+        raise PfdError(f"--batch-size {cfg.downstream.batch_size} is larger than the {n_public} public images the "
+                       f"public-ft side trains on; pass --batch-size {n_public} or fewer")
     return {"state": state, "public_model": Path(public_model), "private": private, "size": size, "public": public,
             "test": test, "pairs": pairs, "pairs_info": info, "data": data}
 
@@ -340,6 +348,26 @@ def verdict(privacy: dict[str, Any], utility: dict[str, Any]) -> dict[str, Any]:
             "utility": {"diff": acc["diff"], "ci95": acc["ci95"], "text": worth}}
 
 
+@contextlib.contextmanager
+def _forget_if_refused(out: Path) -> Iterator[None]:
+    """A card that this run began and that an input or setting error stopped before any fine-tune or
+    audit finished leaves nothing behind: a rerun is then not refused as "holds a card already"
+    (issue 34). Finished work (a fine-tune, the privacy report) is always kept for ``--resume``."""
+    began = not (out / "config.toml").is_file()
+    try:
+        yield
+    except PfdError:
+        work = (out / "downstream").is_dir() and any((out / "downstream").rglob("*.pt"))
+        if began and not work and not (out / "privacy" / "report.json").is_file():
+            for name in CARD_ENTRIES - {".pfd-report-lock"}:
+                p = out / name
+                if p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+                elif p.exists():
+                    p.unlink()
+        raise
+
+
 def make_card(cfg: CardConfig, *, progress: bool = True) -> Card:
     """Build a release's privacy-utility card (module docstring) and write it into ``cfg.out``.
 
@@ -360,19 +388,22 @@ def make_card(cfg: CardConfig, *, progress: bool = True) -> Card:
     out = Path(cfg.out).expanduser()
     inputs = _inputs(cfg)
     hashes = _hashes(cfg, inputs)
-    with report_folder(out, option="--out", release=cfg.release, entries=CARD_ENTRIES, what="pfd card"):
+    with report_folder(out, option="--out", release=cfg.release, entries=CARD_ENTRIES, what="pfd card"), \
+            _forget_if_refused(out):
         _claim(cfg, out)
         _check_inputs(out, hashes, cfg.resume)
         atomic_write_text(out / "inputs.json", json.dumps(hashes, indent=1, sort_keys=True))
         atomic_write_text(out / "config.toml", dump_toml({"card": config_to_dict(cfg)}))
+        # Privacy first: a setting under which an audit test could never flag (issue 34: permutations = 1)
+        # is refused before the fine-tunes, and --resume with the corrected setting continues.
         t0 = time.perf_counter()
+        privacy = _privacy(cfg, out, inputs, progress)
+        t1 = time.perf_counter()
         scores = _scores(cfg, out, inputs, progress)
         utility = _utility(cfg, scores)
-        t1 = time.perf_counter()
-        privacy = _privacy(cfg, out, inputs, progress)
         t2 = time.perf_counter()
         data = {"format": "pfd-card", "version": 1, "verdict": verdict(privacy, utility), "utility": utility,
                 "privacy": privacy, "gate": _gate(cfg.state_dir), "settings": config_to_dict(cfg),
-                "hashes": hashes, "timings": {"utility": round(t1 - t0, 1), "privacy": round(t2 - t1, 1)}}
+                "hashes": hashes, "timings": {"privacy": round(t1 - t0, 1), "utility": round(t2 - t1, 1)}}
         paths = write_card(data, out)
     return Card(data=data, paths=paths)

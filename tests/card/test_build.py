@@ -176,6 +176,29 @@ def test_data_sets_are_told_apart_by_content_not_by_their_spelling(card_world, t
     assert public.is_dir()
 
 
+def test_a_setting_refused_late_leaves_no_card_behind_and_the_corrected_rerun_works(card_world, tmp_path):
+    """Issue 34: permutations = 1 (a test that can never flag) was accepted; an unknown [card.attack.*]
+    table and a batch larger than the public set failed after the folder existed, and the rerun with
+    the corrected setting was refused as "holds a card already"."""
+    from pfd.card.config import DownstreamConfig
+
+    from tests.card.conftest import ATTACK
+
+    rel, st, out = card_world["release"], card_world["state"], tmp_path / "card"
+    with pytest.raises(PfdError, match=r"permutations = 1; use at least \d+$"):
+        make_card(card_config(rel, st, out, attack={**ATTACK, "source_rank": {"permutations": 1}}), progress=False)
+    assert not out.exists()
+    with pytest.raises(PfdError, match=r"\[attack\.nonesuch\]: no such attack"):
+        make_card(card_config(rel, st, out, attack={**ATTACK, "nonesuch": {}}), progress=False)
+    assert not out.exists()
+    with pytest.raises(PfdError, match=r"^--batch-size 64 is larger than the 32 public images .* pass --batch-size 32 or fewer$"):
+        make_card(card_config(rel, st, out, downstream=DownstreamConfig(epochs=1.0, batch_size=64)), progress=False)
+    assert not out.exists()
+    # The corrected setting runs in the same --out.
+    card = make_card(card_config(rel, st, out, attack={**ATTACK, "source_rank": {"permutations": 30000}}), progress=False)
+    assert card.data["verdict"]["publishable"] is False
+
+
 def test_verdict_text_reads_the_interval():
     from pfd.audit.verdict import decide
 

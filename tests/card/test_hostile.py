@@ -14,7 +14,8 @@ pytestmark = pytest.mark.xdist_group("card")
 
 def _card(card_world, *args):
     rel, st = card_world["release"], card_world["state"]
-    return CliRunner().invoke(main, ["card", "--release", str(rel), "--state-dir", str(st), "--no-progress", *args])
+    batch = [] if "--batch-size" in args else ["--batch-size", "16"]  # the tiny public set holds 32 images
+    return CliRunner().invoke(main, ["card", "--release", str(rel), "--state-dir", str(st), "--no-progress", *batch, *args])
 
 
 @pytest.mark.parametrize("args, message", [

@@ -348,6 +348,24 @@ def verdict(privacy: dict[str, Any], utility: dict[str, Any]) -> dict[str, Any]:
             "utility": {"diff": acc["diff"], "ci95": acc["ci95"], "text": worth}}
 
 
+def _check_out(cfg: CardConfig, out: Path) -> None:
+    """The card shows private photos and the proxy -> source links: it may not be written inside (or
+    around) a data set another model trains or tests on, nor inside the private state dir (whose lint
+    then fails on the card's file modes); ``--out`` inside the release is refused by its report folder."""
+    from pfd.io import path_within
+
+    places = [("--state-dir", cfg.state_dir), *[("--public", p) for p in cfg.public], ("--test", cfg.test),
+              ("--holdout", cfg.holdout), ("--private", cfg.private)]
+    for flag, spec in places:
+        if not spec or not Path(spec).expanduser().is_dir():
+            continue
+        where = Path(spec).expanduser()
+        if path_within(out, where) or path_within(where, out):
+            how = "inside" if path_within(out, where) else "around"
+            raise PfdError(f"--out {out}: the card would lie {how} {flag} {spec}; it shows private photos and the "
+                           f"proxy -> source links: choose an --out outside every input folder")
+
+
 @contextlib.contextmanager
 def _forget_if_refused(out: Path) -> Iterator[None]:
     """A card that this run began and that an input or setting error stopped before any fine-tune or
@@ -386,6 +404,7 @@ def make_card(cfg: CardConfig, *, progress: bool = True) -> Card:
     from pfd.card.render import write_card
 
     out = Path(cfg.out).expanduser()
+    _check_out(cfg, out)
     inputs = _inputs(cfg)
     hashes = _hashes(cfg, inputs)
     with report_folder(out, option="--out", release=cfg.release, entries=CARD_ENTRIES, what="pfd card"), \

@@ -50,6 +50,14 @@ def test_places_the_card_may_not_go(card_world, tmp_path):
     assert r.exit_code == 2 and "inside the release" in r.output
     r = _card(card_world, "--public", PUBLIC, "--test", TEST, "--out", str(st))
     assert r.exit_code == 2 and "is the --state-dir folder" in r.output
+    # Issue 34: inside the state dir, the public data or the test people (all accepted before).
+    from pfd.data.sources import open_faces
+    from pfd.data.synthetic import write_synthetic
+
+    pub, test = write_synthetic(tmp_path / "pub", open_faces(PUBLIC)), write_synthetic(tmp_path / "test", open_faces(TEST))
+    for out, flag in ((st / "card", "--state-dir"), (pub / "card", "--public"), (test / "card", "--test")):
+        r = _card(card_world, "--public", str(pub), "--test", str(test), "--out", str(out))
+        assert r.exit_code == 2 and f"the card would lie inside {flag}" in r.output and not out.exists(), r.output
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "card.html").write_text("my own page")

@@ -225,6 +225,43 @@ def _is_checkpoint(spec: Any) -> bool:
     return p.is_file() and p.suffix.lower() not in (".onnx", ".toml") and not is_torchscript(p)
 
 
+def _weights_digest(a: Attacker) -> str | None:
+    """sha256 of an attacker's weights (:func:`pfd.embed.hash_state_dict`); ``None`` for a callable."""
+    import hashlib
+
+    from pfd.embed import hash_state_dict
+
+    state = getattr(a.model, "state_dict", None)
+    if state is None:
+        return None
+    sd = state()
+    if not sd:
+        return None
+    h = hashlib.sha256()
+    hash_state_dict(h, sd)
+    return h.hexdigest()
+
+
+def _refuse_duplicate_models(own: list[Attacker], outside: list[Attacker]) -> None:
+    """An outside attacker with the same weights as another attacker (the public model passed again as
+    ``--attacker``) would repeat its rows and tighten every family-wise threshold for nothing (issue 34)."""
+    if not outside:
+        return
+    seen: dict[str, Attacker] = {}
+    for a in own:
+        d = _weights_digest(a)
+        if d is not None:
+            seen.setdefault(d, a)
+    for a in outside:
+        d = _weights_digest(a)
+        if d is None:
+            continue
+        if d in seen:
+            raise PfdError(f"--attacker {a.path}: the same weights as the {seen[d].role} attacker ({seen[d].path}); "
+                           "its rows would repeat that attacker's: pass each model once")
+        seen[d] = a
+
+
 def _one_or_three(v: Any) -> Any:
     vals = [float(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
     return vals[0] if len(vals) == 1 else tuple(vals)
@@ -283,6 +320,7 @@ def run_scorecard(
     own = clock.run("load", lambda: _attackers(cfg, state, progress))
     outside = clock.run("load", lambda: _outside(cfg, list(attackers or []), [a.role for a in own], progress))
     models = own + outside
+    _refuse_duplicate_models(own, outside)
     sets = (ReleaseSets(private_spec, state.release, skip_bad=cfg.skip_bad) if private is None else
             OpenedPrivateSets(private, private_spec, state.release, skip_bad=cfg.skip_bad))
     size = models[0].size

@@ -245,7 +245,21 @@ def test_the_gates_judge_and_pfd_checkpoints_as_attackers_get_their_rows(world, 
     `--attacker state/judge_model.pt` (a pfd checkpoint) was refused as "not an ONNX file"."""
     release, state = _layout(tmp_path, world, *_raw(world))
     shutil.copy(world.lowres, state / "judge_model.pt")
+    other = tmp_path / "other.pt"  # another model of the same kind: the insider's weights, perturbed
+    ckpt = torch.load(world.insider, map_location="cpu", weights_only=False)
+    for k, t in ckpt["backbone"].items():
+        if t.is_floating_point():
+            ckpt["backbone"][k] = t + 0.01 * torch.randn(t.shape, generator=torch.Generator().manual_seed(0))
+    torch.save(ckpt, other)
     card = run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS,
-                                      attackers=[str(world.insider)]), progress=False)
+                                      attackers=[str(other)]), progress=False)
     roles = {r["attacker"] for r in card.data["linkability"]}
-    assert {"public", "insider", "judge", Path(world.insider).stem} <= roles, roles
+    assert {"public", "insider", "judge", "other"} <= roles, roles
+    # Issue 34: a model passed again (the insider's weights under another name) repeated its rows.
+    copy = tmp_path / "copy.pt"
+    shutil.copy(world.insider, copy)
+    from pfd.errors import PfdError
+
+    with pytest.raises(PfdError, match=r"^--attacker .*copy\.pt: the same weights as the insider attacker"):
+        run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS,
+                                   attackers=[str(copy)]), progress=False)

@@ -125,6 +125,39 @@ def distill_loss(
     return total, {"cls": l_cls.detach(), "rta": l_rta.detach(), "bn": l_bn.detach()}
 
 
+#: A weighted term larger than this many times eq. 10's class terms at the first step drowns them: the
+#: proxies then follow that term alone (issue 34: ``--lambda-spatial 1e30`` left every loss unchanged and
+#: released noise). Measured on the demo at the first step: λ_bn·L_bn 0.24×, de-linking 0.06×, insider 0.06×.
+DOMINANCE = 1000.0
+
+#: Each weighted term: its setting and the flag that sets it.
+TERM_SETTINGS = {"bn": ("rta.lambda_bn", "--lambda-bn"), "spatial": ("rta.lambda_spatial", "--lambda-spatial"),
+                 "delink": ("rta.lambda_delink", "--lambda-delink"), "insider": ("rta.lambda_insider", None)}
+
+
+def dominant_term(comps: dict[str, float], weights: dict[str, float], *, lambda_rta: float) -> tuple[str, float] | None:
+    """The weighted term that dwarfs eq. 10's class terms, and by how much (``None`` when none does).
+
+    Args:
+        comps: Unweighted terms of one step (``"cls"``, ``"rta"`` and any of :data:`TERM_SETTINGS`).
+        weights: Each other term's weight.
+        lambda_rta: λ_RTA.
+
+    Returns:
+        ``(term, ratio)`` of the largest ratio ``weight · term / (L_cls + λ_RTA · L_RTA)`` above
+        :data:`DOMINANCE`, or ``None``.
+    """
+    main = abs(float(comps.get("cls", 0.0))) + abs(lambda_rta * float(comps.get("rta", 0.0)))
+    worst = None
+    for name, w in weights.items():
+        if name not in comps or not w:
+            continue
+        ratio = abs(w * float(comps[name])) / max(main, 1e-12)
+        if ratio > DOMINANCE and (worst is None or ratio > worst[1]):
+            worst = (name, ratio)
+    return worst
+
+
 # --------------------------------------------------------------------------------------------
 # Loop for one batch of proxies
 # --------------------------------------------------------------------------------------------
@@ -320,7 +353,21 @@ class ProxyDistiller:
                 l_in = insider.loss_of(emb.float(), src_t, rank_t)
                 total = total + cfg.lambda_insider * l_in
                 comps["insider"] = l_in.detach()
+            if not checked:  # the first step: no term may drown eq. 10 (checked before anything is kept)
+                checked.append(True)
+                weights = {k: float(getattr(cfg, TERM_SETTINGS[k][0].split(".")[1], 0.0) or 0.0) for k in TERM_SETTINGS}
+                worst = dominant_term({k: float(v) for k, v in comps.items()}, weights, lambda_rta=float(cfg.lambda_rta))
+                if worst is not None:
+                    name, ratio = worst
+                    setting, flag = TERM_SETTINGS[name]
+                    w = weights[name]
+                    raise PfdError(f"{setting}{f' ({flag})' if flag else ''} = {w:g} makes its term {ratio:.3g} times eq. "
+                                   f"10's class terms at the first step of RTA batch {batch_index}: the proxies would "
+                                   f"follow it alone; lower it to at most {w * DOMINANCE / ratio:.3g} "
+                                   f"({DOMINANCE:g} times eq. 10), or to 0 to drop the term")
             return total, comps
+
+        checked: list[bool] = []
 
         bar = progress_bar(total=cfg.iterations, desc=f"RTA batch {batch_index}", enabled=self.progress)
         step = on_step if on_step is not None or not self.progress else bar.update

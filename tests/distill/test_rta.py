@@ -260,3 +260,21 @@ def test_the_frozen_prelu_path_distills_the_same_proxies_bit_for_bit():
     fast = ProxyDistiller(net, None, P, size=32, cfg=cfg).distill_batch(rows, None, batch_index=0)
     aten = ProxyDistiller(net, None, P, size=32, cfg=cfg, fast_prelu=False).distill_batch(rows, None, batch_index=0)
     assert torch.equal(fast.proxies, aten.proxies) and fast.history == aten.history
+
+
+def test_a_term_that_drowns_eq10_is_refused_at_the_first_step(setup):
+    """Issue 34: --lambda-spatial 1e30 left every loss unchanged and the gate passed pure noise."""
+    from pfd.distill.rta import DOMINANCE, dominant_term
+    from pfd.nn.spatial_stats import spatial_targets
+
+    assert dominant_term({"cls": 30.0, "rta": 0.6, "bn": 1450.0}, {"bn": 0.01}, lambda_rta=50.0) is None  # the demo's
+    name, ratio = dominant_term({"cls": 1.0, "rta": 0.0, "spatial": 2.0, "bn": 1.0}, {"spatial": 1e6, "bn": 0.01},
+                                lambda_rta=50.0)
+    assert name == "spatial" and ratio == pytest.approx(2e6)
+    assert dominant_term({"cls": 1.0, "spatial": 2.0}, {"spatial": DOMINANCE / 2.0}, lambda_rta=1.0) is None  # at the bar
+    net, head, P, pid = setup
+    targets = spatial_targets(net, [torch.rand(16, 3, S, S, generator=torch.Generator().manual_seed(5))], grid=2)
+    with pytest.raises(PfdError, match=r"^rta\.lambda_spatial \(--lambda-spatial\) = 1e\+30 makes its term .* times eq\. "
+                                       r"10's class terms at the first step of RTA batch 0: .*lower it to at most "):
+        ProxyDistiller(net, head, P, size=S, cfg=_cfg(iterations=3, lambda_spatial=1e30), spatial=targets).distill_batch(
+            torch.arange(N * K), N + pid, batch_index=0)

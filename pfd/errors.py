@@ -33,10 +33,14 @@ class PfdError(Exception):
 
 #: OS errors that are the user's to fix (a full disk, a path too long, ...): what happened and the fix.
 _FULL = ("no space left on the device; nothing half-written was kept: free some space and run the command "
-         "again (pfd distill continues with --resume)")
+         "again (with --resume, pfd distill and pfd card continue from what is finished)")
 OS_FIXES = {
     errno.ENOSPC: _FULL,
     getattr(errno, "EDQUOT", errno.ENOSPC): _FULL,
+    # ``ulimit -f`` (Python ignores SIGXFSZ, so the write fails with EFBIG instead of killing the process).
+    errno.EFBIG: ("file too large for this process's file-size limit (ulimit -f) or the file system; nothing "
+                  "half-written was kept: raise the limit or choose another folder, and run the command again "
+                  "(with --resume, pfd distill and pfd card continue from what is finished)"),
     errno.ENAMETOOLONG: "file name too long; choose a shorter path (names of at most 255 bytes, paths under 4096)",
     errno.ELOOP: "the path runs through a loop of symbolic links; fix the links or pass another path",
     errno.EROFS: "the file system is read-only; choose a writable folder",

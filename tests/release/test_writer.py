@@ -254,7 +254,10 @@ def test_a_full_disk_leaves_no_half_written_release(tmp_path, monkeypatch):
     assert len(w.files) == 8 and (tmp_path / "rel" / "manifest.json").is_file()
 
 
-def test_a_full_disk_under_the_state_dir_is_a_one_line_error(tmp_path, monkeypatch):
+@pytest.mark.parametrize("code, message", [("ENOSPC", "no space left on the device"),
+                                           ("EFBIG", "file too large for this process's file-size limit (ulimit -f)")])
+def test_a_full_disk_under_the_state_dir_is_a_one_line_error(tmp_path, monkeypatch, code, message):
+    """Issue 34: EFBIG (``ulimit -f 150``) was a traceback where ENOSPC was one line."""
     import errno
 
     from click.testing import CliRunner
@@ -263,13 +266,13 @@ def test_a_full_disk_under_the_state_dir_is_a_one_line_error(tmp_path, monkeypat
     from pfd.cli import main
 
     def fsync(fd):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
 
     monkeypatch.setattr(pfd.io.os, "fsync", fsync)
     res = CliRunner().invoke(main, ["distill", "--private", "synthetic:private,ids=4,imgs=4,size=32", "--size", "32",
                                     "--ipc", "2", "--ogp-batch-size", "8", "--out", str(tmp_path / "rel"),
                                     "--state-dir", str(tmp_path / "st"), "--no-progress"])
-    assert res.exit_code == 2 and "no space left on the device" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
     assert not (tmp_path / "rel").exists()
 
 

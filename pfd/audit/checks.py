@@ -185,10 +185,35 @@ class JudgeCompetenceCheck(Check):
 
     def run(self, inputs: AuditInputs) -> ChecksResult:
         judge = next(a for a in inputs.attackers if a.role == "judge")
-        c = competence(inputs.embeddings(judge)["private"], inputs.labels)
+        e_judge = inputs.embeddings(judge)["private"]  # (m, D)
+        c = competence(e_judge, inputs.labels)
         detail = (f"identifies {100 * c['rate']:.1f}% of the private images (95% CI {100 * c['ci95'][0]:.1f}-"
                   f"{100 * c['ci95'][1]:.1f}%, chance {100 * c['chance']:.1f}%; needs > {c['multiple']:g}x)")
-        if not c["passed"]:
+        passed = c["passed"]
+        if not passed:
             detail += "; its rows would vouch for nothing: pass a --judge that recognises these faces"
-        return ChecksResult("judge_competence", [check_row(self.title, c["passed"], detail, value=c["rate"], **{
+        # A judge that embeds the private photos as the public model does is the public model under another
+        # file (re-saved, converted, a few steps of fine-tuning): the de-linking loss has seen it (issue 34).
+        public = inputs.attackers[0]
+        agree = public_agreement(e_judge, inputs.embeddings(public)["private"]) if public.role == "public" else None
+        if agree is not None and agree >= SAME_EMBEDDINGS:
+            passed = False
+            detail += (f"; it embeds the private photos as the public model does (mean cosine {agree:.4f} >= "
+                       f"{SAME_EMBEDDINGS}): it is the public model under another file; pass a judge that no loss has seen")
+        return ChecksResult("judge_competence", [check_row(self.title, passed, detail, value=c["rate"], **{
             k: c[k] for k in ("count", "n", "multiple")})])
+
+
+#: Mean cosine between the judge's and the public model's embeddings of the same private photos at
+#: which the judge is the public model. Measured on the demo: its judge (trained apart) 0.02, the
+#: adapted model (OGP's fine-tune of the public model, rotated) 0.73, the public model with every
+#: weight perturbed by 1 %, 5 % or 10 % of its layer's mean size 0.9997, 0.997, 0.986.
+SAME_EMBEDDINGS = 0.9
+
+
+def public_agreement(judge: "torch.Tensor", public: "torch.Tensor") -> float | None:
+    """Mean cosine between two models' unit embeddings of the same images ``(m, D)`` each (``None``
+    when their dimensions differ: then they share no axes)."""
+    if judge.shape != public.shape or len(judge) == 0:
+        return None
+    return float((judge.float() * public.float()).sum(1).mean())

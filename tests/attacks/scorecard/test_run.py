@@ -263,3 +263,24 @@ def test_the_gates_judge_and_pfd_checkpoints_as_attackers_get_their_rows(world, 
     with pytest.raises(PfdError, match=r"^--attacker .*copy\.pt: the same weights as the insider attacker"):
         run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS,
                                    attackers=[str(copy)]), progress=False)
+
+
+def test_a_judge_that_embeds_like_the_public_model_fails_its_check(world, tmp_path):
+    """Issue 34 item 2: a judge that is the public model under another file (weights perturbed by 1 %,
+    not byte-equal) vouched for the release with the public model's own rows."""
+    release, state = _layout(tmp_path, world, *_raw(world))
+    ckpt = torch.load(world.lowres, map_location="cpu", weights_only=False)  # the public model ...
+    g = torch.Generator().manual_seed(0)
+    for k, t in ckpt["backbone"].items():
+        if t.is_floating_point() and t.numel() > 1:
+            ckpt["backbone"][k] = t + 0.01 * t.abs().mean() * torch.randn(t.shape, generator=g)
+    torch.save(ckpt, state / "judge_model.pt")  # ... slightly perturbed, as the judge
+    card = run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS),
+                         progress=False)
+    row = next(r for r in card.rows if r["attack"] == "Judge recognises the private people")
+    assert row["family"] == "failed" and "it is the public model under another file" in row["detail"], row
+    shutil.copy(world.insider, state / "judge_model.pt")  # a model trained apart: agreement near 0
+    card = run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS),
+                         progress=False)
+    row = next(r for r in card.rows if r["attack"] == "Judge recognises the private people")
+    assert row["family"] == "passed" and "public model under another file" not in row["detail"], row

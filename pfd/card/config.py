@@ -21,6 +21,9 @@ from pfd.errors import PfdError
 __all__ = ["CardConfig", "DownstreamConfig", "CardEvalConfig", "QUICK"]
 
 
+#: The most downstream seeds a card runs (two fine-tunes each).
+MAX_SEEDS = 100
+
 @dataclass
 class DownstreamConfig:
     """The downstream model: the public model fine-tuned on the public data, with or without the release.
@@ -135,6 +138,8 @@ class CardConfig:
         c = Checker(self, "", flags=True)
         c.paths("release", "state_dir", "private", "public_model", "public", "test", "out", "holdout")
         c.at_least("seeds", 1)
+        # Two fine-tunes a seed: 100 seeds is already days of CPU (10**9 were accepted and filled 1.9 GB; issue 34).
+        c("seeds", lambda v: v <= MAX_SEEDS, f"must be at most {MAX_SEEDS} (each seed fine-tunes the public model twice)")
         c.at_least("threads", 0)
         c("out", lambda v: bool(v) and not Path(v).expanduser().is_file(), "must name a folder (not an existing file)")
         self.downstream.check()

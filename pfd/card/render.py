@@ -24,6 +24,16 @@ _SIDES = {"base": "public model", "public-ft": "public-ft (public data)", "with-
 
 
 
+
+def md_text(text: Any) -> str:
+    """A user-supplied name (an identity folder) as inert Markdown text: a Markdown viewer renders raw
+    HTML, so ``<img src=x onerror=...>`` as a folder name ran in it (issue 34); markup characters are
+    escaped too."""
+    import html
+
+    out = html.escape(str(text), quote=False)
+    return "".join("\\" + ch if ch in "\\`*_[]|#" else ch for ch in out)
+
 def flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
     """``(dotted key, text)`` of a nested settings or hashes dict, for the page (no Python reprs)."""
     out: list[tuple[str, str]] = []
@@ -77,7 +87,7 @@ def card_markdown(data: Mapping[str, Any]) -> str:
     risk = p.get("per_identity") or []
     if risk:
         out += ["", "Most linkable identities (most links by any row / at chance / nearest photo for):", ""]
-        out += [f"- {r['identity']}: {r['worst']} of {r['proxies']} proxies ({r['worst_row']}) / {r['chance_hits']:.2f} / "
+        out += [f"- {md_text(r['identity'])}: {r['worst']} of {r['proxies']} proxies ({r['worst_row']}) / {r['chance_hits']:.2f} / "
                 f"{r['nearest_for']} proxies" for r in risk[:5]]
     gate = data.get("gate")
     if gate is not None:

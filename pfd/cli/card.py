@@ -67,6 +67,15 @@ def card_command(recipe: str | None, progress: bool, epochs: float | None, batch
     click.echo(card.verdict)
     for key, g in u.items():
         lo, hi = g["ci95"]
-        click.echo(f"{key:<16} public-ft {100 * g['ref_mean']:5.1f}  with release {100 * g['row_mean']:5.1f}  "
-                   f"gain {100 * g['diff']:+.1f} ({100 * lo:+.1f}, {100 * hi:+.1f})")
+        click.echo(f"{key:<16} public-ft {_pct(g['ref_mean'], '5.1f')}  with release {_pct(g['row_mean'], '5.1f')}  "
+                   f"gain {_pct(g['diff'])} ({_pct(lo)}, {_pct(hi)})")
     click.echo(f"card    {card.paths['html']}  ({card.paths['markdown']}, {card.paths['json']})")
+
+
+def _pct(v: Any, fmt: str = "+.1f") -> str:
+    """A share in points, or "n/a" (as card.md writes it) where the test pairs cannot resolve it (nan)."""
+    import math
+
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a".rjust(5) if fmt.startswith("5") else "n/a"
+    return format(100 * v, fmt)

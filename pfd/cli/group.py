@@ -51,6 +51,7 @@ def main(verbose: int) -> None:
       pfd distill                      # demo: distill the built-in synthetic private set
       pfd release lint release --state-dir state
       pfd attack --release release --state-dir state --report report
+      pfd card --release release --state-dir state --public synthetic:public --test synthetic:test
       pfd synth --out faces --split private
       pfd train --recipe tiny-cpu --out runs/tiny
       pfd eval --model runs/tiny/model.pt --data synthetic:test

@@ -188,6 +188,9 @@ def _check_rta(cfg: RTAConfig, prefix: str = "rta.", flags: bool = True) -> None
     c.choice("init", ("noise", "public"))  # pfd.distill.init_pool.INITS
     c("init_data", lambda v: bool(v) or cfg.init != "public",
       "must name a set of public faces with --init public (an identity folder, RecordIO or synthetic:public)")
+    # Given without --init public it was silently ignored (issue 34): the user meant a public start.
+    c("init_data", lambda v: not v or cfg.init == "public",
+      f"is read only with --init public (rta.init is {cfg.init!r}): add --init public, or drop --init-data")
     c.non_negative("lambda_spatial")
     c.at_least("spatial_grid", 1)
     c.choice("source_ranks", ("uniform", "kmeans"))

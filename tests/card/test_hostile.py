@@ -20,6 +20,7 @@ def _card(card_world, *args):
 
 @pytest.mark.parametrize("args, message", [
     (["--seeds", "0"], "--seeds (seeds) = 0: must be at least 1"),
+    (["--seeds", "1000000000"], "--seeds (seeds) = 1000000000: must be at most 100"),
     (["--pairs", "0"], "--pairs (card.eval.pairs) = 0: must be at least 1"),
     (["--bootstrap", "5"], "--bootstrap (card.eval.bootstrap) = 5: must be at least 10"),
     (["--epochs", "0"], "--epochs (card.downstream.epochs) = 0.0: must be a positive number"),
@@ -90,3 +91,17 @@ def test_identity_names_are_text_on_the_page_never_markup():
                               "chance_hits": 0.1, "nearest_for": 2}]}
     page = report_html(data, [])
     assert evil not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<b>r</b>" not in page
+
+
+def test_an_identity_named_like_html_is_inert_in_card_md(card_world):
+    """Issue 34: card.md wrote an identity folder named `<img src=x onerror=alert(1)>` raw (Markdown
+    viewers render HTML); card.html escaped it already."""
+    import copy
+
+    from pfd.card.render import card_markdown, md_text
+
+    data = copy.deepcopy(card_world["card"].data)
+    data["privacy"]["per_identity"][0]["identity"] = "<img src=x onerror=alert(1)>"
+    text = card_markdown(data)
+    assert "<img" not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert md_text("a_b|c") == "a\\_b\\|c"

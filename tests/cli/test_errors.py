@@ -389,3 +389,13 @@ def test_mia_with_one_fold_and_an_attacker_spec_with_a_word_for_a_size(tmp_path)
     (tmp_path / "a.toml").write_text('model = "m.onnx"\nmean = "grey"\n')
     with pytest.raises(PfdError, match="mean must be one number or three"):
         read_attacker_spec(tmp_path / "a.toml")
+
+
+def test_pfd_help_shows_an_example_of_every_command():
+    """Issue 34: `pfd --help` listed no `pfd card` example."""
+    from pfd.cli import main
+
+    out = _run("--help").output
+    examples = out.split("Examples:")[1].split("Options:")[0]
+    for name in main.commands:
+        assert f"pfd {name}" in examples, name

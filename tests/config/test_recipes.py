@@ -85,6 +85,7 @@ def test_partial_nested_table_keeps_the_fields_own_defaults():
         (DistillConfig, {"threads": -3}, "--threads"),
         (DistillConfig, {"min_images": -5}, "--min-images"),
         (DistillConfig, {"baseline": {"epsilon": 0.0}}, "--epsilon"),
+        (DistillConfig, {"rta": {"init_data": "public/"}}, "--init-data"),  # issue 34: ignored without --init public
         (TrainConfig, {"batch_size": 0}, "--batch-size"),
         (TrainConfig, {"epochs": 0}, "--epochs"),
         (TrainConfig, {"lr": -0.1}, "--lr"),

@@ -223,7 +223,10 @@ def decide(rows: Sequence[dict[str, Any]], *, level: float = LEVEL, rule_out: fl
     rates = [r for r in figures if r.get("kind") == "rate" and float(r.get("chance") or 0) > 0]
     if rates:
         v.largest = max(float(r["value"]) / float(r["chance"]) for r in rates)
-        bounded = [float(r["ci95"][1]) / float(r["chance"]) for r in rates if r.get("ci95") and r.get("rule_out")]
+        # A hub row deferred to its hubness-corrected partner is decided by the partner: its own wider
+        # interval is not what the verdict rules out (the 30-person CelebA unit read "5.1x" from one).
+        bounded = [float(r["ci95"][1]) / float(r["chance"]) for r in rates
+                   if r.get("ci95") and r.get("rule_out") and not r.get("deferred_to")]
         v.bound = max(bounded, default=float("nan"))
     v.publishable = not (v.failed or v.leaks or v.unresolved)
     return v

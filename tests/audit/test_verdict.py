@@ -63,4 +63,6 @@ def test_an_interval_too_wide_to_rule_out_five_times_chance_is_unresolved_unless
     partner = _rate("VisMatch, hubness-corrected (proxies)", 5, 200)
     v = decide([hub, partner])
     assert v.publishable and hub["deferred_to"] == "VisMatch, hubness-corrected (proxies) by public"
+    # What the verdict rules out is the partner's bound, not the deferred row's wider one.
+    assert v.bound == pytest.approx(partner["ci95"][1] / 0.05) and v.bound < hub["ci95"][1] / 0.05
     assert 0 < LEVEL <= 0.01

@@ -194,12 +194,16 @@ class JudgeCompetenceCheck(Check):
             detail += "; its rows would vouch for nothing: pass a --judge that recognises these faces"
         # A judge that embeds the private photos as the public model does is the public model under another
         # file (re-saved, converted, a few steps of fine-tuning): the de-linking loss has seen it (issue 34).
-        public = inputs.attackers[0]
-        agree = public_agreement(e_judge, inputs.embeddings(public)["private"]) if public.role == "public" else None
-        if agree is not None and agree >= SAME_EMBEDDINGS:
-            passed = False
-            detail += (f"; it embeds the private photos as the public model does (mean cosine {agree:.4f} >= "
-                       f"{SAME_EMBEDDINGS}): it is the public model under another file; pass a judge that no loss has seen")
+        # The adapted model likewise: the insider term of RTA optimises against it (e.g. --judge state/adapted.pt).
+        for other in inputs.attackers:
+            if other.role not in ("public", "insider"):
+                continue
+            agree = public_agreement(e_judge, inputs.embeddings(other)["private"])
+            if agree is not None and agree >= SAME_EMBEDDINGS:
+                passed = False
+                name = "the public model" if other.role == "public" else "the adapted model (insider)"
+                detail += (f"; it embeds the private photos as {name} does (mean cosine {agree:.4f} >= "
+                           f"{SAME_EMBEDDINGS}): it is {name} under another file; pass a judge that no loss has seen")
         return ChecksResult("judge_competence", [check_row(self.title, passed, detail, value=c["rate"], **{
             k: c[k] for k in ("count", "n", "multiple")})])
 

@@ -279,8 +279,13 @@ def test_a_judge_that_embeds_like_the_public_model_fails_its_check(world, tmp_pa
                          progress=False)
     row = next(r for r in card.rows if r["attack"] == "Judge recognises the private people")
     assert row["family"] == "failed" and "it is the public model under another file" in row["detail"], row
-    shutil.copy(world.insider, state / "judge_model.pt")  # a model trained apart: agreement near 0
+    shutil.copy(world.insider, state / "judge_model.pt")  # the adapted model (the insider term's target) as judge
     card = run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS),
                          progress=False)
     row = next(r for r in card.rows if r["attack"] == "Judge recognises the private people")
-    assert row["family"] == "passed" and "public model under another file" not in row["detail"], row
+    assert row["family"] == "failed" and "it is the adapted model (insider) under another file" in row["detail"], row
+    (state / "adapted.pt").unlink()
+    card = run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS,
+                                      insider=False), progress=False)
+    row = next(r for r in card.rows if r["attack"] == "Judge recognises the private people")
+    assert row["family"] == "passed" and "under another file" not in row["detail"], row  # trained apart from the public

@@ -121,7 +121,16 @@ def test_bad_inputs_are_one_line_errors_before_any_work(card_world, tmp_path):
     (tmp_path / "d" / "notes.txt").write_text("mine")
     with pytest.raises(PfdError, match="did not write"):
         make_card(card_config(rel, st, tmp_path / "d"), progress=False)
-    for name in "abc":
+    # Issue 34 item 9: a recorded private set that does not open here failed after both fine-tunes.
+    import shutil
+
+    moved = tmp_path / "state-moved"
+    shutil.copytree(st, moved)
+    (moved / "config.toml").write_text('[distill]\nprivate = "celeba:private+lowres (in memory)"\nmethod = "raw"\n')
+    with pytest.raises(PfdError, match=r"records the private set as 'celeba:private\+lowres \(in memory\)'.*pass "
+                                       r"--private with those images"):
+        make_card(card_config(rel, moved, tmp_path / "e"), progress=False)
+    for name in "abce":
         assert not (tmp_path / name).exists()
 
 

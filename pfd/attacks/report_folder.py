@@ -68,6 +68,31 @@ def _check(folder: Path, option: str, entries: frozenset[str] = REPORT_ENTRIES, 
                        f"choose an empty or new {option}")
 
 
+def check_apart(folder: str | os.PathLike, places: list[tuple[str, str]], *, option: str = "--report",
+                what: str = "report") -> None:
+    """Refuse a report folder inside or around an input folder (issue 34): the report shows private
+    photos and the proxy -> source links, so it may not land in a data set another model trains or
+    tests on, nor inside the private state dir (whose lint then fails on the report's file modes).
+
+    Args:
+        folder: The report folder.
+        places: ``(flag, path)`` of every input; paths that are not existing folders are skipped.
+        option: How messages name ``folder``.
+        what: What the folder holds, for the message.
+
+    Raises:
+        PfdError: ``folder`` lies inside or around one of them.
+    """
+    out = Path(folder).expanduser()
+    for flag, spec in places:
+        if not spec or not Path(spec).expanduser().is_dir():
+            continue
+        if path_within(out, spec) or path_within(spec, out):
+            how = "inside" if path_within(out, spec) else "around"
+            raise PfdError(f"{option} {out}: the {what} would lie {how} {flag} {spec}; it shows private photos and the "
+                           f"proxy -> source links: choose an {option} outside every input folder")
+
+
 @contextlib.contextmanager
 def report_folder(path: str | os.PathLike, *, option: str = "--report", release: str | os.PathLike | None = None,
                   entries: frozenset[str] = REPORT_ENTRIES, what: str = "pfd attack") -> Iterator[Path]:

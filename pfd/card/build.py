@@ -349,21 +349,11 @@ def verdict(privacy: dict[str, Any], utility: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_out(cfg: CardConfig, out: Path) -> None:
-    """The card shows private photos and the proxy -> source links: it may not be written inside (or
-    around) a data set another model trains or tests on, nor inside the private state dir (whose lint
-    then fails on the card's file modes); ``--out`` inside the release is refused by its report folder."""
-    from pfd.io import path_within
+    """``--out`` apart from every input folder (``--out`` inside the release is refused by its report folder)."""
+    from pfd.attacks.report_folder import check_apart
 
-    places = [("--state-dir", cfg.state_dir), *[("--public", p) for p in cfg.public], ("--test", cfg.test),
-              ("--holdout", cfg.holdout), ("--private", cfg.private)]
-    for flag, spec in places:
-        if not spec or not Path(spec).expanduser().is_dir():
-            continue
-        where = Path(spec).expanduser()
-        if path_within(out, where) or path_within(where, out):
-            how = "inside" if path_within(out, where) else "around"
-            raise PfdError(f"--out {out}: the card would lie {how} {flag} {spec}; it shows private photos and the "
-                           f"proxy -> source links: choose an --out outside every input folder")
+    check_apart(out, [("--state-dir", cfg.state_dir), *[("--public", p) for p in cfg.public], ("--test", cfg.test),
+                      ("--holdout", cfg.holdout), ("--private", cfg.private)], option="--out", what="card")
 
 
 @contextlib.contextmanager

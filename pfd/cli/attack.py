@@ -110,7 +110,7 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
     """
     if ctx.invoked_subcommand is not None:
         return
-    from pfd.attacks.report_folder import report_folder
+    from pfd.attacks.report_folder import check_apart, report_folder
     from pfd.attacks.scorecard.report import summary_table, write_report
     from pfd.attacks.scorecard.run import run_scorecard
     from pfd.config import AttackConfig, build_config, load_recipe
@@ -132,6 +132,9 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
         raise PfdError("pass --release RELEASE --state-dir STATE (or a subcommand: mia, dataset)")
     # A bad --reconstructor is an input error: refused before the report folder is made or claimed.
     recon = _load_reconstructor(reconstructor)
+    mia = cfg.attacks.get("membership", {})
+    check_apart(cfg.report, [("--state-dir", cfg.state_dir), ("--private", cfg.private),
+                             ("--public", mia.get("public", "")), ("--holdout", mia.get("holdout", ""))])
     with report_folder(cfg.report, release=cfg.release):  # pfd's own or new, one audit at a time, before any work
         card = run_scorecard(cfg, reconstructor=recon, progress=progress)
         paths = write_report(card, cfg.report)

@@ -157,6 +157,9 @@ def test_bad_inputs_are_one_line_errors(world, tmp_path):
     msg = _fail(*base, "--public", f"synthetic:public,ids=10,imgs=4,size={SIZE}", "--holdout", PRIVATE + ",seed=0")
     assert msg.startswith(f"Error: --holdout {PRIVATE},seed=0 shares 200 photo(s) with the private set") and "non-members" in msg
     assert not (tmp_path / "r" / "downstream").exists()
+    # Own hostile case: a report (private photos, proxy -> source links) inside the state dir.
+    msg = _fail("--release", str(release), "--state-dir", str(state), "--report", str(state / "report"))
+    assert "the report would lie inside --state-dir" in msg and not (state / "report").exists()
     # Wrong model size: a TorchScript public model told the wrong input size ...
     from pfd.nn.checkpoints import load_backbone
 

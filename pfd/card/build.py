@@ -109,6 +109,9 @@ def _inputs(cfg: CardConfig) -> dict[str, Any]:
     if not cfg.test:
         raise PfdError("pass --test SPEC (held-out people of the target domain, never in the private set)")
     state = open_release_state(cfg.release, cfg.state_dir)
+    if state.adapted_model is None:  # the card always audits with the insider (pfd attack's --no-insider is not its)
+        raise PfdError(f"{cfg.state_dir}: no adapted.pt; pass the state dir pfd distill wrote for this release (the "
+                       "card audits it with the publisher's adapted model)")
     public_model = Path(cfg.public_model) if cfg.public_model else state.public_model
     if public_model is None or not Path(public_model).is_file():
         raise PfdError(f"{cfg.state_dir}: no public_model.pt; pass --public-model (the checkpoint the release's users "

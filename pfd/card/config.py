@@ -58,6 +58,8 @@ class DownstreamConfig:
         c.non_negative("warmup_epochs")
         f = Checker(self, "card.downstream.", flags=True)  # the settings pfd card has a flag for
         f.positive("epochs")
+        # The fine-tune counts whole passes; 1.5 failed late, after the card folder existed (issue 34).
+        f("epochs", lambda v: float(v).is_integer(), "must be a whole number of passes over the data")
         f.at_least("batch_size", 2)
         f.at_least("public_images", 0)
 

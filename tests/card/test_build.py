@@ -130,7 +130,14 @@ def test_bad_inputs_are_one_line_errors_before_any_work(card_world, tmp_path):
     with pytest.raises(PfdError, match=r"records the private set as 'celeba:private\+lowres \(in memory\)'.*pass "
                                        r"--private with those images"):
         make_card(card_config(rel, moved, tmp_path / "e"), progress=False)
-    for name in "abce":
+    # A state dir without adapted.pt: the message named pfd attack's --no-insider, which pfd card lacks.
+    bare = tmp_path / "state-bare"
+    shutil.copytree(st, bare)
+    (bare / "adapted.pt").unlink()
+    with pytest.raises(PfdError, match=r"no adapted\.pt; pass the state dir pfd distill wrote") as e:
+        make_card(card_config(rel, bare, tmp_path / "f"), progress=False)
+    assert "--no-insider" not in str(e.value)
+    for name in "abcef":
         assert not (tmp_path / name).exists()
 
 

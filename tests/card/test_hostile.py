@@ -24,6 +24,7 @@ def _card(card_world, *args):
     (["--pairs", "0"], "--pairs (card.eval.pairs) = 0: must be at least 1"),
     (["--bootstrap", "5"], "--bootstrap (card.eval.bootstrap) = 5: must be at least 10"),
     (["--epochs", "0"], "--epochs (card.downstream.epochs) = 0.0: must be a positive number"),
+    (["--epochs", "1.5"], "--epochs (card.downstream.epochs) = 1.5: must be a whole number of passes over the data"),
     (["--threads", "-1"], "--threads (threads) = -1: must be at least 0"),
 ])
 def test_out_of_range_settings_name_their_flag(card_world, tmp_path, args, message):

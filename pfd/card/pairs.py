@@ -45,6 +45,10 @@ def adaptive_pairs(faces: FaceSet, *, num_pairs: int, seed: int = 0, folds: int 
     genuine = int((sizes * (sizes - 1) // 2).sum())
     impostor = len(faces) * (len(faces) - 1) // 2 - genuine
     n = min(int(num_pairs), genuine, impostor)
+    need = -(-max(folds, 2) // 2)  # genuine pairs (and as many impostors) for `folds` folds
+    if n < need <= min(genuine, impostor):  # the data would do; the requested number is what is short
+        raise PfdError(f"--pairs {num_pairs} gives {2 * n} pairs, too few for {folds}-fold verification; pass "
+                       f"--pairs {need} or more ({faces.describe()} has {genuine} genuine pairs)")
     if 2 * n < max(folds, 2):
         raise PfdError(f"{faces.describe()}: {genuine} genuine and {impostor} impostor pairs exist, too few for "
                        f"{folds}-fold verification; the test set needs 2+ identities with 2+ images each")

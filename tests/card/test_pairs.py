@@ -32,3 +32,11 @@ def test_adaptive_pairs_draws_when_plenty_and_refuses_tiny():
     assert info["used"] == 50 and not info["all_genuine"] and len(pairs) == 100
     with pytest.raises(PfdError, match="too few"):
         adaptive_pairs(_faces([2, 1]), num_pairs=50)
+
+
+def test_too_few_pairs_requested_names_the_flag_not_the_data():
+    """Issue 34: `--pairs 1` said "36 genuine and 240 impostor pairs exist, too few", blaming the data."""
+    with pytest.raises(PfdError, match=r"^--pairs 1 gives 2 pairs, too few for 10-fold verification; pass --pairs 5 or more"):
+        adaptive_pairs(_faces([4] * 6), num_pairs=1, seed=0, folds=10)
+    pairs, info = adaptive_pairs(_faces([4] * 6), num_pairs=5, seed=0, folds=10)
+    assert info["used"] == 5

@@ -134,7 +134,30 @@ def _inputs(cfg: CardConfig) -> dict[str, Any]:
         raise PfdError(f"--batch-size {cfg.downstream.batch_size} is larger than the {n_public} public images the "
                        f"public-ft side trains on; pass --batch-size {n_public} or fewer")
     return {"state": state, "public_model": Path(public_model), "private": private, "size": size, "public": public,
-            "test": test, "pairs": pairs, "pairs_info": info, "data": data}
+            "test": test, "pairs": pairs, "pairs_info": info, "data": data,
+            "attack": _attack_config(cfg, private, Path(public_model))}
+
+
+def _attack_config(cfg: CardConfig, private: str, public_model: Path) -> Any:
+    """The audit's configuration from ``[card.attack.*]`` (+ --holdout), checked before any work.
+
+    A broken setting names the card's recipe key (``card.attack.hubness.k``), not ``pfd attack``'s
+    flag (``--csls-k``), which pfd card does not have (issue 34).
+    """
+    from pfd.attacks.scorecard.run import attack_configs
+    from pfd.config import AttackConfig, build_config
+    from pfd.config.checks import recipe_keys
+
+    layers: dict[str, Any] = {"release": cfg.release, "state_dir": cfg.state_dir, "private": private,
+                              "public_model": str(public_model), "report": str(Path(cfg.out).expanduser() / "privacy"),
+                              "skip_bad": cfg.skip_bad}
+    attacks = {name: dict(cfg.attack.get(name, {})) for name in sorted(cfg.attack)}
+    if cfg.holdout:  # membership: a downstream model on the public data + the release, audited on the holdout
+        attacks["membership"] = {**attacks.get("membership", {}), "holdout": cfg.holdout, "public": cfg.public[0]}
+    acfg = build_config(AttackConfig, attacks, layers)
+    with recipe_keys("card."):
+        attack_configs(acfg)
+    return acfg
 
 
 def _open_private(cfg: CardConfig, spec: str, size: Any) -> Any:
@@ -301,20 +324,15 @@ def _privacy(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool)
     """The scorecard (every registered attack), written to ``out/privacy``; a finished one is kept on --resume."""
     from pfd.attacks.scorecard.report import write_report
     from pfd.attacks.scorecard.run import run_scorecard
-    from pfd.config import AttackConfig, build_config
+    from pfd.config.checks import recipe_keys
 
     folder = out / "privacy"
     done = folder / "report.json"
     if cfg.resume and done.is_file():
         return json.loads(done.read_text(encoding="utf-8"))
-    layers: dict[str, Any] = {"release": cfg.release, "state_dir": cfg.state_dir, "private": inputs["private"],
-                              "public_model": str(inputs["public_model"]), "report": str(folder), "skip_bad": cfg.skip_bad}
-    attacks = {name: dict(cfg.attack.get(name, {})) for name in sorted(cfg.attack)}
-    if cfg.holdout:  # membership: a downstream model on the public data + the release, audited on the holdout
-        attacks["membership"] = {**attacks.get("membership", {}), "holdout": cfg.holdout, "public": cfg.public[0]}
-    acfg = build_config(AttackConfig, attacks, layers)
     t0 = time.perf_counter()
-    card = run_scorecard(acfg, progress=progress)
+    with recipe_keys("card."):  # a message naming a setting names the card's key
+        card = run_scorecard(inputs["attack"], progress=progress)
     write_report(card, folder)
     log.info("card: privacy (every registered attack) done in %.1f s", time.perf_counter() - t0)
     return json.loads(done.read_text(encoding="utf-8"))

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from pfd.config.stages import AttackConfig, BaselineConfig, DistillConfig, EvalConfig, OGPConfig, ReleaseConfig, RTAConfig, TrainConfig
 from pfd.data.shape import MAX_SIDE, image_hw
 from pfd.errors import PfdError
 
-__all__ = ["Checker", "check_config", "validate_config"]
+__all__ = ["Checker", "check_config", "validate_config", "recipe_keys"]
 
 #: CLI flag of a setting where it is not ``--`` + the name with dashes (``pfd distill``'s nested tables).
 _FLAGS: dict[str, str | None] = {
@@ -28,6 +30,8 @@ _FLAGS: dict[str, str | None] = {
     # recipe-only settings (no flag): the message names the recipe key alone
     "ogp.target_below_margin": None, "ogp.step_cap": None,
 }  # fmt: skip
+#: The recipe table the settings being checked came from, where another command reads them (``card.``).
+_OUTER: ContextVar[str | None] = ContextVar("pfd_config_outer_table", default=None)
 _CHOICES = {"mixed_precision": ("auto", "no", "bf16", "fp16"), "schedule": ("cosine", "poly")}
 
 
@@ -68,6 +72,8 @@ class Checker:
 
     def _name(self, field: str) -> str:
         key = f"{self.prefix}{field}"
+        if _OUTER.get() is not None:  # another command's table, whose flags it lacks (issue 34: --csls-k in pfd card)
+            return outer_key(key)
         default = self.flag_names.get(field, "--" + field.replace("_", "-"))
         flag = _FLAGS.get(key, default) if self.flags else None
         return f"{flag} ({key})" if flag else key
@@ -105,6 +111,28 @@ class Checker:
 
     def not_a_file(self, field: str, what: str) -> None:
         self(field, lambda v: not v or not Path(v).expanduser().is_file(), f"is an existing file; {what} is a folder, choose another path")
+
+
+def outer_key(key: str) -> str:
+    """``key`` as the command being run spells it: under :func:`recipe_keys`' table, else itself."""
+    return f"{_OUTER.get() or ''}{key}"
+
+
+@contextmanager
+def recipe_keys(table: str) -> Iterator[None]:
+    """Within this block a broken rule names the recipe key under ``table`` and no flag.
+
+    For settings one command reads from another's table: ``pfd card``'s ``[card.attack.hubness]``
+    is ``pfd attack``'s ``[attack.hubness]``, whose ``--csls-k`` flag ``pfd card`` does not have.
+
+    Args:
+        table: The outer table's prefix, e.g. ``"card."``.
+    """
+    token = _OUTER.set(table)
+    try:
+        yield
+    finally:
+        _OUTER.reset(token)
 
 
 def _check_train(cfg: TrainConfig, prefix: str = "", flags: bool = True) -> None:

@@ -21,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from pfd.config.checks import validate_config
+from pfd.config.checks import outer_key, validate_config
 from pfd.data.shape import ImageSizeSetting, plain_size
 from pfd.errors import PfdError
 from pfd.io import atomic_write_text
@@ -180,7 +180,7 @@ def build_config(cls: type[C], *layers: Mapping[str, Any] | None, where: str | N
         PfdError: On an unknown key (listing the valid ones), a value of the wrong type or out
             of range.
     """
-    where = where or cls.__name__
+    where = outer_key(where) if where else cls.__name__
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     tables = getattr(cls, "TABLES_FIELD", None)  # a dict field that collects the sub-tables of plugins

@@ -106,3 +106,31 @@ def test_an_identity_named_like_html_is_inert_in_card_md(card_world):
     text = card_markdown(data)
     assert "<img" not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
     assert md_text("a_b|c") == "a\\_b\\|c"
+
+
+def test_attack_settings_read_from_the_card_recipe_name_the_card_key_not_pfd_attacks_flag(card_world, tmp_path):
+    """Issue 34: `[card.attack.hubness] k = 0` was refused naming `--csls-k`, a flag of pfd attack only;
+    an unknown `[card.attack.*]` table was named `[attack.*]`. Both before the card folder exists."""
+    cases = {"k0": ("[card.attack.hubness]\nk = 0\n", "card.attack.hubness.k = 0: must be at least 1"),
+             "table": ("[card.attack.nosuch]\nx = 1\n", "[card.attack.nosuch]: no such attack"),
+             "key": ("[card.attack.hubness]\nkk = 3\n", "card.attack.hubness: unknown setting 'kk'")}
+    for name, (text, message) in cases.items():
+        recipe = tmp_path / f"{name}.toml"
+        recipe.write_text(text)
+        r = _card(card_world, "--recipe", str(recipe), "--public", PUBLIC, "--test", TEST, "--out", str(tmp_path / name))
+        assert r.exit_code == 2 and message in r.output and "--csls-k" not in r.output, (name, r.output)
+        assert not (tmp_path / name).exists(), name
+
+
+def test_a_membership_model_batch_larger_than_its_data_names_the_setting_that_sizes_it(card_world, tmp_path):
+    """Issue 34: with --holdout, the membership test's downstream model (its own settings) failed on a
+    public set smaller than its batch with "lower --batch-size", a flag that sizes the card's fine-tunes only."""
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[card.attack.membership.downstream]\nbatch_size = 4096\n[card.attack.reconstruction]\n"
+                      "enabled = false\n[card.attack.attributes]\nenabled = false\n")
+    out = tmp_path / "c"
+    r = _card(card_world, "--recipe", str(recipe), "--public", PUBLIC, "--test", TEST, "--out", str(out),
+              "--holdout", "synthetic:test,ids=6,imgs=4,size=32,seed=7")
+    assert r.exit_code == 2, r.output
+    assert "set batch_size = " in r.output and "[card.attack.membership.downstream]" in r.output, r.output
+    assert "--batch-size" not in r.output and not out.exists()

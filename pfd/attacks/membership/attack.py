@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from pfd.audit.contract import Check, AuditInputs, CheckResult, option, register_check, summary_row
 from pfd.config import config_to_dict
-from pfd.config.checks import Checker
+from pfd.config.checks import Checker, outer_key
 from pfd.errors import PfdError
 
 # The audit (torch, scikit-learn) is imported where it runs: the CLI reads this module's config at start-up.
@@ -167,6 +167,12 @@ class MembershipAttack(Check):
         dcfg = downstream_config(c.downstream, public=c.public, release=inputs.state.release,
                                  image_size=inputs.state.image_size or inputs.public.size,
                                  out=Path(cfg.report) / "downstream")
+        n_train = len(open_faces(c.public, size=dcfg.size, skip_bad=cfg.skip_bad)) + len(inputs.state.files)
+        if dcfg.batch_size > n_train:  # the trainer's message names --batch-size, which sizes other models (issue 34)
+            raise PfdError(f"the membership test's downstream model trains on {n_train} images (--public "
+                           f"{c.public} + the release), fewer than its batch of {dcfg.batch_size}; set batch_size = "
+                           f"{n_train} or less under [{outer_key('attack.membership.downstream')}] in a --recipe, or "
+                           "pass more public data")
         path, reused = inputs.clock.run("downstream", lambda: train_downstream(dcfg, progress=inputs.progress))
         model = load_attacker(path, role="downstream", batch_size=cfg.batch_size, flip=cfg.flip, progress=inputs.progress)
         kind, s, m, _ = resolve_head(path, None, None, None)

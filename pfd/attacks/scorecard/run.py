@@ -38,6 +38,7 @@ from pfd.attacks.models.outside import InputConvention
 from pfd.attacks.scorecard.risk import per_identity_risk
 from pfd.attacks.scorecard.inputs import ReleaseState, open_release_state, proxy_sources, state_private_spec
 from pfd.config import AttackConfig, build_config, config_to_dict
+from pfd.config.checks import outer_key
 from pfd.data.faceset import FaceSet
 from pfd.data.shape import plain_size, same_size, size_text
 from pfd.data.sources import open_faces
@@ -275,7 +276,7 @@ def attack_configs(cfg: AttackConfig) -> dict[str, Any]:
     """
     unknown = sorted(set(cfg.attacks) - set(CHECKS))
     if unknown:
-        raise PfdError(f"[attack.{unknown[0]}]: no such attack; the attacks are {', '.join(CHECKS)}")
+        raise PfdError(f"[{outer_key('attack.' + unknown[0])}]: no such attack; the attacks are {', '.join(CHECKS)}")
     return {name: build_config(cls.config, cfg.attacks.get(name, {}), where=f"attack.{name}")
             for name, cls in CHECKS.items()}
 

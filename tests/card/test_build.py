@@ -63,6 +63,36 @@ def test_resume_keeps_every_step_and_refuses_other_settings(card_world, tmp_path
         make_card(card_config(card_world["release"], card_world["state"], out, resume=True, seeds=2), progress=False)
 
 
+def test_a_card_killed_while_writing_its_privacy_report_writes_the_page_on_resume(card_world, tmp_path, monkeypatch):
+    """Issue 34: after kill -9 and --resume, privacy/report.html was never written: report.json (the
+    mark of a finished report, which --resume keeps) was written before the page."""
+    import shutil
+
+    import pfd.attacks.scorecard.report as report
+
+    out = tmp_path / "card"
+    shutil.copytree(card_world["card"].paths["json"].parent, out)
+    shutil.rmtree(out / "privacy")
+    for name in ("card.json", "card.md", "card.html"):
+        (out / name).unlink()
+    real = report.atomic_write_text
+
+    def killed(path, text, *a, **k):
+        if str(path).endswith("report.html"):
+            raise KeyboardInterrupt  # the process dies here
+        return real(path, text, *a, **k)
+
+    monkeypatch.setattr(report, "atomic_write_text", killed)
+    cfg = card_config(card_world["release"], card_world["state"], out, resume=True)
+    with pytest.raises(KeyboardInterrupt):
+        make_card(cfg, progress=False)
+    assert not (out / "privacy" / "report.json").exists()  # not marked done
+    monkeypatch.setattr(report, "atomic_write_text", real)
+    card = make_card(cfg, progress=False)
+    assert (out / "privacy" / "report.html").is_file() and card.paths["html"].is_file()
+    assert card.data["verdict"] == card_world["card"].data["verdict"]
+
+
 def test_resume_refuses_inputs_whose_content_changed(card_world, tmp_path):
     """Issue 34: re-distilling into the same folders and resuming kept the old release's figures under
     the new release's hash; a test set that gained a person ended in an IndexError."""

@@ -162,10 +162,12 @@ def write_report(card: Any, out: str | os.PathLike) -> dict[str, Path]:
     rows = card.rows
     data["summary"] = rows
     data["plots"] = plots
-    atomic_write_json(folder / "report.json", jsonable({"summary": rows, **data}))
     atomic_write_text(folder / "report.md", format_markdown(data, rows, plots, sections))
     from pfd.attacks.scorecard.html import report_html
 
     atomic_write_text(folder / "report.html", report_html(data, rows, folder))
+    # report.json last: it marks the report done (pfd card --resume keeps a finished one), so a run
+    # killed before it redoes the whole report instead of leaving report.html unwritten (issue 34).
+    atomic_write_json(folder / "report.json", jsonable({"summary": rows, **data}))
     return {"json": folder / "report.json", "markdown": folder / "report.md", "html": folder / "report.html",
             **{k: folder / v for k, v in plots.items()}}

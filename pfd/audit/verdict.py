@@ -24,7 +24,8 @@ three ways:
 
 A test that cannot reach ``LEVEL / m`` (a permutation test with too few draws: ``p_floor``) is a
 setting error, not a pass: :func:`decide` refuses it, naming the setting and the smallest value
-that works.
+that works. One that no number of draws could bring there, because the data admit too few
+arrangements (``data_floor``: 2 identities have 2), is *unresolved* ("too few to test").
 """
 
 from __future__ import annotations
@@ -133,6 +134,10 @@ def failure(row: Mapping[str, Any], v: Verdict | None = None) -> str:
             at = f" (at most {v.per_figure:.2g} needed)" if v is not None else ""
             return f"{label(row)} leaks: p = {row['p']:.2g}{at}"
         return f"{label(row)} leaks: {_pct(row['value'])} linked, chance {_pct(row['chance'])}"
+    if row.get("p") is not None and row.get("data_floor") is not None and row.get("family") == "unresolved":
+        return (f"{label(row)} has too few identities to test: its p-value cannot go below "
+                f"{float(row['data_floor']):.2g}" + (f" (at most {v.per_figure:.2g} needed)" if v is not None else "")
+                + "; audit more private identities")
     hi = row["ci95"][1]
     return (f"{label(row)} cannot rule out {_pct(hi)} ({hi / row['chance']:.1f}× chance {_pct(row['chance'])}, "
             f"more than {row.get('rule_out_multiple', RULE_OUT):g}×)")
@@ -187,6 +192,8 @@ def decide(rows: Sequence[dict[str, Any]], *, level: float = LEVEL, rule_out: fl
     a = level / m
     for r in figures:
         floor = r.get("p_floor")
+        if r.get("p") is not None and float(r.get("data_floor") or 0) > a:
+            continue  # too few identities for the test to flag at all: unresolved below, not a setting error
         if r.get("p") is not None and floor is not None and float(floor) > a:
             need = math.ceil(1 / a)
             raise PfdError(f"{label(r)}: its test cannot reach the audit's per-figure level {a:.2g} ({level:g} over {m} "
@@ -202,6 +209,10 @@ def decide(rows: Sequence[dict[str, Any]], *, level: float = LEVEL, rule_out: fl
             v.failed.append(r)
     for r in figures:
         r.setdefault("verdict_95", r.get("verdict"))
+        if r.get("p") is not None and float(r.get("data_floor") or 0) > a:
+            r["family"], r["verdict"] = "unresolved", "too few to test"
+            v.unresolved.append(r)
+            continue
         leak = float(r["p"]) <= a if r.get("p") is not None else (
             _rate_leaks(r, a) if r.get("kind") == "rate" else r.get("verdict_95") == "LEAKS")
         if leak:

@@ -66,3 +66,18 @@ def test_an_interval_too_wide_to_rule_out_five_times_chance_is_unresolved_unless
     # What the verdict rules out is the partner's bound, not the deferred row's wider one.
     assert v.bound == pytest.approx(partner["ci95"][1] / 0.05) and v.bound < hub["ci95"][1] / 0.05
     assert 0 < LEVEL <= 0.01
+
+
+def test_a_test_the_data_cannot_resolve_is_too_few_to_test_not_a_pass_nor_a_setting_error():
+    """Issue 34: with 2 identities and K = 1 the source-rank test read "p = 1, ≈ chance" and counted as
+    passed; its p-value cannot go below 1/2 however many permutations, so it is unresolved."""
+    rows = [summary_row("Source rank uniform (proxies): mean rank", "insider", 1.0, 0.5, (1.0, 1.0), "score",
+                        test_p=1.0, p_floor=1 / 20001, data_floor=0.5, setting="[attack.source_rank] permutations"),
+            _rate("VisMatch (proxies)", 2, 400, chance=0.05)]
+    v = decide(rows)
+    assert not v.publishable and v.unresolved == [rows[0]] and rows[0]["verdict"] == "too few to test"
+    assert "too few identities to test" in v.text and "audit more private identities" in v.text
+    # Enough identities: the same row decided by its p-value.
+    rows[0].update(data_floor=1e-9, verdict="≈ chance")
+    rows[0].pop("family", None)
+    assert decide(rows).publishable

@@ -194,7 +194,8 @@ class SourceRankResult(CheckResult):
             out.append(summary_row(f"{name} (proxies)", t["attacker"], last["rate"], last["chance"], last["ci95"],
                                    "rate", count=last["count"], n=last["n"], n_eff=last.get("n_eff"), rule_out=True))
             out.append(summary_row(test, t["attacker"], t["mean_rank"], t["chance_mean_rank"], t["mean_rank_ci95"], "score",
-                                   test_p=t["p"], p_floor=t.get("p_floor"), setting="[attack.source_rank] permutations"))
+                                   test_p=t["p"], p_floor=t.get("p_floor"), data_floor=t.get("data_floor"),
+                                   setting="[attack.source_rank] permutations"))
         return out
 
     def markdown(self) -> list[str]:

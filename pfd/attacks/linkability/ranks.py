@@ -20,6 +20,7 @@ this module checks the result on any release, by any model:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -116,7 +117,9 @@ def uniformity_test(ranks: np.ndarray, source: np.ndarray, n_ids: int, *, bins: 
         identities: The columns of ``rank_matrix`` (default ``0..N-1``).
 
     Returns:
-        ``statistic``, ``p`` (permutation p-value), ``mean_rank`` (normalised to [0, 1], 0.5 at
+        ``statistic``, ``p`` (permutation p-value), ``p_floor`` (its smallest value with these
+        draws), ``data_floor`` (the smallest any number of draws reaches with these identities and
+        sources: ``(N-G)!/N!``), ``mean_rank`` (normalised to [0, 1], 0.5 at
         uniform) with a 95 % interval over the source identities (their mean ranks, so clustered),
         ``histogram`` (counts per bin), ``expected`` (per bin at uniform), ``uniform`` (``p > 0.05``).
     """
@@ -152,11 +155,17 @@ def uniformity_test(ranks: np.ndarray, source: np.ndarray, n_ids: int, *, bins: 
         exceed += int((stats(null_ranks) >= t - 1e-12).sum())
         done += p_n
     p = (1 + exceed) / (1 + permutations)
+    # The data bound the test too: G source groups placed on N identities have N!/(N-G)! arrangements
+    # (N**q without the matrix), so no p-value falls below 1/arrangements, however many draws.
+    g = len(groups) if rank_matrix is not None else len(ranks)
+    log_arr = (math.lgamma(n_ids + 1) - math.lgamma(n_ids - g + 1)) if rank_matrix is not None else g * math.log(max(n_ids, 1))
+    data_floor = math.exp(-log_arr) if log_arr < 700 else 0.0
     u = ranks / max(n_ids - 1, 1)
     per_source = np.array([u[where == i].mean() for i in range(len(groups))])  # (clusters,)
     m = float(per_source.mean())
     se = float(per_source.std(ddof=1) / np.sqrt(len(per_source))) if len(per_source) > 1 else float("nan")
-    return {"statistic": t, "p": float(p), "p_floor": 1.0 / (1 + permutations), "permutations": int(permutations), "bins": b,
+    return {"statistic": t, "p": float(p), "p_floor": 1.0 / (1 + permutations), "data_floor": data_floor,
+            "permutations": int(permutations), "bins": b,
             "histogram": np.histogram(ranks, bins=edges)[0].tolist(), "expected": expected.tolist(),
             "mean_rank": m, "mean_rank_ci95": [m - 1.96 * se, m + 1.96 * se], "chance_mean_rank": 0.5,
             "uniform": bool(p > 0.05)}

@@ -78,3 +78,17 @@ def test_orthogonal_reid_links_sources_pushed_to_zero_cosine_and_the_abs_rank_te
     assert by_abs["reid_last"]["rate"] > 3 / n and by_abs["p"] < 0.001  # chance 1 / n
     plain = source_rank_test(torch.randn(n * k, d, generator=g), source, private, labels, permutations=2000, by="abs")
     assert plain["p"] > 0.001 and plain["p_floor"] == pytest.approx(1 / 2001)
+
+
+def test_the_data_floor_is_one_over_the_arrangements_of_sources_on_identities():
+    """Issue 34: 2 identities with K = 1 gave "p = 1, ≈ chance" from a test that can never flag; the
+    test reports the smallest p-value its data admit: G sources on N identities, N!/(N-G)! arrangements."""
+    g = torch.Generator().manual_seed(0)
+    for n_ids, k, arrangements in ((2, 1, 2), (5, 2, 120), (4, 3, 24)):
+        private = F.normalize(torch.randn(n_ids * 3, 16, generator=g), dim=1)
+        labels = np.repeat(np.arange(n_ids), 3)
+        source = np.repeat(np.arange(n_ids), k)
+        proxies = F.normalize(torch.randn(len(source), 16, generator=g), dim=1)
+        t = source_rank_test(proxies, source, private, labels, permutations=200, seed=0)
+        assert t["data_floor"] == pytest.approx(1 / arrangements)
+        assert t["p"] >= t["data_floor"] - 1e-12

@@ -100,12 +100,14 @@ class Verdict:
             out = f"publishable: no figure leaks ({head})"
             if math.isfinite(self.bound):
                 out += f", every linkage rate rules out {self.bound:.1f}× chance"
-            if self.skipped:
-                out += f"; {len(self.skipped)} check(s) not run ({', '.join(sorted(self.skipped))})"
-            return out
+            return out + self._not_run()
         parts = [failure(r, self) for r in self.refusals]
         return f"not publishable: {len(self.refusals)} of {self.figures + self.checks} fail ({head}); " + "; ".join(parts[:4]) + (
-            f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
+            f"; and {len(parts) - 4} more" if len(parts) > 4 else "") + self._not_run()
+
+    def _not_run(self) -> str:
+        # Said in the verdict itself, refused or not (issue 34: only the page's foot said it).
+        return f"; {len(self.skipped)} check(s) not run ({', '.join(sorted(self.skipped))})" if self.skipped else ""
 
     def summary(self) -> dict[str, Any]:
         """Aggregates only (nothing about any person): what a release's manifest records."""

@@ -81,3 +81,13 @@ def test_a_test_the_data_cannot_resolve_is_too_few_to_test_not_a_pass_nor_a_sett
     rows[0].update(data_floor=1e-9, verdict="≈ chance")
     rows[0].pop("family", None)
     assert decide(rows).publishable
+
+
+def test_the_verdict_says_how_many_checks_did_not_run_whether_it_refuses_or_not():
+    """Issue 34: only the page's foot said that attacks were skipped."""
+    skipped = {"membership": "no --holdout", "attributes": "no labels"}
+    ok = decide([_rate("VisMatch (proxies)", 2, 400)], skipped=skipped)
+    bad = decide([_rate("VisMatch (proxies)", 200, 400)], skipped=skipped)
+    assert ok.publishable and not bad.publishable
+    for v in (ok, bad):
+        assert v.text.endswith("; 2 check(s) not run (attributes, membership)"), v.text

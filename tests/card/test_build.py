@@ -231,10 +231,10 @@ def test_a_setting_refused_late_leaves_no_card_behind_and_the_corrected_rerun_wo
     from tests.card.conftest import ATTACK
 
     rel, st, out = card_world["release"], card_world["state"], tmp_path / "card"
-    with pytest.raises(PfdError, match=r"permutations = 1; use at least \d+$"):
+    with pytest.raises(PfdError, match=r"\[card\.attack\.source_rank\] permutations = 1; use at least \d+$"):
         make_card(card_config(rel, st, out, attack={**ATTACK, "source_rank": {"permutations": 1}}), progress=False)
     assert not out.exists()
-    with pytest.raises(PfdError, match=r"\[attack\.nonesuch\]: no such attack"):
+    with pytest.raises(PfdError, match=r"\[card\.attack\.nonesuch\]: no such attack"):
         make_card(card_config(rel, st, out, attack={**ATTACK, "nonesuch": {}}), progress=False)
     assert not out.exists()
     with pytest.raises(PfdError, match=r"^--batch-size 64 is larger than the 32 public images .* pass --batch-size 32 or fewer$"):

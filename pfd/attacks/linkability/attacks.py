@@ -20,7 +20,7 @@ from typing import Any
 from typing import TYPE_CHECKING
 
 from pfd.audit.contract import Check, AuditInputs, CheckResult, option, register_check, summary_row
-from pfd.config.checks import Checker
+from pfd.config.checks import Checker, outer_key
 
 if TYPE_CHECKING:
     import numpy as np
@@ -195,7 +195,7 @@ class SourceRankResult(CheckResult):
                                    "rate", count=last["count"], n=last["n"], n_eff=last.get("n_eff"), rule_out=True))
             out.append(summary_row(test, t["attacker"], t["mean_rank"], t["chance_mean_rank"], t["mean_rank_ci95"], "score",
                                    test_p=t["p"], p_floor=t.get("p_floor"), data_floor=t.get("data_floor"),
-                                   setting="[attack.source_rank] permutations"))
+                                   setting=f"[{outer_key('attack.source_rank')}] permutations"))
         return out
 
     def markdown(self) -> list[str]:

@@ -172,7 +172,7 @@ class Distillation:
             check_arch(read_arch(Path(cfg.public).expanduser()), cfg.public, size=cfg.size, backbone=cfg.backbone)
         judge = cfg.release.judge
         if judge and judge != "pretrain":
-            check_arch(read_arch(Path(judge).expanduser()), judge, size=cfg.size)
+            check_arch(read_arch(Path(judge).expanduser()), judge, size=cfg.size, role="judge")
         # --resume only with the private set the state dir was made from (issue 27: a renamed
         # identity folder published a proxy map naming the wrong source for every proxy).
         self.private_record = (check_private_set(self.state.private_set, self.faces, spec=cfg.private)

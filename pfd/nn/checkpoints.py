@@ -406,7 +406,8 @@ def load_head(path: str | os.PathLike) -> MarginHead:
     return head.eval()
 
 
-def check_arch(model: nn.Module | Mapping[str, Any], path: str | os.PathLike, *, size: Any, backbone: str = "") -> None:
+def check_arch(model: nn.Module | Mapping[str, Any], path: str | os.PathLike, *, size: Any, backbone: str = "",
+               role: str = "public") -> None:
     """Refuse a public checkpoint whose architecture does not match the run's settings.
 
     Args:
@@ -414,6 +415,8 @@ def check_arch(model: nn.Module | Mapping[str, Any], path: str | os.PathLike, *,
         path: Its file, for the message.
         size: The image size of the run (``S`` or ``(H, W)``).
         backbone: Expected backbone name (empty: any).
+        role: ``"public"`` (the run's model: ``--size`` can follow it) or ``"judge"`` (the gate's
+            judge, which must be built for the run's size: the message says so).
 
     Raises:
         PfdError: Naming the checkpoint's architecture and what was expected.
@@ -423,6 +426,9 @@ def check_arch(model: nn.Module | Mapping[str, Any], path: str | os.PathLike, *,
     what = f"{arch.get('name')} (width {arch.get('width')}, {size_text(own)}, D = {arch.get('embedding_dim')})"
     if not same_size(own, size):
         flag = size_text(own).removesuffix("px")
+        if role == "judge":  # issue 34: a 48 px judge was called "the public model" and told to change --size
+            raise PfdError(f"{path}: the judge is {what} but this run uses {size_text(size)} images; pass a --judge "
+                           f"checkpoint built for {size_text(size)} (or --judge pretrain)")
         raise PfdError(
             f"{path}: the public model is {what} but this run uses {size_text(size)} images; "
             f"pass --size {flag} or a checkpoint built for {size_text(size)}"

@@ -460,6 +460,8 @@ def test_delink_runs_judge_the_release_with_a_model_no_loss_saw(public, tmp_path
     ({"release": {"judge": "PUBLIC"}}, "is the public model"),
     ({"release": {"judge": "COPY"}}, "is the public model"),
     ({"release": {"judge": "RESAVED"}}, "is the public model"),
+    # issue 34: a 48 px judge was "the public model" and the fix offered was --size 48
+    ({"release": {"judge": "48PX"}}, r"the judge is ir18 .*48px.* pass a --judge checkpoint built for 32px"),
 ])
 def test_a_delink_run_without_an_honest_judge_is_refused_before_any_work(public, tmp_path, change, message):
     judge = change.get("release", {}).get("judge")
@@ -469,11 +471,14 @@ def test_a_delink_run_without_an_honest_judge_is_refused_before_any_work(public,
         shutil.copyfile(public, tmp_path / "pubcopy.pt")
         change = {"release": {"judge": str(tmp_path / "pubcopy.pt")}}
     elif judge == "RESAVED":  # the same weights saved again: other bytes, one model
-        from pfd.nn.checkpoints import load_backbone, save_checkpoint
+        from pfd.nn.checkpoints import load_backbone
 
         save_checkpoint(tmp_path / "resaved.pt", backbone=load_backbone(public), extra={"note": "resaved"})
         assert (tmp_path / "resaved.pt").read_bytes() != Path(public).read_bytes()
         change = {"release": {"judge": str(tmp_path / "resaved.pt")}}
+    elif judge == "48PX":
+        save_checkpoint(tmp_path / "j48.pt", backbone=create_backbone("ir18", width=0.125, size=48, embedding_dim=32))
+        change = {"release": {"judge": str(tmp_path / "j48.pt")}}
     with pytest.raises(PfdError, match=message):
         distill(tiny_distill_config(public, tmp_path, **change), progress=False)
     assert not (tmp_path / "state").exists()

@@ -88,7 +88,8 @@ def card_markdown(data: Mapping[str, Any]) -> str:
     if risk:
         out += ["", "Most linkable identities (most links by any row / at chance / nearest photo for):", ""]
         out += [f"- {md_text(r['identity'])}: {r['worst']} of {r['proxies']} proxies ({r['worst_row']}) / {r['chance_hits']:.2f} / "
-                f"{r['nearest_for']} proxies" for r in risk[:5]]
+                f"{r['nearest_for']} proxies" + (f" ({md_text(r['nearest_by'])})" if r.get("nearest_by") else "")
+                for r in risk[:5]]
     gate = data.get("gate")
     if gate is not None:
         out += ["", f"Publication gate at distillation: {'passed' if gate.get('passed') else 'refused'}."]

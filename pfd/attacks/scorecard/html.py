@@ -214,11 +214,16 @@ def risk_table(rows: Sequence[Mapping[str, Any]], *, limit: int = 15) -> str:
         cls = ' class="leak"' if r["worst"] > max(2 * r["chance_hits"], 1) else ""
         out.append(f"<tr><td>{esc(r['identity'])}</td><td class=num>{r['proxies']}</td>"
                    f"<td class=num{cls}>{r['worst']} ({esc(r['worst_row'])})</td>"
-                   f"<td class=num>{r['chance_hits']:.2f}</td><td class=num>{r['nearest_for']} proxies</td></tr>")
+                   f"<td class=num>{r['chance_hits']:.2f}</td><td class=num>{r['nearest_for']} proxies{_by(r)}</td></tr>")
     out.append("</table>")
     if len(rows) > limit:
         out.append(f'<p class="muted">{len(rows) - limit} more identities in the JSON.</p>')
     return "\n".join(out)
+
+
+def _by(r: Mapping[str, Any]) -> str:
+    """Whose nearest-photo count it is (`` (judge)``), when the row says."""
+    return f" ({esc(r['nearest_by'])})" if r.get("nearest_by") else ""
 
 
 def _setup(data: Mapping[str, Any]) -> str:

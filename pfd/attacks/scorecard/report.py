@@ -152,8 +152,12 @@ def write_report(card: Any, out: str | os.PathLike) -> dict[str, Path]:
         if "reconstructions" in grid:
             cols.append(("reconstruction", grid["reconstructions"]))
         cols += [("nearest private", grid["matches"]), ("true source", grid["sources"])]
-        plot_match_grid(cols, folder / "matches.png", success=grid["success"],
-                        title="Proxies and their nearest private images (public model)")
+        title = "Proxies and their nearest private images (public model)"
+        if grid.get("hub"):
+            h = grid["hub"]
+            title += (f"\none photo of {h['identity']} is the nearest in {h['rows']} of {h['of']} rows: a hub "
+                      "(near every proxy), not a link")
+        plot_match_grid(cols, folder / "matches.png", success=grid["success"], title=title)
         plots["matches"] = "matches.png"
     sections: list[str] = []
     for result in card.results.values():

@@ -493,6 +493,12 @@ def _grid(link: dict[str, Any], sets: ReleaseSets, public: Attacker, source: np.
         "sources": torch.stack([private[int(private.indices_of(int(source[i]))[0])][0] for i in order]),
         "success": vis.success[order].tolist(),
     }
+    # A hub (one private photo the nearest for most rows) reads like a wall of links; the grid says so (issue 34).
+    photos, counts = np.unique(np.asarray(vis.match_index)[order], return_counts=True)
+    if len(order) >= 3 and counts.max() * 2 > len(order):
+        photo = int(photos[counts.argmax()])
+        grid["hub"] = {"rows": int(counts.max()), "of": int(len(order)),
+                       "identity": str(private.identities[int(private.labels[photo])])}
     if recon is not None:
         where = {int(p): j for j, p in enumerate(pick)}
         grid["reconstructions"] = recon[[where[int(i)] for i in order]]

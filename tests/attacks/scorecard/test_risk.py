@@ -24,6 +24,22 @@ def test_counts_the_linked_proxies_of_each_identity_and_finds_the_hub():
     assert b["worst"] == 1 and b["worst_row"] == "public/reid"
 
 
+def test_a_hub_of_the_judge_counts_as_much_as_one_of_the_public_model():
+    """Issue 34: the nearest-photo count came from the public model only; the judge's hub, the
+    nearest photo of every proxy, read "1 proxies"."""
+    source = np.array([0, 0, 1, 1, 2, 2])
+    gallery = np.array([0, 0, 1, 1, 2, 2])
+    none = np.zeros(6, bool)
+    public = SimpleNamespace(success=none, match_index=np.array([2, 3, 0, 1, 0, 4]))  # no hub
+    judge = SimpleNamespace(success=none, match_index=np.array([5, 5, 4, 4, 5, 4]))  # c's photos for all six
+    rows = per_identity_risk([{"target": "proxies", "attacker": "public", "vismatch": public},
+                              {"target": "proxies", "attacker": "judge", "vismatch": judge}], source, gallery, ["a", "b", "c"])
+    c = next(r for r in rows if r["identity"] == "c")
+    assert c["nearest"] == {"public": 1, "judge": 6} and c["nearest_for"] == 6 and c["nearest_by"] == "judge"
+    page = report_html({"release": {}, "private": {}, "attackers": [], "per_identity": rows}, [])
+    assert "6 proxies (judge)" in page
+
+
 def _row(verdict, value=0.05, chance=0.05, hi=0.1):
     return {"attack": "VisMatch (proxies)", "attacker": "public", "value": value, "chance": chance,
             "ci95": [0.0, hi], "kind": "rate", "verdict": verdict, "count": 1, "n": 20}
@@ -41,3 +57,21 @@ def test_report_page_is_self_contained():
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
     assert "http://" not in page and "https://" not in page
     assert page.count("<img") == 1  # the linkage bars
+
+
+def test_the_match_grid_points_out_a_hub_that_is_the_nearest_photo_in_most_rows():
+    """Issue 34: a hub (one photo nearest to every proxy) filled the grid's "nearest private" column
+    like a wall of links, with no word that it is one photo."""
+    from pfd.attacks.scorecard.run import _grid
+    from pfd.data.faceset import to_memory
+    from pfd.data.sources import open_faces
+
+    private = to_memory(open_faces("synthetic:private,ids=4,imgs=2,size=32"))
+    proxies = to_memory(open_faces("synthetic:test,ids=4,imgs=2,size=32"))
+    sets = SimpleNamespace(proxies=lambda size: proxies, private=lambda size: private)
+    source = np.repeat(np.arange(4), 2)
+    hub = SimpleNamespace(match_index=np.array([5, 5, 5, 5, 5, 5, 0, 5]), success=np.zeros(8, bool))
+    grid = _grid({"vismatch": hub}, sets, SimpleNamespace(size=32), source, None, np.arange(8), 8)
+    assert grid["hub"] == {"rows": 3, "of": 4, "identity": private.identities[2]}  # rows: proxies 0, 2, 4, 6; photo 5 is identity 2's
+    spread = SimpleNamespace(match_index=np.array([0, 1, 2, 3, 4, 5, 6, 7]), success=np.zeros(8, bool))
+    assert "hub" not in _grid({"vismatch": spread}, sets, SimpleNamespace(size=32), source, None, np.arange(8), 8)

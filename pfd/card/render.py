@@ -84,6 +84,12 @@ def card_markdown(data: Mapping[str, Any]) -> str:
     out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _utility_rows(u)]
     out += ["", f"The public model alone: accuracy {_metric(u['base']['accuracy'])}.", "", "## Privacy", ""]
     out += summary_table(p.get("summary", [])) if p.get("summary") else ["No attack could run."]
+    from pfd.audit.advice import refusal_advice
+
+    hints = refusal_advice(p.get("summary", []))
+    if hints:
+        out += ["", "What the refusals mean:", ""]
+        out += [f"- {md_text(a['row'])}: {md_text(a['gain'])}. What to do: {md_text(a['remedy'])}." for a in hints]
     risk = p.get("per_identity") or []
     if risk:
         out += ["", "Most linkable identities (most links by any row / at chance / nearest photo for):", ""]

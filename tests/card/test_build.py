@@ -283,3 +283,12 @@ def test_with_a_holdout_the_membership_attack_runs_and_its_roc_is_on_the_page(ca
     assert len(rows) == 1 and rows[0]["kind"] == "auc" and 0 <= rows[0]["p"] <= 1
     page = card.paths["html"].read_text(encoding="utf-8")
     assert "<h2>Membership</h2>" in page and "membership ROC, log axes" in page
+
+
+def test_a_refused_card_says_what_each_leak_gives_an_attacker_and_what_to_do(card_world):
+    """Issue 34: a LEAKS row gave no hint of what an attacker gains or what the publisher should do."""
+    out = card_world["card"].paths["json"].parent
+    md, html = (out / "card.md").read_text(), (out / "card.html").read_text()
+    assert "What the refusals mean:" in md and "What the refusals mean" in html
+    assert "VisMatch (proxies) by insider: with the insider model an attacker names the source person of" in md
+    assert "keep the state dir private" in md and "keep the state dir private" in html

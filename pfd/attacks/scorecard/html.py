@@ -30,7 +30,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-__all__ = ["page", "figure_img", "png_img", "privacy_verdict", "summary_html", "link_bars", "rank_histogram",
+__all__ = ["page", "figure_img", "png_img", "privacy_verdict", "summary_html", "advice_html", "link_bars", "rank_histogram",
            "membership_roc", "risk_table", "report_html", "esc"]
 
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
@@ -238,6 +238,17 @@ def _setup(data: Mapping[str, Any]) -> str:
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
 
 
+def advice_html(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Each refusing row: what an attacker gains and what the publisher can do ('' when none refuses)."""
+    from pfd.audit.advice import refusal_advice
+
+    items = refusal_advice(rows)
+    if not items:
+        return ""
+    body = "".join(f"<tr><td>{esc(a['row'])}</td><td>{esc(a['gain'])}</td><td>{esc(a['remedy'])}</td></tr>" for a in items)
+    return f"<table><tr><th>refusing row</th><th>what an attacker gains</th><th>what to do</th></tr>{body}</table>"
+
+
 def privacy_sections(data: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], folder: Path | None = None) -> list[str]:
     """The privacy half's sections (summary, bars, ranks, membership, per-identity risk, grid, setup)."""
     parts = ["<h2>Linkage</h2>", summary_html(rows), link_bars(rows),
@@ -245,6 +256,9 @@ def privacy_sections(data: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
              "chance, or a test\'s p-value is small, at the audit\'s level split over every figure; unresolved: a "
              "proxy rate\'s 95% interval cannot rule out 5× chance. Intervals shown are 95%, clustered by source "
              "identity; chance comes from the gallery's composition.</p>"]
+    hints = advice_html(rows)
+    if hints:
+        parts += ["<h2>What the refusals mean</h2>", hints]
     ranks = rank_histogram(data.get("source_rank") or [])
     if ranks:
         parts += ["<h2>Rank of the source</h2>", ranks,

@@ -1,0 +1,37 @@
+"""What a refusing row means (pfd/audit/advice.py): the attacker's gain in the row's counts, the remedy by role."""
+
+from __future__ import annotations
+
+from pfd.audit.advice import REMEDIES, advice, refusal_advice
+from pfd.audit.contract import check_row, summary_row
+from pfd.audit.verdict import decide
+
+
+def _rate(attacker: str, k: int, n: int, chance: float = 0.05):
+    from pfd.attacks.metrics import clopper_pearson
+
+    return summary_row("VisMatch (proxies)", attacker, k / n, chance, clopper_pearson(k, n, alpha=0.05), "rate",
+                       count=k, n=n, n_eff=n, rule_out=True)
+
+
+def test_each_refusal_says_what_an_attacker_gains_and_what_to_do_by_who_attacks():
+    rows = [_rate("public", 2, 240), _rate("insider", 120, 240), _rate("judge", 60, 240),
+            check_row("No private photo in the release", False, "0007/003.png is a copy of alice/2.png")]
+    decide(rows)
+    hints = refusal_advice(rows)
+    assert [h["row"] for h in hints] == ["No private photo in the release", "VisMatch (proxies) by insider",
+                                         "VisMatch (proxies) by judge"]  # failed checks first; the public row passed
+    check, insider, judge = hints
+    assert "alice/2.png" in check["gain"]
+    assert "names the source person of 120 of 240 proxies (50.0 %, 10.0× chance)" in insider["gain"]
+    assert insider["remedy"] == REMEDIES["insider"] and judge["remedy"] == REMEDIES["judge"]
+    assert "--attacker" in advice({**rows[1], "attacker": "arcface-r100"})["remedy"]  # an outside model
+
+
+def test_a_test_and_an_unresolved_rate_get_their_own_words():
+    t = summary_row("Source rank uniform (proxies): mean rank", "insider", 0.7, 0.5, (0.66, 0.74), "score", test_p=1e-5)
+    wide = _rate("public", 1, 8)
+    decide([t, wide])
+    assert "not placed at random (p = 1e-05)" in advice(t)["gain"]
+    assert wide["family"] == "unresolved" and "--ipc" in advice(wide)["remedy"]
+    assert refusal_advice([_rate("public", 2, 400)]) == []  # nothing refuses: nothing to explain

@@ -53,6 +53,8 @@ CARD_ENTRIES = frozenset({"config.toml", "inputs.json", "downstream", "scores", 
 _FREE = ("resume", "out", "threads", "skip_bad")
 #: Inputs named by a path: a --resume compares what they hold (``inputs.json``), not how they are spelt.
 _CONTENT = ("release", "state_dir", "private", "public_model", "public", "test", "holdout")
+#: Inputs only the privacy half reads: a --resume after they changed redoes the audit and keeps the fine-tunes.
+_PRIVACY_ONLY = ("attack", "holdout")
 
 
 @dataclass
@@ -77,22 +79,30 @@ def _settings(cfg: CardConfig) -> dict[str, Any]:
     return {k: v for k, v in config_to_dict(cfg).items() if k not in _FREE}
 
 
-def _claim(cfg: CardConfig, out: Path) -> None:
-    """A new folder, or a card's with ``--resume`` and the same settings (checked before any work)."""
+def _claim(cfg: CardConfig, out: Path) -> set[str]:
+    """A new folder, or a card's with ``--resume`` and the same settings (checked before any work).
+
+    Returns:
+        The settings only the privacy half reads that changed (its audit is redone, the fine-tunes kept).
+    """
     saved = out / "config.toml"
     if not saved.is_file():
-        return
+        return set()
     if not cfg.resume:
         raise PfdError(f"{out}: holds a card already; pass --resume to continue it (same settings) or choose another --out")
     before = load_recipe(saved).get("card", {})
     now = json.loads(json.dumps(_settings(cfg)))
-    privacy_done = (out / "privacy" / "report.json").is_file()
+    stale = set()
     for key in sorted(set(before) | set(now)):
-        if key in _FREE or key in _CONTENT or (key == "attack" and not privacy_done):
-            continue  # the attacks' settings are read only by the privacy part, which is not written yet
+        if key in _FREE or key in _CONTENT:
+            continue
         if json.loads(json.dumps(before.get(key))) != now.get(key):
+            if key in _PRIVACY_ONLY:
+                stale.add(key)
+                continue
             raise PfdError(f"{out}: --resume with another {key} ({before.get(key)!r} before, {now.get(key)!r} now); "
                            "resume with the same settings or choose another --out")
+    return stale
 
 
 def _inputs(cfg: CardConfig) -> dict[str, Any]:
@@ -221,13 +231,14 @@ def _hashes(cfg: CardConfig, inputs: dict[str, Any]) -> dict[str, Any]:
     from pfd.release.format import MANIFEST
     from pfd.release.state_dir import StateDir
 
-    settings = dump_toml({"card": {k: v for k, v in _settings(cfg).items() if k not in _CONTENT}}).encode()
+    settings = dump_toml({"card": {k: v for k, v in _settings(cfg).items() if k not in _CONTENT and k != "attack"}}).encode()
+    attack = dump_toml({"attack": dict(cfg.attack)}).encode()
     st = StateDir.at(cfg.state_dir)
     state = {p.name: sha256_file(p) for p in (st.proxy_map, st.adapted, st.judge_model, st.private_set) if p.is_file()}
     return {"release_manifest": sha256_file(Path(cfg.release) / MANIFEST),
             "public_model": sha256_file(inputs["public_model"]),
             "state_dir": state, "data": inputs["data"],
-            "settings": hashlib.sha256(settings).hexdigest()}
+            "settings": hashlib.sha256(settings).hexdigest(), "attack_settings": hashlib.sha256(attack).hexdigest()}
 
 
 #: What each entry of :func:`_hashes` is, for the message that refuses a --resume after it changed.
@@ -235,26 +246,39 @@ _INPUT_NAMES = {"release_manifest": "the release (--release: its manifest)", "pu
                 "state_dir": "the state dir's files (--state-dir)", "settings": "the settings"}
 
 
-def _check_inputs(out: Path, hashes: dict[str, Any], resume: bool) -> None:
-    """On ``--resume``, refuse inputs whose content changed since the card began, naming them."""
+def _check_inputs(out: Path, hashes: dict[str, Any], resume: bool) -> set[str]:
+    """On ``--resume``, refuse inputs whose content changed since the card began, naming them.
+
+    Returns:
+        The inputs only the privacy half reads that changed (``holdout``, ``attack``): its audit is
+        redone and the fine-tunes kept.
+    """
     saved = out / "inputs.json"
     if not resume or not (out / "config.toml").is_file():
-        return
+        return set()
     if not saved.is_file():  # inputs.json is written before config.toml: an older pfd began this card
         raise PfdError(f"{out}: --resume of a card that does not record its inputs (made by an older pfd); choose "
                        "another --out to make a new one")
     before = json.loads(saved.read_text(encoding="utf-8"))
-    changed = []
+    changed, stale = [], set()
     for key in sorted(set(before) | set(hashes)):
         if key == "data":
             old, new = before.get(key) or {}, hashes.get(key) or {}
-            changed += [f"--{k}" if k != "private" else "the private set (--private)"
-                        for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+            for k in sorted(set(old) | set(new)):
+                if old.get(k) != new.get(k):
+                    if k in _PRIVACY_ONLY:
+                        stale.add(k)
+                    else:
+                        changed.append(f"--{k}" if k != "private" else "the private set (--private)")
+        elif key == "attack_settings":
+            if before.get(key) != hashes.get(key):
+                stale.add("attack")
         elif before.get(key) != hashes.get(key):
             changed.append(_INPUT_NAMES.get(key, key))
     if changed:
         raise PfdError(f"{out}: --resume after {', '.join(changed)} changed since this card began; its figures belong "
                        "to the old inputs: choose another --out (or delete this card) to make a new one")
+    return stale
 
 
 def _scores(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) -> dict[str, Any]:
@@ -418,8 +442,12 @@ def make_card(cfg: CardConfig, *, progress: bool = True) -> Card:
     hashes = _hashes(cfg, inputs)
     with report_folder(out, option="--out", release=cfg.release, entries=CARD_ENTRIES, what="pfd card"), \
             _forget_if_refused(out):
-        _claim(cfg, out)
-        _check_inputs(out, hashes, cfg.resume)
+        stale = _claim(cfg, out) | _check_inputs(out, hashes, cfg.resume)
+        if stale and (out / "privacy" / "report.json").is_file():
+            # Only the audit reads these (issue 34: --resume --holdout was refused, losing the fine-tunes):
+            # the privacy half is redone, the fine-tunes and their scores kept.
+            (out / "privacy" / "report.json").unlink()
+            log.info("card: %s changed: the privacy half is redone, the fine-tunes kept", ", ".join(sorted(stale)))
         atomic_write_text(out / "inputs.json", json.dumps(hashes, indent=1, sort_keys=True))
         atomic_write_text(out / "config.toml", dump_toml({"card": config_to_dict(cfg)}))
         # Privacy first: a setting under which an audit test could never flag (issue 34: permutations = 1)

@@ -292,3 +292,24 @@ def test_a_refused_card_says_what_each_leak_gives_an_attacker_and_what_to_do(car
     assert "What the refusals mean:" in md and "What the refusals mean" in html
     assert "VisMatch (proxies) by insider: with the insider model an attacker names the source person of" in md
     assert "keep the state dir private" in md and "keep the state dir private" in html
+
+
+def test_resume_after_a_setting_only_the_audit_reads_redoes_the_audit_and_keeps_the_fine_tunes(card_world, tmp_path):
+    """Issue 34 (own case): adding --holdout (or changing [card.attack.*]) to a finished card with
+    --resume was refused, so the fine-tunes had to be redone in a new --out."""
+    import shutil
+
+    from tests.card.conftest import ATTACK
+
+    out = tmp_path / "card"
+    shutil.copytree(card_world["card"].paths["json"].parent, out)
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "scores").iterdir()}
+    rel, st = card_world["release"], card_world["state"]
+    card = make_card(card_config(rel, st, out, resume=True, attack={**ATTACK, "hubness": {"k": 3}}), progress=False)
+    report = json.loads((out / "privacy" / "report.json").read_text())
+    assert report["settings"]["hubness"]["k"] == 3  # the audit was redone with the new setting
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "scores").iterdir()} == stamps  # the fine-tunes kept
+    assert card.data["utility"]["gain"]["accuracy"]["diff"] == card_world["card"].data["utility"]["gain"]["accuracy"]["diff"]
+    with pytest.raises(PfdError, match="--resume after --test changed"):  # what the fine-tunes read still refuses
+        make_card(card_config(rel, st, out, resume=True, attack={**ATTACK, "hubness": {"k": 3}},
+                              test="synthetic:test,ids=8,imgs=4,size=32,seed=5"), progress=False)

@@ -50,8 +50,7 @@ def advice(row: Mapping[str, Any]) -> dict[str, str]:
                 "remedy": "fix what the check names, then distill or audit again (the detail says how)"}
     remedy = REMEDIES.get(who, _OUTSIDE)
     if row.get("family") == "unresolved":
-        gain = ("too few proxies or identities to tell: the interval cannot exclude a strong attack"
-                if row.get("verdict") != "too few to test" else "the data are too small for this test to flag anything")
+        gain = "too few proxies or identities to tell: the interval cannot exclude a strong attack"
         return {"row": label(row), "gain": gain,
                 "remedy": "audit more private identities or more proxies per identity (--ipc), so the interval narrows"}
     value, chance = float(row.get("value", 0.0)), float(row.get("chance") or 0.0)

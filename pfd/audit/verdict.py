@@ -25,7 +25,9 @@ three ways:
 A test that cannot reach ``LEVEL / m`` (a permutation test with too few draws: ``p_floor``) is a
 setting error, not a pass: :func:`decide` refuses it, naming the setting and the smallest value
 that works. One that no number of draws could bring there, because the data admit too few
-arrangements (``data_floor``: 2 identities have 2), is *unresolved* ("too few to test").
+arrangements (``data_floor``: 2 identities have 2), is "too few to test": it neither passes nor
+refuses, leaves the family (so it does not split the level), and the verdict's text names it; the
+rates decide.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class Verdict:
     largest: float = float("nan")
     bound: float = float("nan")
     skipped: dict[str, str] = field(default_factory=dict)
+    untestable: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def per_figure(self) -> float:
@@ -107,7 +110,11 @@ class Verdict:
 
     def _not_run(self) -> str:
         # Said in the verdict itself, refused or not (issue 34: only the page's foot said it).
-        return f"; {len(self.skipped)} check(s) not run ({', '.join(sorted(self.skipped))})" if self.skipped else ""
+        out = f"; {len(self.skipped)} check(s) not run ({', '.join(sorted(self.skipped))})" if self.skipped else ""
+        if self.untestable:
+            out += (f"; {len(self.untestable)} test(s) too few identities to test ("
+                    f"{', '.join(label(r) for r in self.untestable[:3])}{', ...' if len(self.untestable) > 3 else ''})")
+        return out
 
     def summary(self) -> dict[str, Any]:
         """Aggregates only (nothing about any person): what a release's manifest records."""
@@ -120,7 +127,8 @@ class Verdict:
         """JSON-ready: the summary, the text, and the labels of the rows that refuse."""
         return {**self.summary(), "text": self.text, "per_figure": self.per_figure,
                 "leaks": [label(r) for r in self.leaks], "unresolved": [label(r) for r in self.unresolved],
-                "failed_checks": [label(r) for r in self.failed], "skipped": dict(self.skipped)}
+                "failed_checks": [label(r) for r in self.failed], "skipped": dict(self.skipped),
+                "untestable": [label(r) for r in self.untestable]}
 
 
 def _finite(x: float) -> float | None:
@@ -136,10 +144,6 @@ def failure(row: Mapping[str, Any], v: Verdict | None = None) -> str:
             at = f" (at most {v.per_figure:.2g} needed)" if v is not None else ""
             return f"{label(row)} leaks: p = {row['p']:.2g}{at}"
         return f"{label(row)} leaks: {_pct(row['value'])} linked, chance {_pct(row['chance'])}"
-    if row.get("p") is not None and row.get("data_floor") is not None and row.get("family") == "unresolved":
-        return (f"{label(row)} has too few identities to test: its p-value cannot go below "
-                f"{float(row['data_floor']):.2g}" + (f" (at most {v.per_figure:.2g} needed)" if v is not None else "")
-                + "; audit more private identities")
     hi = row["ci95"][1]
     return (f"{label(row)} cannot rule out {_pct(hi)} ({hi / row['chance']:.1f}× chance {_pct(row['chance'])}, "
             f"more than {row.get('rule_out_multiple', RULE_OUT):g}×)")
@@ -190,19 +194,23 @@ def decide(rows: Sequence[dict[str, Any]], *, level: float = LEVEL, rule_out: fl
     gating = [r for r in rows if r.get("gates", True) and r.get("verdict") != "inconclusive"]
     checks = [r for r in gating if r.get("kind") == "check"]
     figures = [r for r in gating if r.get("kind") != "check"]
+    # A test the data cannot push to the level of the whole family leaves it (issue 34: 2 identities).
+    untestable = [r for r in figures if r.get("p") is not None and float(r.get("data_floor") or 0) > level / max(len(figures), 1)]
+    for r in untestable:
+        r.setdefault("verdict_95", r.get("verdict"))
+        r["family"], r["verdict"] = "untestable", "too few to test"
+    figures = [r for r in figures if r.get("family") != "untestable"]
     m = max(len(figures), 1)
     a = level / m
     for r in figures:
         floor = r.get("p_floor")
-        if r.get("p") is not None and float(r.get("data_floor") or 0) > a:
-            continue  # too few identities for the test to flag at all: unresolved below, not a setting error
         if r.get("p") is not None and floor is not None and float(floor) > a:
             need = math.ceil(1 / a)
             raise PfdError(f"{label(r)}: its test cannot reach the audit's per-figure level {a:.2g} ({level:g} over {m} "
                            f"figures) with {r.get('setting', 'these settings')} = {round(1 / float(floor)) - 1}; "
                            f"use at least {need}")
     v = Verdict(publishable=True, level=level, rule_out=rule_out, figures=len(figures), checks=len(checks),
-                skipped=dict(skipped or {}))
+                skipped=dict(skipped or {}), untestable=untestable)
     by_label = {label(r): r for r in figures}
     for r in checks:
         r["family"] = "passed" if r.get("passed") else "failed"
@@ -211,10 +219,6 @@ def decide(rows: Sequence[dict[str, Any]], *, level: float = LEVEL, rule_out: fl
             v.failed.append(r)
     for r in figures:
         r.setdefault("verdict_95", r.get("verdict"))
-        if r.get("p") is not None and float(r.get("data_floor") or 0) > a:
-            r["family"], r["verdict"] = "unresolved", "too few to test"
-            v.unresolved.append(r)
-            continue
         leak = float(r["p"]) <= a if r.get("p") is not None else (
             _rate_leaks(r, a) if r.get("kind") == "rate" else r.get("verdict_95") == "LEAKS")
         if leak:

@@ -20,7 +20,7 @@ from pfd.config.stages import AttackConfig, BaselineConfig, DistillConfig, EvalC
 from pfd.data.shape import MAX_SIDE, image_hw
 from pfd.errors import PfdError
 
-__all__ = ["Checker", "check_config", "validate_config", "recipe_keys"]
+__all__ = ["Checker", "check_config", "validate_config", "recipe_keys", "outer_key", "same_model"]
 
 #: CLI flag of a setting where it is not ``--`` + the name with dashes (``pfd distill``'s nested tables).
 _FLAGS: dict[str, str | None] = {
@@ -273,7 +273,7 @@ def _check_judge(cfg: DistillConfig) -> None:
                            "be the public model itself; choose another judge_seed")
     elif judge:
         j = Path(judge).expanduser()
-        if cfg.public and _same_model(j, Path(cfg.public).expanduser()):
+        if cfg.public and same_model(j, Path(cfg.public).expanduser()):
             raise PfdError(f"--judge {judge} is the public model (--public {cfg.public}; same file or same weights): "
                            "a judge must be a model no loss sees")
 
@@ -295,7 +295,7 @@ def _weights_digest(path: Path) -> str | None:
     return h.hexdigest()
 
 
-def _same_model(a: Path, b: Path) -> bool:
+def same_model(a: Path, b: Path) -> bool:
     """Two checkpoints are one model when they are one file, equal bytes or equal weights (told by
     content, never by how the path is spelt: a copy under another name is the same model)."""
     if a.resolve() == b.resolve():

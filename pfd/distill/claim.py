@@ -65,6 +65,17 @@ _PATHS = {"public", "private", "pretrain.init"}
 
 
 
+def _same_weights(given: str, stored: Any) -> bool:
+    """A public model moved or copied elsewhere is the same setting: the --public given holds the
+    weights the run started from (``state/public_model.pt``), told apart by weights, not by path."""
+    from pathlib import Path
+
+    from pfd.config.checks import same_model
+
+    pa, pb = Path(given).expanduser(), Path(stored)
+    return pa.is_file() and pb.is_file() and same_model(pa, pb)
+
+
 def check_same_settings(state: StateDir, cfg: DistillConfig) -> None:
     """On ``--resume``: the settings must equal those the state dir was made with.
 
@@ -84,6 +95,7 @@ def check_same_settings(state: StateDir, cfg: DistillConfig) -> None:
         for k in sorted(set(old) | set(new))
         if k.split(".")[-1] not in _FREE and k not in _FREE and old.get(k) != new.get(k)
         and not (k in _PATHS and old.get(k) and new.get(k) and same_path(old[k], new[k]))
+        and not (k == "public" and old.get(k) and new.get(k) and _same_weights(new[k], state.public_model))
     ]
     if diff:
         more = f" (+{len(diff) - 3} more)" if len(diff) > 3 else ""

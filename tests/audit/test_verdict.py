@@ -68,19 +68,25 @@ def test_an_interval_too_wide_to_rule_out_five_times_chance_is_unresolved_unless
     assert 0 < LEVEL <= 0.01
 
 
-def test_a_test_the_data_cannot_resolve_is_too_few_to_test_not_a_pass_nor_a_setting_error():
-    """Issue 34: with 2 identities and K = 1 the source-rank test read "p = 1, ≈ chance" and counted as
-    passed; its p-value cannot go below 1/2 however many permutations, so it is unresolved."""
-    rows = [summary_row("Source rank uniform (proxies): mean rank", "insider", 1.0, 0.5, (1.0, 1.0), "score",
-                        test_p=1.0, p_floor=1 / 20001, data_floor=0.5, setting="[attack.source_rank] permutations"),
-            _rate("VisMatch (proxies)", 2, 400, chance=0.05)]
-    v = decide(rows)
-    assert not v.publishable and v.unresolved == [rows[0]] and rows[0]["verdict"] == "too few to test"
-    assert "too few identities to test" in v.text and "audit more private identities" in v.text
-    # Enough identities: the same row decided by its p-value.
-    rows[0].update(data_floor=1e-9, verdict="≈ chance")
-    rows[0].pop("family", None)
-    assert decide(rows).publishable
+def test_a_test_the_data_cannot_resolve_is_too_few_to_test_neither_a_pass_nor_a_setting_error():
+    """Issue 34: with 2 identities and K = 1 the source-rank test read "p = 1, ≈ chance"; its p-value
+    cannot go below 1/2 however many permutations. It is "too few to test", leaves the family (its
+    share of the level goes to the figures that can flag), and the verdict names it; the rates decide."""
+    def rows(floor):
+        return [summary_row("Source rank uniform (proxies): mean rank", "insider", 1.0, 0.5, (1.0, 1.0), "score",
+                            test_p=1.0, p_floor=1 / 20001, data_floor=floor, setting="[attack.source_rank] permutations"),
+                _rate("VisMatch (proxies)", 2, 400, chance=0.05)]
+    few = rows(0.5)
+    v = decide(few)
+    assert v.publishable and v.figures == 1 and v.untestable == [few[0]] and few[0]["verdict"] == "too few to test"
+    assert "1 test(s) too few identities to test (Source rank uniform (proxies): mean rank by insider)" in v.text
+    assert v.as_dict()["untestable"] == ["Source rank uniform (proxies): mean rank by insider"]
+    enough = rows(1e-9)
+    v = decide(enough)
+    assert v.figures == 2 and not v.untestable and enough[0]["family"] == "passed"
+    leaky = rows(0.5)
+    leaky[1] = _rate("VisMatch (proxies)", 200, 400, chance=0.05)
+    assert not decide(leaky).publishable  # an untestable row never hides a leaking rate
 
 
 def test_the_verdict_says_how_many_checks_did_not_run_whether_it_refuses_or_not():

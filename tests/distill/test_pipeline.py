@@ -191,6 +191,29 @@ def test_resume_with_other_settings_is_refused(runs, public):
         distill(tiny_distill_config(public, root, resume=True, rta={"iterations": 41}), progress=False)
 
 
+def test_resume_with_a_public_model_whose_weights_changed_is_refused(runs, public, tmp_path):
+    """Issue 34 (own case): --resume kept the stored public model and silently ignored a --public file
+    that now holds other weights; the same weights saved again (other bytes) still resume."""
+    import torch
+
+    from pfd.nn.checkpoints import load_backbone
+
+    root = runs["pfd"].state_dir.parent
+    before = _sha(root / "release")
+    model = load_backbone(public)
+    save_checkpoint(tmp_path / "same.pt", backbone=model, extra={"note": "saved again"})
+    with torch.no_grad():
+        next(model.parameters()).add_(0.01)
+    changed = tmp_path / "changed.pt"  # the run's own --public path, overwritten with other weights
+    shutil.copyfile(public, changed)
+    distill(tiny_distill_config(changed, root, resume=True), progress=False)  # another path, the same weights
+    save_checkpoint(changed, backbone=model)
+    with pytest.raises(PfdError, match=r"changed\.pt holds other weights than the public model this run started from"):
+        distill(tiny_distill_config(changed, root, resume=True), progress=False)
+    distill(tiny_distill_config(tmp_path / "same.pt", root, resume=True), progress=False)
+    assert _sha(root / "release") == before
+
+
 def test_identity_with_fewer_than_k_images_fails_before_any_work(public, tmp_path):
     cfg = tiny_distill_config(public, tmp_path, private="synthetic:private,ids=3,imgs=2,size=32", rta={"ipc": 3})
     with pytest.raises(PfdError, match="syn-private-0000.*--min-images 3"):

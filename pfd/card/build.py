@@ -173,6 +173,7 @@ def _attack_config(cfg: CardConfig, private: str, public_model: Path) -> Any:
 def _open_private(cfg: CardConfig, spec: str, size: Any) -> Any:
     """The private set, opened before any fine-tune (issue 34: a state dir's recorded set that does not
     open here failed after both fine-tunes, 306 s on 30 real people)."""
+    from pfd.attacks.scorecard.inputs import recorded_private_unopenable
     from pfd.data.sources import open_faces
 
     try:
@@ -180,9 +181,7 @@ def _open_private(cfg: CardConfig, spec: str, size: Any) -> Any:
     except PfdError as e:
         if cfg.private:
             raise
-        raise PfdError(f"the state dir {cfg.state_dir} records the private set as {spec!r}, which cannot be opened "
-                       f"here ({e}); pass --private with those images (a benchmark's set: write it out with "
-                       "python -m benchmarks.privacy_utility --export SPEC DIR)") from None
+        raise recorded_private_unopenable(cfg.state_dir, spec, e) from None
 
 
 def _check_disjoint(cfg: CardConfig, private_spec: str, private: Any, public: list[Any], test: Any,

@@ -21,6 +21,7 @@ by what it holds (two flags given the same data).
 from __future__ import annotations
 
 import hashlib
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,8 +61,19 @@ def _pixels(faces: FaceSet, i: int, hw: tuple[int, int]) -> np.ndarray:
     return np.clip(np.round(x.permute(1, 2, 0).numpy() * 255.0), 0, 255).astype(np.uint8)
 
 
+#: Each open set's digests per size: pfd card compares its test set with three others and digests every
+#: set for --resume, and a set is decoded once for all of it (the digests live as long as the set).
+_SEEN: "weakref.WeakKeyDictionary[FaceSet, dict[tuple[int, int], list[bytes]]]" = weakref.WeakKeyDictionary()
+
+
 def _digests(faces: FaceSet, hw: tuple[int, int]) -> list[bytes]:
-    return [hashlib.sha256(_pixels(faces, i, hw).tobytes()).digest() for i in range(len(faces))]
+    try:
+        done = _SEEN.setdefault(faces, {})
+    except TypeError:  # a set that cannot be weakly referenced: digested each time
+        done = {}
+    if hw not in done or len(done[hw]) != len(faces):
+        done[hw] = [hashlib.sha256(_pixels(faces, i, hw).tobytes()).digest() for i in range(len(faces))]
+    return done[hw]
 
 
 def shared_photos(a: FaceSet, b: FaceSet, *, size: Any = None) -> list[SharedPhoto]:

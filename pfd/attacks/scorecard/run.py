@@ -36,7 +36,8 @@ from pfd.attacks.linkability.reconstruction import Reconstructor
 from pfd.attacks.models.loading import Attacker, load_attacker, load_outside_attacker
 from pfd.attacks.models.outside import InputConvention
 from pfd.attacks.scorecard.risk import per_identity_risk
-from pfd.attacks.scorecard.inputs import ReleaseState, open_release_state, proxy_sources, state_private_spec
+from pfd.attacks.scorecard.inputs import (ReleaseState, open_release_state, proxy_sources, recorded_private_unopenable,
+                                         state_private_spec)
 from pfd.config import AttackConfig, build_config, config_to_dict
 from pfd.config.checks import outer_key
 from pfd.data.faceset import FaceSet
@@ -332,9 +333,7 @@ def run_scorecard(
             raise
         # The spec the state dir recorded, not one the auditor typed: a benchmark's in-memory set
         # ("celeba:private+lowres (in memory)") or a folder that moved.
-        raise PfdError(f"the state dir {state.state_dir} records the private set as {private_spec!r}, which cannot be "
-                       f"opened here ({e}); pass --private with those images (a benchmark's set: write it out with "
-                       "python -m benchmarks.privacy_utility --export SPEC DIR)") from None
+        raise recorded_private_unopenable(state.state_dir, private_spec, e) from None
     source = proxy_sources(state, clock.run("load", lambda: sets.proxies(size)).names, private0,
                            private_spec=private_spec)
     inputs = AuditInputs(cfg=cfg, state=state, sets=sets, attackers=models, source=source, labels=private0.labels,

@@ -97,6 +97,7 @@ from benchmarks.pu.runner import (
     run_group_safe,
     shard_path,
     summarise,
+    cached_models,
     train_judge,
     train_public,
     unit_groups,
@@ -280,7 +281,7 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.plan:
         print_plan(settings, scenarios, resolver, [r[0] for r in rows], speed=args.speed,
                    jobs=args.jobs or min(os.cpu_count() or 1, len(scenarios) * settings["seeds"]),
-                   budget_min=180.0 if args.protocol == "target" else 90.0)
+                   budget_min=180.0 if args.protocol == "target" else 90.0, cached=cached_models(settings, work))
         return 0
     def save() -> None:
         doc["date"] = time.strftime("%Y-%m-%d %H:%M %Z")

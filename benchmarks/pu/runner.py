@@ -92,8 +92,20 @@ def train_judge(settings: dict[str, Any], resolver: SpecResolver, work: Path, *,
     p = settings.get("judge_model")
     if not p:
         return None, {}
-    out = work / f"judge-{settings_hash({**p, 'split': settings['split']})[:8]}"
-    return _train_model(p, out, resolver, progress=progress)
+    return _train_model(p, judge_dir(settings, work), resolver, progress=progress)
+
+
+def judge_dir(settings: dict[str, Any], work: Path) -> Path:
+    """The folder of the run's judge (one per judge recipe and data split)."""
+    return work / f"judge-{settings_hash({**settings['judge_model'], 'split': settings['split']})[:8]}"
+
+
+def cached_models(settings: dict[str, Any], work: Path) -> dict[str, bool]:
+    """Which models the run trains are already trained in ``work`` (``--plan`` counts them as 0)."""
+    out = {"public": "checkpoint" in settings["public_model"] or (public_dir(settings, work) / "model.pt").is_file()}
+    if settings.get("judge_model"):
+        out["judge"] = (judge_dir(settings, work) / "model.pt").is_file()
+    return out
 
 
 def _loss_curve(path: Path, points: int = 10) -> list[dict[str, float]]:

@@ -387,7 +387,7 @@ def _failed_rows(audit: dict[str, Any] | None) -> list[str]:
     """The rows the one verdict failed (a leaking figure or a failed check): ``"<attack> [<attacker>]"``."""
     if not audit:
         return []
-    return [f"{r['attack']} [{r['attacker']}]" for r in audit["summary"] if r.get("family") not in ("passed", None)]
+    return [f"{r['attack']} [{r['attacker']}]" for r in audit["summary"] if r.get("family") in ("failed", "leaks", "unresolved")]
 
 
 def link_layout(data: dict[str, Any]) -> dict[str, Any]:

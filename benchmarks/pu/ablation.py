@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         if have and have.get("settings_hash") == key and not args.force:
             continue
         bench = Bench(s, scenario, resolver=resolver, work=work / f"{sc_name}-ablation" / name, public=public,
-                      progress=False, judge=judge)
+                      progress=False, judge=judge, ogp_cache=work / f"{sc_name}-ablation" / "ogp-pfd")
         main_pfd = ref["pfd"]
         main_same = unit_hash(s) == unit_hash(main_doc["settings"])
         if name == "default" and main_pfd is not None and main_same:

@@ -27,7 +27,7 @@ from pfd.release.state_dir import StateDir, new_run_id, write_marker
 from pfd.distill.pipeline import Distillation, distill
 from pfd.release.private_set import private_set_record, record_private_set
 from pfd.embed import Embedder
-from pfd.io import sha256_file
+from pfd.io import atomic_write_text, sha256_file
 from pfd.nn.checkpoints import load_backbone, load_checkpoint
 from pfd.verify import tar_at_far, verification_metrics
 from benchmarks.pu.data import Scenario, SpecResolver
@@ -41,8 +41,11 @@ class Bench:
     """One scenario: its data, pairs and per-row work folders; the public model is shared."""
 
     def __init__(self, settings: dict[str, Any], scenario: Scenario, *, resolver: SpecResolver, work: Path,
-                 public: Path, progress: bool, judge: Path | None = None) -> None:
+                 public: Path, progress: bool, judge: Path | None = None, ogp_cache: Path | None = None) -> None:
         self.s, self.sc, self.work, self.public, self.progress = settings, scenario, work, public, progress
+        #: Where pfd's OGP stage is kept per seed and OGP settings (:meth:`pfd_finetune`); an ablation
+        #: shares one folder between its variants.
+        self.ogp_cache = ogp_cache if ogp_cache is not None else work / "ogp-pfd"
         #: A face model no loss sees (:func:`benchmarks.pu.runner.train_judge`): a third attacker and the gate's judge.
         self.judge = judge
         self.resolver = resolver
@@ -98,6 +101,11 @@ class Bench:
             "release": {"allow_linkable": True, "judge": str(self.judge) if self.judge is not None else ""},
         })  # fmt: skip
 
+    def _released(self, method: str, baseline: dict[str, Any], seed: int) -> bool:
+        """Whether this distillation's release is finished on disk (other downstream settings made it)."""
+        droot = self.release_dir(method, baseline, seed)
+        return StateDir.at(droot / "state").summary.is_file() and (droot / "release" / MANIFEST).is_file()
+
     def release_dir(self, method: str, baseline: dict[str, Any], seed: int) -> Path:
         """Where a distillation's release and state dir live: keyed by everything the release
         depends on (method, seed, OGP/RTA/baseline settings, public model, split, private spec),
@@ -125,6 +133,35 @@ class Bench:
         run = Distillation(cfg, faces=self.private, progress=self.progress)
         run.public()
         run.adapt()
+        return st.adapted, time.perf_counter() - t0
+
+    def pfd_finetune(self, seed: int) -> tuple[Path, float]:
+        """pfd's OGP stage (adapted model + rotation), once per seed and OGP settings, shared by every
+        pfd row and ablation variant that changes only what comes after it (issue 35: a variant that
+        changes only RTA pays only RTA). Keyed by what OGP depends on: its settings, the public model's
+        recipe and bytes, the split, the private spec, the image size and the seed.
+
+        Returns:
+            ``(adapted.pt, seconds spent)``, 0 when reused.
+        """
+        key_doc = {"ogp": self.s["ogp"], "public_model": self.s["public_model"], "public_sha": sha256_file(self.public),
+                   "split": self.s["split"], "private": self.sc.private, "size": self.size, "seed": seed}
+        key = hashlib.sha256(json.dumps(key_doc, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        root = self.ogp_cache / f"seed{seed}-{key}"
+        st = StateDir.at(root / "state")
+        done = root / "ogp.json"
+        if done.is_file() and st.adapted.is_file():
+            return st.adapted, 0.0
+        shutil.rmtree(root, ignore_errors=True)
+        t0 = time.perf_counter()
+        run = Distillation(self.distill_config("pfd", {}, root=root, seed=seed, resume=False), faces=self.private,
+                           progress=self.progress)
+        try:
+            run.public()
+            run.adapt()
+        finally:
+            run.close()
+        atomic_write_text(done, json.dumps(key_doc, sort_keys=True, default=str))  # written last: the stage finished
         return st.adapted, time.perf_counter() - t0
 
     def distill_row(self, method: str, baseline: dict[str, Any], root: Path, seed: int,
@@ -249,9 +286,12 @@ class Bench:
         release = None
         if method is not None:
             shared = plain[0] if plain and method in PLAIN_FINETUNE else None
+            ogp_s = 0.0
+            if method == "pfd" and not self._released(method, baseline, seed):
+                shared, ogp_s = self.pfd_finetune(seed)
             t = time.perf_counter()
             droot = self.release_dir(method, baseline, seed)
-            reused = StateDir.at(droot / "state").summary.is_file() and (droot / "release" / MANIFEST).is_file()
+            reused = self._released(method, baseline, seed)
             if reused:  # the same distillation was done for other downstream settings: same release
                 summary = json.loads(StateDir.at(droot / "state").summary.read_text())
             else:
@@ -264,7 +304,7 @@ class Bench:
             res["distill"] = {"times_s": summary["times_s"], "rates": summary["rates"], "counts": summary["counts"],
                               "gate": summary.get("gate"), "losses": summary["losses"],
                               "baseline": summary.get("baseline"), "reused_release": reused,
-                              "shared_finetune_s": plain[1] if shared is not None else None}
+                              "shared_finetune_s": (ogp_s if method == "pfd" else plain[1]) if shared is not None else None}
             release = root / "release"
         if name == "base":
             model = self.public

@@ -112,13 +112,15 @@ PROTOCOLS: dict[str, tuple[dict[str, tuple[str, dict[str, Any]]], str, str]] = {
 }
 
 
-def variant_settings(name: str, protocol: str = "trained") -> dict[str, Any]:
-    """The benchmark's settings with variant ``name``'s overrides (one seed)."""
+def variant_settings(name: str, protocol: str = "trained", *, screen: bool = False) -> dict[str, Any]:
+    """The benchmark's settings with variant ``name``'s overrides (one seed; ``screen``: :data:`SCREEN`)."""
     variants = PROTOCOLS[protocol][0]
     over = dict(variants[name][1])
     over.pop("method", None)
     over.pop("reuse", None)
     s = merge_settings(protocol_settings(protocol), over)
+    if screen:
+        s = merge_settings(s, SCREEN)
     s["seeds"] = 1
     s.pop("row_seeds", None)
     for k in ("method", "reuse"):
@@ -139,6 +141,10 @@ def _reference(main_doc: dict[str, Any], main_work: Path, scenario: str) -> dict
                          f"{scenario} --rows base public-ft first (same --work)")
     return {"base": units["base/seed0"], "public_ft_scores": np.load(scores),
             "pfd": units.get("pfd/seed0"), "settings_hash": main_doc.get("settings_hash")}
+
+
+#: ``--screen`` (issue 35): what a screen unit leaves to the full unit (reconstructions, membership).
+SCREEN: dict[str, Any] = {"recon": {"seeds": 0}, "mia": {"enabled": False}}
 
 
 def summarise(bench: Bench, unit: dict[str, Any], ref: dict[str, Any], scores: np.ndarray) -> dict[str, Any]:
@@ -163,8 +169,11 @@ def summarise(bench: Bench, unit: dict[str, Any], ref: dict[str, Any], scores: n
         for role, r in roles.items():
             out.setdefault("rank_uniform", {})[f"{target}/{role}"] = {"p": r["p"], "mean_rank": r["mean_rank"],
                                                                       "uniform": r["uniform"]}
-    base = ref["base"]["membership"]["scores"]
-    for st in MIA_STATS:
+    if ref.get("default_scores") is not None:  # a screen: paired against pfd's default on the same pairs and seed
+        out["vs_default"] = {"accuracy": paired_difference(acc, [scores], [ref["default_scores"]], w),
+                             "tar@far=0.01": paired_difference(tar, [scores], [ref["default_scores"]], w)}
+    for st in (MIA_STATS if "membership" in unit else ()):
+        base = ref["base"]["membership"]["scores"]
         sc = unit["membership"]["scores"][st]
         out["membership"][st] = auc_difference([(np.asarray(sc["members"]), np.asarray(sc["nonmembers"]))],
                                                (np.asarray(base[st]["members"]), np.asarray(base[st]["nonmembers"])),
@@ -228,12 +237,17 @@ def markdown(doc: dict[str, Any]) -> str:
     protocol = doc.get("protocol", "trained")
     variants, _, scenario = PROTOCOLS[protocol]
     scenario = doc.get("scenario", scenario)
-    head = ("| variant | change | Δacc vs public-ft (95 % CI) | ΔTAR@1e-2 | links above chance (of 8) | "
-            "largest link rate (chance) | ΔAUC vs base, max of 4 | below margin | s |")
-    lines = [f"# pfd ablations on {scenario} ({protocol} protocol; one seed each; {doc.get('date', '')})", "",
+    screen = bool(doc.get("screen"))
+    head = ("| variant | change | Δacc vs public-ft (95 % CI) | " + ("Δacc vs pfd default, paired (95 % CI) | " if screen else "")
+            + "ΔTAR@1e-2 | links above chance | largest link rate (chance) | ΔAUC vs base, max of 4 | below margin | s |")
+    lines = [f"# pfd ablations on {scenario} ({protocol} protocol; one seed each{'; a screen' if screen else ''}; "
+             f"{doc.get('date', '')})", "",
              "Utility differences are against `public-ft` seed 0; the main table's seed sd for pfd is the yardstick "
              "for whether a change is more than noise. A link is above chance when its clustered 95 % interval lies "
-             "above the gallery's chance.", "", head, "|" + "---|" * 9]
+             "above the gallery's chance." + (" A screen measures utility and the proxies' linkability only (no "
+             "reconstructions, no membership), each variant paired against the pfd default of the same seed over the "
+             "same test pairs (identity bootstrap); the variants that pass go on to the full unit." if screen else ""),
+             "", head, "|" + "---|" * (10 if screen else 9)]
     for name in variants:
         v = doc.get("variants", {}).get(name)
         if not v:
@@ -246,8 +260,11 @@ def markdown(doc: dict[str, Any]) -> str:
         top_s = f"{100 * top[1]['rate']:.1f} ({100 * top[1]['chance']:.1f}) {top[0]}" if top else "–"
         dauc = max((m["diff"] for m in s["membership"].values()), default=float("nan"))
         bm = s.get("below_margin")
+        vd = (s.get("vs_default") or {}).get("accuracy")
+        paired = ("" if not screen else "– (the reference) | " if vd is None else
+                  f"{100 * vd['diff']:+.1f} ({100 * vd['ci95'][0]:+.1f}, {100 * vd['ci95'][1]:+.1f}) | ")
         lines.append(f"| {name} | {variants[name][0]} | {100 * a['diff']:+.1f} ({100 * a['ci95'][0]:+.1f}, "
-                     f"{100 * a['ci95'][1]:+.1f}) | {100 * t['diff']:+.1f} | {above} | {top_s} | {dauc:+.3f} | "
+                     f"{100 * a['ci95'][1]:+.1f}) | {paired}{100 * t['diff']:+.1f} | {above} | {top_s} | {dauc:+.3f} | "
                      f"{'–' if bm is None else f'{bm:.3f}'} | {s['seconds']:.0f} |")
     return "\n".join(lines) + "\n"
 
@@ -267,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--screen", action="store_true",
+                    help="a screen: utility and the proxies' linkability (public, insider, judge), no reconstructions, no "
+                         "membership; each variant paired against the pfd default of the same seed (results: *_screen.json)")
     ap.add_argument("--geometry", action="store_true", help="print release_geometry of the main run's seed-0 "
                     "releases in the public model, and exit")
     args = ap.parse_args(argv)
@@ -289,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     data_root, models_root = shared_root("data", args.data_root), shared_root("models", args.models_root)
     if data_root is None:
         ap.error("no shared data folder; pass --data-root DIR")
-    s0 = variant_settings("default", args.protocol)
+    s0 = variant_settings("default", args.protocol, screen=args.screen)
     resolver = make_resolver(s0, data_root)
     public, _ = train_public(s0, resolver, work, progress=False, models_root=models_root)
     judge, _ = train_judge(s0, resolver, work, progress=False)
@@ -306,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         main_settings = protocol_settings(args.protocol)
         main_doc = {"settings": main_settings, "settings_hash": settings_hash(main_settings), "scenarios": {}}
     ref = _reference(main_doc, work, sc_name)
-    stem = "pu_ablation" + ("_target" if args.protocol == "target" else "") + ("" if sc_name == default_sc else f"_{sc_name}")
+    stem = ("pu_ablation" + ("_target" if args.protocol == "target" else "") + ("" if sc_name == default_sc else f"_{sc_name}")
+            + ("_screen" if args.screen else ""))
     json_path, md_path = results / f"{stem}.json", results / f"{stem}.md"
     doc: dict[str, Any] = json.loads(json_path.read_text()) if json_path.is_file() else {}
     doc.setdefault("variants", {})
@@ -317,8 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     # "default" last: it reuses the main run's pfd seed 0 when that has finished by then; a reuse
     # group's public-ft first: the group's other variants are measured against it.
     order = sorted(args.variants or list(variants), key=lambda n: (n == "default", not n.endswith("-public-ft")))
+    if args.screen:  # the default first: every other variant is paired against it
+        order = ["default"] + [n for n in order if n != "default" and not variants[n][1].get("reuse")]
+    doc["screen"] = bool(args.screen)
     for name in order:
-        s = variant_settings(name, args.protocol)
+        s = variant_settings(name, args.protocol, screen=args.screen)
         key = settings_hash(s)
         have = doc["variants"].get(name)
         if have and have.get("settings_hash") == key and not args.force:
@@ -327,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
                       progress=False, judge=judge, ogp_cache=work / f"{sc_name}-ablation" / "ogp-pfd")
         main_pfd = ref["pfd"]
         main_same = unit_hash(s) == unit_hash(main_doc["settings"])
+        if args.screen and name != "default":
+            d = doc["variants"].get("default") or {}
+            ref = {**ref, "default_scores": np.asarray(d["scores"]) if d.get("scores") else None}
         if name == "default" and main_pfd is not None and main_same:
             unit = main_pfd  # the main run's pfd seed 0 is this variant: reuse it and its scores
             scores = np.load(rows_dir / "pfd" / "seed0" / "scores" / "all.npy")
@@ -350,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
             unit = jsonable(bench.unit(method, method, {}, 0, None))
             scores = np.load(bench.work / "rows" / method / "seed0" / "scores" / "all.npy")
         summary = jsonable(summarise(bench, unit, ref, scores))
-        _store(doc, name, key, summary, ref, json_path, md_path)
+        _store(doc, name, key, summary, ref, json_path, md_path,
+               scores=scores if args.screen and name == "default" else None)
     print(markdown(doc))
     return 0
 

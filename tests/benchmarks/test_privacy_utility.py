@@ -219,3 +219,35 @@ def test_lint_findings_are_counted_by_kind(bench_modules):
     _, report = bench_modules
     assert report._lint_text({}) == "pass" and report._lint_text(["private-image"] * 3) == "private-image x3"
     assert report._lint_text({"link": 1, "private-image": 300}) == "link x1, private-image x300"
+
+
+def test_a_screen_pairs_each_variant_with_the_pfd_default_and_leaves_out_membership_and_reconstructions(bench_modules):
+    """Issue 35: --screen, utility and linkability only, paired against the pfd default of the same seed."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from pfd.card.stats import identity_bootstrap_weights
+
+    abl = importlib.import_module("benchmarks.pu.ablation")
+    s = abl.variant_settings("delink", "target", screen=True)
+    assert s["mia"]["enabled"] is False and s["recon"]["seeds"] == 0 and s["rta"]["lambda_delink"] == 10.0
+    assert abl.variant_settings("delink", "target")["mia"].get("enabled", True)  # the full unit keeps them
+    rng = np.random.default_rng(0)
+    ids = np.repeat(np.arange(40), 10)  # 400 pairs of 40 people
+    y = np.tile([True, False], 200)
+    left, right = ids, ids
+    bench = SimpleNamespace(s={"eval": {"folds": 10}}, pairs={"all": SimpleNamespace(issame=y)},
+                            weights={"all": identity_bootstrap_weights(left, right, replicates=200, seed=0)})
+    default = np.where(y, 0.6, 0.4) + rng.normal(0, 0.15, 400)
+    better = np.where(y, 0.7, 0.3) + rng.normal(0, 0.15, 400)
+    unit = {"distill": {}, "times_s": {"total": 3.0}}
+    ref = {"public_ft_scores": default, "default_scores": default}
+    out = abl.summarise(bench, unit, ref, better)
+    v = out["vs_default"]["accuracy"]
+    assert v["diff"] > 0 and v["ci95"][0] > 0 and out["membership"] == {}
+    same = abl.summarise(bench, unit, ref, default)["vs_default"]["accuracy"]
+    assert same["diff"] == 0 and same["ci95"] == [0.0, 0.0]
+    doc = {"protocol": "target", "screen": True, "variants": {"delink": {"summary": {**out, "links": {}, "seconds": 3.0}}}}
+    row = next(ln for ln in abl.markdown(doc).splitlines() if ln.startswith("| delink"))
+    assert f"{100 * v['diff']:+.1f} ({100 * v['ci95'][0]:+.1f}, {100 * v['ci95'][1]:+.1f})" in row and "a screen" in abl.markdown(doc)

@@ -522,6 +522,12 @@ def claim_state_dir(state: StateDir, out: Path, *, resume: bool, main: bool = Tr
         if pid is not None:
             raise PfdError(StateLock.busy_message(state.root).format(pid=pid)) from None
         raise
+    if main:
+        # A run holding the lock now is named before the caller's checks, which may take minutes (a
+        # distillation's start pool is searched for private photos); the lock below still decides.
+        pid = StateLock.holder(state.root / LOCK)
+        if pid is not None:
+            raise PfdError(StateLock.busy_message(state.root).format(pid=pid))
     if check is not None:
         check()
     if not main:

@@ -265,3 +265,20 @@ def test_a_read_only_out_is_refused_before_any_work(tmp_path, monkeypatch):
         with pytest.raises(PfdError, match=f"not writable by this user; choose an {option}"):
             claim.claim_run(cfg, main=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["locked"]  # nothing made
+
+
+def test_a_state_dir_held_by_a_running_run_is_refused_before_the_callers_costly_checks(tmp_path):
+    """Issue 34 (own case): a --resume started while the first run was in RTA spent minutes on its
+    input checks (the start pool's aligned search) before the lock refused or admitted it."""
+    state = StateDir.at(tmp_path / "state")
+    state.root.mkdir()
+    write_marker(state.root, "run-1")
+    holder = StateLock(state.root)
+    called = []
+    with pytest.raises(PfdError, match=rf"\(pid {os.getpid()}\)"):
+        claim_state_dir(state, tmp_path / "release", resume=True, main=True, check=lambda: called.append(1))
+    assert called == []
+    holder.release()
+    claim = claim_state_dir(state, tmp_path / "release", resume=True, main=True, check=lambda: called.append(1))
+    assert called == [1] and claim.run_id == "run-1"
+    claim.close()

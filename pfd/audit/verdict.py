@@ -84,6 +84,7 @@ class Verdict:
     bound: float = float("nan")
     skipped: dict[str, str] = field(default_factory=dict)
     untestable: list[dict[str, Any]] = field(default_factory=list)
+    not_audited: dict[str, str] = field(default_factory=dict)
 
     @property
     def per_figure(self) -> float:
@@ -111,6 +112,8 @@ class Verdict:
     def _not_run(self) -> str:
         # Said in the verdict itself, refused or not (issue 34: only the page's foot said it).
         out = f"; {len(self.skipped)} check(s) not run ({', '.join(sorted(self.skipped))})" if self.skipped else ""
+        if self.not_audited:  # membership without a holdout: the publisher should know it was not measured
+            out += f"; not audited: {', '.join(sorted(self.not_audited))} (their inputs were not given)"
         if self.untestable:
             out += (f"; {len(self.untestable)} test(s) too few identities to test ("
                     f"{', '.join(label(r) for r in self.untestable[:3])}{', ...' if len(self.untestable) > 3 else ''})")
@@ -128,7 +131,7 @@ class Verdict:
         return {**self.summary(), "text": self.text, "per_figure": self.per_figure,
                 "leaks": [label(r) for r in self.leaks], "unresolved": [label(r) for r in self.unresolved],
                 "failed_checks": [label(r) for r in self.failed], "skipped": dict(self.skipped),
-                "untestable": [label(r) for r in self.untestable]}
+                "untestable": [label(r) for r in self.untestable], "not_audited": dict(self.not_audited)}
 
 
 def _finite(x: float) -> float | None:
@@ -169,7 +172,7 @@ def _unresolved(row: Mapping[str, Any], rule_out: float) -> bool:
 
 
 def decide(rows: Sequence[dict[str, Any]], *, level: float = LEVEL, rule_out: float = RULE_OUT,
-           skipped: Mapping[str, str] | None = None) -> Verdict:
+           skipped: Mapping[str, str] | None = None, not_audited: Mapping[str, str] | None = None) -> Verdict:
     """The audit's one verdict over its rows (module docstring), and each row's verdict at that level.
 
     Each gating row gets ``family`` (``"passed"``, ``"failed"``, ``"leaks"`` or ``"unresolved"``)
@@ -181,6 +184,8 @@ def decide(rows: Sequence[dict[str, Any]], *, level: float = LEVEL, rule_out: fl
         level: Family-wise level.
         rule_out: Multiple of chance each proxy rate's 95 % interval must exclude (0: none).
         skipped: Checks that did not run, and why.
+        not_audited: Attacks whose inputs were not given (membership without a holdout, attributes
+            without labels): they refuse nothing, and the verdict's text names them.
 
     Returns:
         The :class:`Verdict`.
@@ -210,7 +215,7 @@ def decide(rows: Sequence[dict[str, Any]], *, level: float = LEVEL, rule_out: fl
                            f"figures) with {r.get('setting', 'these settings')} = {round(1 / float(floor)) - 1}; "
                            f"use at least {need}")
     v = Verdict(publishable=True, level=level, rule_out=rule_out, figures=len(figures), checks=len(checks),
-                skipped=dict(skipped or {}), untestable=untestable)
+                skipped=dict(skipped or {}), untestable=untestable, not_audited=dict(not_audited or {}))
     by_label = {label(r): r for r in figures}
     for r in checks:
         r["family"] = "passed" if r.get("passed") else "failed"

@@ -97,3 +97,11 @@ def test_the_verdict_says_how_many_checks_did_not_run_whether_it_refuses_or_not(
     assert ok.publishable and not bad.publishable
     for v in (ok, bad):
         assert v.text.endswith("; 2 check(s) not run (attributes, membership)"), v.text
+
+
+def test_attacks_whose_inputs_were_not_given_are_named_in_the_verdict_and_refuse_nothing():
+    """Issue 34: a release audited without a holdout read "publishable" with no word that membership
+    was never measured (pfd attack and pfd card without --holdout, and every gate)."""
+    v = decide([_rate("VisMatch (proxies)", 2, 400)], not_audited={"membership": "no --holdout"})
+    assert v.publishable and v.text.endswith("; not audited: membership (their inputs were not given)")
+    assert v.as_dict()["not_audited"] == {"membership": "no --holdout"}

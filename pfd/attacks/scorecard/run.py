@@ -368,7 +368,8 @@ def run_audit(inputs: AuditInputs, configs: dict[str, Any], *, level: float = LE
         inputs.results[name] = check.run(inputs)
     rows = [row for r in inputs.results.values() for row in r.rows()]
     verdict = decide(rows, level=level, rule_out=rule_out,
-                     skipped={k: v for k, v in inputs.skipped.items() if CHECKS[k].gates and k not in _OPTIONAL})
+                     skipped={k: v for k, v in inputs.skipped.items() if CHECKS[k].gates and k not in _OPTIONAL},
+                     not_audited={k: v for k, v in inputs.skipped.items() if k in _ATTACKS_BY_INPUT})
     source, private0 = inputs.source, sets.private(inputs.attackers[0].size)
     data: dict[str, Any] = {
         "format": "pfd-attack-report",
@@ -407,6 +408,8 @@ def run_audit(inputs: AuditInputs, configs: dict[str, Any], *, level: float = LE
 
 #: Checks whose absence is a matter of the inputs given, not a gap in the audit (the verdict's text lists the rest).
 _OPTIONAL = frozenset({"integrity", "ogp_margin", "judge_competence", "membership", "attributes"})
+#: Of those, the attacks that measure something the publisher should know was not measured (issue 34).
+_ATTACKS_BY_INPUT = frozenset({"membership", "attributes"})
 
 
 def audit_in_memory(

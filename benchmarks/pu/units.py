@@ -19,6 +19,7 @@ from pfd.attacks.membership.audit import resolve_head
 from pfd.attacks.membership.reference import group_separation
 from pfd.attacks.membership.statistics import membership_report
 from pfd.attacks.models.loading import load_attacker
+from pfd.audit.verdict import REFUSING
 from pfd.config import DistillConfig, build_config, config_to_dict, load_recipe
 from pfd.data.faceset import ConcatFaces, to_memory
 from pfd.release.reader import read_release
@@ -428,7 +429,7 @@ def _failed_rows(audit: dict[str, Any] | None) -> list[str]:
     """The rows the one verdict failed (a leaking figure or a failed check): ``"<attack> [<attacker>]"``."""
     if not audit:
         return []
-    return [f"{r['attack']} [{r['attacker']}]" for r in audit["summary"] if r.get("family") in ("failed", "leaks", "unresolved")]
+    return [f"{r['attack']} [{r['attacker']}]" for r in audit["summary"] if r.get("family") in REFUSING]
 
 
 def link_layout(data: dict[str, Any]) -> dict[str, Any]:

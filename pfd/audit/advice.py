@@ -68,6 +68,8 @@ def advice(row: Mapping[str, Any]) -> dict[str, str]:
 
 def refusal_advice(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     """:func:`advice` of every refusing row (failed checks first), in the audit's order."""
-    order = {"failed": 0, "leaks": 1, "unresolved": 2}
+    from pfd.audit.verdict import REFUSING
+
+    order = {family: k for k, family in enumerate(REFUSING)}
     refusing = [r for r in rows if r.get("family") in order]
     return [advice(r) for r in sorted(refusing, key=lambda r: order[str(r["family"])])]

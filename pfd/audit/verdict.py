@@ -38,12 +38,15 @@ from typing import Any, Mapping, Sequence
 
 from pfd.errors import PfdError
 
-__all__ = ["LEVEL", "RULE_OUT", "VERSION", "Verdict", "decide", "label", "failure"]
+__all__ = ["LEVEL", "RULE_OUT", "VERSION", "REFUSING", "Verdict", "decide", "label", "failure"]
 
 #: The family-wise level: a release at chance is refused through LEAKS in at most this share of audits.
 LEVEL = 0.01
 #: A rate on the proxies must have a 95 % interval that excludes this multiple of chance.
 RULE_OUT = 5.0
+#: The ``family`` of a row that refuses publication, in the order :attr:`Verdict.refusals` lists them
+#: ("too few to test" rows, family ``untestable``, refuse nothing).
+REFUSING: tuple[str, ...] = ("failed", "leaks", "unresolved")
 #: The audit's version, recorded in the manifest of every release it passed.
 VERSION = 1
 

@@ -249,8 +249,8 @@ def _check_inputs(out: Path, hashes: dict[str, Any], resume: bool) -> set[str]:
     """On ``--resume``, refuse inputs whose content changed since the card began, naming them.
 
     Returns:
-        The inputs only the privacy half reads that changed (``holdout``, ``attack``): its audit is
-        redone and the fine-tunes kept.
+        The inputs only the privacy half reads that changed (``holdout``): its audit is redone and
+        the fine-tunes kept.
     """
     saved = out / "inputs.json"
     if not resume or not (out / "config.toml").is_file():
@@ -270,8 +270,7 @@ def _check_inputs(out: Path, hashes: dict[str, Any], resume: bool) -> set[str]:
                     else:
                         changed.append(f"--{k}" if k != "private" else "the private set (--private)")
         elif key == "attack_settings":
-            if before.get(key) != hashes.get(key):
-                stale.add("attack")
+            continue  # what only the audit reads: _claim compares the settings themselves
         elif before.get(key) != hashes.get(key):
             changed.append(_INPUT_NAMES.get(key, key))
     if changed:

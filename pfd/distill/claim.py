@@ -65,15 +65,18 @@ _PATHS = {"public", "private", "pretrain.init"}
 
 
 
-def _same_weights(given: str, stored: Any) -> bool:
-    """A public model moved or copied elsewhere is the same setting: the --public given holds the
-    weights the run started from (``state/public_model.pt``), told apart by weights, not by path."""
-    from pathlib import Path
-
+def _check_public_weights(state: StateDir, given: str) -> None:
+    """On ``--resume`` the stored ``state/public_model.pt`` is what OGP started from and what the run
+    keeps: a ``--public`` given now must hold those weights, wherever it lies (a moved or re-saved
+    copy resumes; the same path overwritten with other weights is refused). Told apart by weights,
+    not by path (issue 34: such a file was silently ignored)."""
     from pfd.config.checks import same_model
 
-    pa, pb = Path(given).expanduser(), Path(stored)
-    return pa.is_file() and pb.is_file() and same_model(pa, pb)
+    path = Path(given).expanduser()
+    if path.is_file() and not same_model(path, state.public_model):
+        raise PfdError(f"--public {given} holds other weights than the public model this run started from "
+                       f"({state.public_model}); resume with that model, or distill anew into another --state-dir "
+                       "and --out")
 
 
 def check_same_settings(state: StateDir, cfg: DistillConfig) -> None:
@@ -95,8 +98,12 @@ def check_same_settings(state: StateDir, cfg: DistillConfig) -> None:
         for k in sorted(set(old) | set(new))
         if k.split(".")[-1] not in _FREE and k not in _FREE and old.get(k) != new.get(k)
         and not (k in _PATHS and old.get(k) and new.get(k) and same_path(old[k], new[k]))
-        and not (k == "public" and old.get(k) and new.get(k) and _same_weights(new[k], state.public_model))
+        # by weights against the stored model, below (without one, by path as above)
+        and not (k == "public" and old.get(k) and new.get(k) and state.public_model.is_file()
+                 and Path(str(new[k])).expanduser().is_file())
     ]
+    if old.get("public") and new.get("public") and state.public_model.is_file():
+        _check_public_weights(state, str(new["public"]))  # a missing file falls to the path comparison above
     if diff:
         more = f" (+{len(diff) - 3} more)" if len(diff) > 3 else ""
         raise PfdError(

@@ -170,15 +170,6 @@ class Distillation:
         if cfg.public and not (cfg.resume and self.state.public_model.is_file()):
             # A missing, unreadable or other-size public checkpoint fails here, before a state dir exists.
             check_arch(read_arch(Path(cfg.public).expanduser()), cfg.public, size=cfg.size, backbone=cfg.backbone)
-        elif cfg.public and Path(cfg.public).expanduser().is_file():
-            # --resume keeps the stored public model (OGP started from it); a --public whose weights changed
-            # since would be silently ignored (issue 34 own case): told apart by weights, not by path.
-            from pfd.config.checks import same_model
-
-            if not same_model(Path(cfg.public).expanduser(), self.state.public_model):
-                raise PfdError(f"--public {cfg.public} holds other weights than the public model this run started from "
-                               f"({self.state.public_model}); resume with that model, or distill anew into another "
-                               "--state-dir and --out")
         judge = cfg.release.judge
         if judge and judge != "pretrain":
             check_arch(read_arch(Path(judge).expanduser()), judge, size=cfg.size, role="judge")

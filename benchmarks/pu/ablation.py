@@ -36,7 +36,7 @@ import torch
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
 from benchmarks.pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario
 from benchmarks.pu.runner import make_resolver, read_shards, train_judge, train_public
-from benchmarks.pu.settings import MIA_STATS, REPO, merge_settings, protocol_settings, settings_hash, shared_root, unit_hash
+from benchmarks.pu.settings import MIA_STATS, REPO, ROWS, merge_settings, protocol_settings, settings_hash, shared_root, unit_hash
 from pfd.card.stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
 from benchmarks.pu.units import Bench
 
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     judge, _ = train_judge(s0, resolver, work, progress=False)
     rows_dir = work / sc_name / "rows"
     if args.geometry:
-        for method in ("raw", "blur", "dp-pix", "sre2l", "rta-only", "pfd"):
+        for method in [m for _, m, _ in ROWS if m is not None]:
             if (rows_dir / method / "seed0" / "release").is_dir():
                 g = release_geometry(rows_dir / method / "seed0" / "release", public)
                 print(f"{method:9s} within {g['within']:.3f}  between {g['between']:.3f}  nn_same {g['nn_same']:.3f}  (n {g['n']})")

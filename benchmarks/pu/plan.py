@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 
+from pfd.distill.methods import get_method
 from benchmarks.pu.data import Scenario, SpecResolver
 from benchmarks.pu.settings import ROWS, PLAIN_FINETUNE, row_seeds
 from benchmarks.pu.yale import moderate_light
@@ -52,7 +53,7 @@ def plan_passes(settings: dict[str, Any], *, private_ids: int, private_images: i
 
     Per seed of each row (:func:`benchmarks.pu.settings.row_seeds`): the shared plain fine-tune (``ogp.epochs``
     over the private images, once per seed any plain row runs) and pfd's OGP (the same times
-    :data:`OGP_EXTENSION`), one RTA run per RTA method (``ipc × ids × iterations`` input-gradient
+    :data:`OGP_EXTENSION`), one RTA run per distilled method (``ipc × ids × iterations`` input-gradient
     passes), one downstream training per row but ``base`` (``epochs × (public images + release)``),
     the MIA and utility embeddings of each model (private + test images, twice with flip), the
     insider's gallery per distilled row; reconstructions on ``recon.seeds`` seeds.
@@ -60,7 +61,7 @@ def plan_passes(settings: dict[str, Any], *, private_ids: int, private_images: i
     n = {name: len(row_seeds(name, settings)) for name in rows}
     methods = {name: m for name, m, _ in ROWS if name in rows}
     distilled = [name for name, m in methods.items() if m is not None]
-    rta_rows = [name for name in distilled if methods[name] in ("sre2l", "rta-only", "pfd")]
+    rta_rows = [name for name in distilled if get_method(methods[name]).distilled]  # optimised proxies, not real images
     plain_seeds = max([n[name] for name in distilled if methods[name] in PLAIN_FINETUNE], default=0)
     ogp = settings["ogp"]["epochs"] * private_images
     extension = OGP_EXTENSION["target" if settings.get("protocol") == "target" else "trained"]

@@ -37,12 +37,13 @@ ROWS: list[tuple[str, str | None, dict[str, Any]]] = [
     ("dp-pix", "dp-pix", {"epsilon": 10.0}),
     ("sre2l", "sre2l", {}),
     ("rta-only", "rta-only", {}),
+    ("ncfm", "ncfm", {}),
     ("pfd", "pfd", {}),
 ]
 
 
 #: Methods whose fine-tuning is identical (N-class head, no rotation): one shared run per seed.
-PLAIN_FINETUNE = ("raw", "blur", "dp-pix", "sre2l", "rta-only")
+PLAIN_FINETUNE = ("raw", "blur", "dp-pix", "sre2l", "rta-only", "ncfm")
 
 
 #: Statistics of the MIA compared with base (a-priori AUC, higher = member).
@@ -90,7 +91,7 @@ SETTINGS: dict[str, Any] = {
 TARGET: dict[str, Any] = {
     "protocol": "target",
     "seeds": 2,
-    "row_seeds": {"public-ft": 3, "raw": 3, "blur": 1, "dp-pix": 1, "sre2l": 1, "rta-only": 1},
+    "row_seeds": {"public-ft": 3, "raw": 3, "blur": 1, "dp-pix": 1, "sre2l": 1, "rta-only": 1, "ncfm": 1},
     "public_model": {"checkpoint": MODEL_FILE, "size": [112, 96]},
     # celeba_center 0.68: the model card's cut (central 0.68 of the width, 112:96 tall).
     "split": {"celeba": {"seed": 0, "private": 72, "test": 72, "min_images": 10}, "yale_seed": 0, "yale_private": 28,

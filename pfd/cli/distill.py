@@ -63,6 +63,9 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
               "(identity folder, RecordIO or synthetic:public), at the release's size.")
 @click.option("--lambda-spatial", type=float, help="[rta] weight of the spatial feature statistics (per-region mean and "
               "variance of every BN layer's input, matched to the private set's domain-level values; 0 = the paper).")
+@click.option("--lambda-cf", type=float, help="[rta] --method ncfm: weight of the characteristic-function matching "
+              "term (NCFM's 300).")
+@click.option("--cf-frequencies", type=int, help="[rta] --method ncfm: frequencies compared per iteration (NCFM's 4096).")
 @click.option("--label-seed", type=int, help="[release] seed of the arbitrary label permutation.")
 @click.option("--judge", metavar="CKPT|pretrain", help="[release] a face model no loss sees, whose VisMatch and Re-ID "
               "join the gate: a checkpoint at the release's size, or 'pretrain' (a second model pretrained like the "
@@ -115,7 +118,7 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     ogp["min_steps"] = kw.pop("ogp_min_steps")
     ogp.update({k: kw.pop(k) for k in ("rep_margin", "lambda_rep", "lambda_iso")})
     rta = {k: kw.pop(k) for k in ("ipc", "iterations", "lambda_rta", "lambda_bn", "lambda_delink", "init", "init_data",
-                                  "lambda_spatial")}
+                                  "lambda_spatial", "lambda_cf", "cf_frequencies")}
     rta.update(batch_size=kw.pop("rta_batch_size"), lr=kw.pop("rta_lr"))
     release = {"label_seed": kw.pop("label_seed"), "allow_linkable": kw.pop("allow_linkable"), "judge": kw.pop("judge")}
     baseline = {"epsilon": kw.pop("epsilon"), "cell": kw.pop("dp_cell"), "pixels": kw.pop("dp_pixels"),

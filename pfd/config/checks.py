@@ -223,6 +223,9 @@ def _check_rta(cfg: RTAConfig, prefix: str = "rta.", flags: bool = True) -> None
     c.at_least("spatial_grid", 1)
     c.choice("source_ranks", ("uniform", "kmeans"))
     c.non_negative("lambda_insider")
+    c.non_negative("lambda_cf")
+    c.at_least("cf_frequencies", 1)
+    c.non_negative("cf_sampler_lr")
 
 
 def _check_baseline(cfg: BaselineConfig, prefix: str = "baseline.", flags: bool = True) -> None:

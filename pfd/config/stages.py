@@ -228,6 +228,12 @@ class RTAConfig:
             so that the insider (the adapted model) ranks each proxy's source like any identity;
             ``"kmeans"``: the paper's eq. 8 prototypes as they are (whose sources the insider
             finds as the identities most orthogonal to their proxies).
+        lambda_cf: Weight of the characteristic-function matching term (``--method ncfm`` only;
+            :mod:`pfd.distill.cf_match`; NCFM's 300).
+        cf_frequencies: Frequencies at which the characteristic functions are compared per
+            iteration (NCFM's ``num_freqs``, 4096).
+        cf_sampler_lr: Adam learning rate of NCFM's frequency-sampling network (its
+            ``lr_sampling_net``, 1e-3); 0: fresh Gaussian frequencies every iteration.
         lambda_insider: Weight of the de-linking term in the adapted model's own space
             (:mod:`pfd.distill.delink`; rotating methods only; 0 = the paper's eq. 10): the
             proxies' sources at the same uniform ranks for the insider.
@@ -255,6 +261,9 @@ class RTAConfig:
     spatial_grid: int = 4
     source_ranks: str = "uniform"
     lambda_insider: float = 10.0
+    lambda_cf: float = 300.0
+    cf_frequencies: int = 4096
+    cf_sampler_lr: float = 1e-3
 
 
 @dataclass
@@ -313,7 +322,8 @@ class DistillConfig:
         public: Public checkpoint to start from (pfd, insightface or AdaFace); empty: pretrain
             (or reuse a cached) model with ``pretrain``.
         method: ``pfd``, ``rta-only``, ``sre2l`` or ``raw`` (Table 3 rows and the raw reference),
-            or the obfuscation baselines ``dp-pix`` and ``blur`` (``baseline``).
+            the obfuscation baselines ``dp-pix`` and ``blur`` (``baseline``), or the distillation
+            baseline ``ncfm`` (:mod:`pfd.distill.methods` lists them).
         out: Release folder (published).
         state_dir: Private state folder (never published; mode 0700; not inside ``out``).
         resume: Skip finished stages and RTA batches found in ``state_dir``.

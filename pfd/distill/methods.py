@@ -15,6 +15,9 @@ method         fine-tuning (stage "adapt")                 proxies (stage "rta")
 ``raw``        same as rta-only (the insider's model)       K real private images per identity
 ``dp-pix``     same as rta-only                             raw's images, DP-pixelised (Fan 2018)
 ``blur``       same as rta-only                             raw's images, Gaussian-blurred
+``ncfm``       same as rta-only                             L_cls on y and characteristic-function
+                                                            matching to the class's private
+                                                            features (NCFM, Wang 2025), no L_bn
 =============  ==========================================  =================================
 
 A new method is one :func:`register_method` call; ``tests/distill/test_methods.py`` runs over
@@ -39,6 +42,8 @@ _BASELINE_OPTIONS = ("epsilon", "dp_cell", "dp_pixels", "blur_sigma")
 _ROTATION_OPTIONS = ("rep_margin", "lambda_rep", "lambda_iso")
 #: Options of RTA's optimisation (a method that releases real images runs none of it).
 _RTA_OPTIONS = ("iterations", "rta_lr", "lambda_rta", "lambda_bn", "lambda_delink", "init", "init_data", "lambda_spatial")
+#: Options of characteristic-function matching (:mod:`pfd.distill.cf_match`).
+_CF_OPTIONS = ("lambda_cf", "cf_frequencies")
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,9 @@ class Method:
         rta: L_RTA against the K-means prototypes (eq. 9) in the proxies' loss.
         real_images: It releases (transformed) real private images, K per identity (:func:`pfd.distill.prototypes.raw_selection`),
             instead of distilled proxies.
+        cf: The proxies' features match the private features of their class through characteristic
+            functions with a min-max frequency sampler (:mod:`pfd.distill.cf_match`, NCFM).
+        bn: L_bn (eq. 6) in the proxies' loss (NCFM has none).
         decouples: It decouples the proxies from their sources by design (the method to publish
             with); the others are ablation or baseline rows that link.
         settings: A baseline's resolved parameters ``(BaselineConfig, size) -> dict`` (``None``: none).
@@ -67,6 +75,8 @@ class Method:
     rotated: bool = False
     rta: bool = False
     real_images: bool = False
+    cf: bool = False
+    bn: bool = True
     decouples: bool = False
     settings: Callable[[Any, Any], dict[str, float]] | None = None
     transform: "Callable[[torch.Tensor, dict[str, float], torch.Generator], torch.Tensor] | None" = None
@@ -86,8 +96,13 @@ class Method:
             out += _ROTATION_OPTIONS
         if self.real_images:
             out += _RTA_OPTIONS
-        elif not self.rta:
-            out.append("lambda_rta")
+        else:
+            if not self.rta:
+                out.append("lambda_rta")
+            if not self.bn:
+                out.append("lambda_bn")
+        if not self.cf:
+            out += _CF_OPTIONS
         return tuple(out) + self.extra_ignored
 
     def baseline(self, cfg: Any, size: Any) -> dict[str, float] | None:
@@ -167,6 +182,7 @@ def _baseline(name: str) -> Callable[..., Any]:
 register_method(Method("pfd", "OGP + RTA: the method to publish with", rotated=True, rta=True, decouples=True))
 register_method(Method("rta-only", "ablation: RTA without the rotation", rta=True))
 register_method(Method("sre2l", "ablation: BN statistics and CE only (SRe2L)"))
+register_method(Method("ncfm", "baseline: characteristic-function matching (NCFM, Wang 2025)", cf=True, bn=False))
 register_method(Method("raw", "reference: K real private images per identity", real_images=True))
 register_method(Method("dp-pix", "baseline: DP pixelisation of raw's images (Fan 2018)", real_images=True,
                        settings=_baseline("dp_pix_settings"), transform=_baseline("dp_pix_transform"),

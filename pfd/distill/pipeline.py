@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from pfd.distill.init_pool import InitPool, check_disjoint
 from pfd.distill.methods import check_method
 from pfd.distill.ogp import Rotation, rotate
 from pfd.distill.ogp_trainer import OGPTrainer
+from pfd.distill.cf_match import CFTarget
 from pfd.distill.prototypes import kmeans_prototypes, raw_selection, uniform_source_ranks
 from pfd.distill.public import pretrained_public_model
 from pfd.distill.rta import ProxyDistiller, proxy_batches
@@ -403,8 +404,13 @@ class Distillation:
         spatial = None
         if cfg.rta.lambda_spatial > 0 and not real and mine:  # a state dir from before stored none: computed here
             spatial = protos["spatial"] if "spatial" in protos else self._spatial_targets(backbone)
+        rta_cfg = cfg.rta if self.method.bn else replace(cfg.rta, lambda_bn=0.0)  # ncfm: no L_bn
+        cf = None
+        if self.method.cf and not real and mine:
+            cf = CFTarget(protos["embeddings"], np.asarray(self.faces.labels), frequencies=cfg.rta.cf_frequencies,
+                          sampler_lr=cfg.rta.cf_sampler_lr, seed=cfg.rta.seed, device=self.acc.device)
         distiller = ProxyDistiller(
-            backbone, head, P, size=cfg.size, cfg=cfg.rta, device=self.acc.device,
+            backbone, head, P, size=cfg.size, cfg=rta_cfg, device=self.acc.device, cf=cf,
             amp=self.acc.mixed_precision == "bf16", progress=False, public=public,
             init_pool=self.init_pool if not real else None, spatial=spatial,
             insider=self._insider_view(protos) if self.rotated and cfg.rta.lambda_insider > 0 and not real else None,

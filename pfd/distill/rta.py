@@ -230,6 +230,8 @@ class ProxyDistiller:
         insider: The adapted model's own private gallery for the insider's de-linking term (weight
             ``cfg.lambda_insider``; ``model`` unused: the term reads the embeddings eq. 9 already
             computes, so it costs no forward). ``None`` or a zero weight: none.
+        cf: The private features of each identity, for characteristic-function matching (the ``ncfm``
+            baseline, :mod:`pfd.distill.cf_match`, weight ``cfg.lambda_cf``); ``None``: none.
         fast_prelu: Frozen PReLU layers skip their slopes' unused gradient (:mod:`pfd.nn.frozen_prelu`,
             bit-identical); ``False`` keeps aten's backward (the speed benchmark's "before").
     """
@@ -251,6 +253,7 @@ class ProxyDistiller:
         spatial: dict[str, Any] | None = None,
         fast_prelu: bool = True,
         insider: PublicView | None = None,
+        cf: Any | None = None,
     ) -> None:
         self.backbone = backbone.eval().requires_grad_(False)
         if getattr(cfg, "init", "noise") == "public" and init_pool is None:
@@ -264,6 +267,7 @@ class ProxyDistiller:
         self.public = public if public is not None and lam > 0 else None
         if self.public is not None:
             self.public.model.eval().requires_grad_(False)
+        self.cf = cf if cf is not None and float(getattr(cfg, "lambda_cf", 0.0) or 0.0) > 0 else None
         self.insider = insider if insider is not None and float(getattr(cfg, "lambda_insider", 0.0) or 0.0) > 0 else None
         if isinstance(head, nn.Module):
             head.eval().requires_grad_(False)
@@ -323,6 +327,11 @@ class ProxyDistiller:
             if rows is None:
                 raise PfdError("the de-linking term needs each proxy's prototype row (rows=)")
             rank_t = target_ranks(np.asarray(rows), view.n_ids, int(cfg.ipc), seed=cfg.seed).to(self.device)
+        cf = None
+        if self.cf is not None:
+            if sources is None:
+                raise PfdError("characteristic-function matching needs each proxy's source identity (sources=)")
+            cf = self.cf.batch(np.asarray(sources), batch_index=batch_index)
         engine = ImageInversion(
             self.backbone, size=self.size, iterations=cfg.iterations, lr=cfg.lr, betas=tuple(cfg.betas),
             crop_scale=tuple(cfg.crop_scale), flip=cfg.flip, shift=cfg.shift, lambda_bn=cfg.lambda_bn,
@@ -341,6 +350,10 @@ class ProxyDistiller:
                 emb, logits=logits, targets=cls_t, rows=rows_t, P=self.P, bn=bn.loss() if bn is not None else None,
                 lambda_rta=cfg.lambda_rta, lambda_bn=cfg.lambda_bn,
             )  # fmt: skip
+            if cf is not None:
+                l_cf = cf.loss(emb)
+                total = total + cfg.lambda_cf * l_cf
+                comps["cf"] = l_cf.detach()
             if spatial is not None:
                 l_sp = spatial.loss()
                 total = total + cfg.lambda_spatial * l_sp
@@ -371,6 +384,13 @@ class ProxyDistiller:
 
         bar = progress_bar(total=cfg.iterations, desc=f"RTA batch {batch_index}", enabled=self.progress)
         step = on_step if on_step is not None or not self.progress else bar.update
+        if cf is not None:  # NCFM's min-max: the sampler ascends right after the proxies' descent step
+            outer = step
+
+            def step() -> None:
+                cf.step()
+                if outer is not None:
+                    outer()
         try:
             s = engine.invert(loss, n=n, batch_index=batch_index, start=start, on_step=step)
         finally:

@@ -73,6 +73,8 @@ def test_each_method_does_what_its_record_says(public, tmp_path, name):
         assert "raw_index" not in protos
         rta = res.summary["losses"]["rta"]
         assert (rta["rta_last"] > 0.0) == m.rta  # sre2l has no L_RTA
+        assert (rta["bn_last"] > 0.0) == m.bn  # ncfm has no L_bn
+        assert ("cf_last" in rta and rta["cf_last"] > 0.0) == m.cf  # only ncfm matches characteristic functions
     for option in m.ignores:  # what it ignores is a pfd distill option, named in the warning
         assert ignored_options(name, {option}) == ["--" + option.replace("_", "-")]
     assert np.all([o not in m.ignores for o in ("ipc", "seed", "out")])

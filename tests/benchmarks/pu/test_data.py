@@ -260,11 +260,11 @@ def test_plan_counts_image_passes_by_stage():
          "recon": {"iterations": 50, "per_identity": 1, "seeds": 1}}
     p = pu_plan.plan_passes(s, private_ids=72, private_images=1589, test_images=1567, rows=[r[0] for r in pu_settings.ROWS])
     assert p["fine-tune (OGP / plain)"]["train"] == 3 * 2 * 2 * 1589  # plain fine-tune + pfd's OGP per seed
-    assert p["RTA"]["invert"] == 3 * 3 * 2 * 72 * 60  # sre2l, rta-only, pfd
-    units = 1 + 7 * 3  # base once, every other row per seed
+    assert p["RTA"]["invert"] == 3 * 4 * 2 * 72 * 60  # sre2l, rta-only, ncfm, pfd: the distilled methods
+    units = 1 + 8 * 3  # base once, every other row per seed
     assert p["downstream"]["train"] == (units - 1) * 2 * (768 + 144)
-    assert p["evaluation"]["forward"] == units * (1589 + 1567) + 3 * 6 * 1589
-    assert p["reconstruction"]["invert"] == 6 * 72 * 50
+    assert p["evaluation"]["forward"] == units * (1589 + 1567) + 3 * 7 * 1589
+    assert p["reconstruction"]["invert"] == 7 * 72 * 50
     only = pu_plan.plan_passes(s, private_ids=72, private_images=1589, test_images=1567, rows=["base", "public-ft", "raw"])
     assert only["RTA"]["invert"] == 0 and only["fine-tune (OGP / plain)"]["train"] == 3 * 2 * 1589
     # The target protocol: per-row seeds, all public images in every downstream, OGP's extension.

@@ -46,10 +46,14 @@ fine-tuned on public data + the release). Every row but ``base`` runs for ``seed
 
 Units run in ``--jobs`` worker processes (default one per core), one (scenario, seed) group at a
 time, longest first; the public model trains before them on every core. Each finished unit goes
-to its group's shard in the work dir at once and to ``benchmarks/results/privacy_utility.json``
-(and a markdown table beside it) when its group ends; a rerun skips units already there with the
-same settings, shards of an interrupted run included (``--force`` recomputes). Models, releases, state dirs and per-pair scores live in ``--work``
-(default ``$PFD_CACHE_DIR/bench/privacy_utility``), outside the repository. Run by hand, not in CI.
+at once to its group's shard in the committed units folder, ``benchmarks/results/units/<table>-<settings
+hash>/`` (its per-pair scores beside it, :func:`benchmarks.pu.runner.units_dir`), and into
+``benchmarks/results/privacy_utility_target.json`` (and a markdown table beside it) when its group
+ends. Commit the units folder as units land: a rerun, on this machine or a fresh clone elsewhere,
+skips every unit already there with the same settings and re-summarises the table from them
+without training anything (``--force`` recomputes). Models, releases and state dirs live in
+``--work`` (default ``$PFD_CACHE_DIR/bench/privacy_utility``), outside the repository, and are
+rebuilt on demand. Run by hand, not in CI.
 docs/benchmarks.md describes the protocol.
 
 This script is the entry point; the parts live in the package ``benchmarks/pu/``: :mod:`benchmarks.pu.data`
@@ -66,7 +70,7 @@ Usage:
     python -m benchmarks.privacy_utility [--scenario celeba yaleb] [--rows pfd raw] [--seeds 3] [--force]
     python -m benchmarks.privacy_utility --scenario celeba --private DIR --test DIR --name mine
     python -m benchmarks.privacy_utility --quick                # smoke test on synthetic data
-    python -m benchmarks.privacy_utility --summarise --work DIR # re-summarise stored units, train nothing
+    python -m benchmarks.privacy_utility --summarise            # re-summarise committed units, train nothing
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import time
@@ -95,8 +100,10 @@ from benchmarks.pu.runner import (
     public_path,
     read_shards,
     run_group_safe,
+    scores_root,
     shard_path,
     summarise,
+    units_dir,
     cached_models,
     train_judge,
     train_public,
@@ -180,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge-from", metavar="JSON", help="copy the scenarios of another results json made with the "
                     "same settings (e.g. a scenario run in a second process with --results DIR) into this one, and exit")
     ap.add_argument("--summarise", action="store_true", help="recompute the row summaries and checks from the units "
-                    "and the work dir's scores (after a change to how they are summarised), train nothing")
+                    "and their scores in the committed units folder (after a change to how they are summarised), "
+                    "train nothing")
     ap.add_argument("--export", nargs=2, metavar=("SPEC", "DIR"), help="write a scenario spec's images (e.g. "
                     "celeba:private+lowres, which lives only in memory) to DIR as an identity folder, so that pfd attack "
                     "--private DIR can audit a release of it, and exit")
@@ -259,6 +267,7 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     for folder, option in ((work, "--work"), (results, "--results")):  # before any work, not after it
         check_writable(folder, option)
     key, ukey = settings_hash(settings), unit_hash(settings)
+    shards = units_dir(results, stem, ukey)  # committed as units land (issue 35)
     doc: dict[str, Any] = json.loads(json_path.read_text()) if json_path.is_file() else {}
     # A table's units stay when only the seed counts changed: an added seed joins them.
     if unit_hash(doc.get("settings", {})) != ukey or doc.get("version") != 2:
@@ -293,12 +302,13 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         # that an interrupted run continues with a plain rerun and never mixes in older units.
         for sc in scenarios:
             doc["scenarios"].pop(sc.name, None)
-            for p in (work / "shards").glob(f"{slug(sc.name)}-seed*.json"):
+            for p in shards.glob(f"{slug(sc.name)}-seed*.json"):
                 p.unlink()
+            shutil.rmtree(scores_root(shards, sc.name), ignore_errors=True)
         save()
     # Units an interrupted run finished in its workers' shards but never merged into the table.
     recovered: set[str] = set()
-    for name, part in read_shards(work, ukey).items():
+    for name, part in read_shards(shards, ukey).items():
         if any(sc.name == name for sc in scenarios):
             sdoc = doc["scenarios"].setdefault(name, {"units": {}, "rows": {}})
             if any(sdoc["units"].get(k) != u for k, u in part["units"].items()) or ("data" not in sdoc and part.get("data")):
@@ -309,15 +319,15 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     todo = {sc.name: [(name, seed) for name, _, _ in rows for seed in row_seeds(name, settings)
                       if args.force or unit_key(name, seed) not in doc["scenarios"].get(sc.name, {}).get("units", {})]
             for sc in scenarios}
-    if args.summarise:
+    if args.summarise or (recovered and not any(todo.values())):
+        # Nothing to run (or only to re-summarise): no model is trained or loaded, the units and their
+        # scores are all in the committed units folder, so this works from a fresh clone and work dir.
         if any(todo.values()):
             print(f"{sum(map(len, todo.values()))} unit(s) are missing from {json_path}; run them first (no --summarise)")
             return 1
-        public = public_path(settings, work, models_root)
-        if not public.is_file():
-            print(f"{public}: the public model is not in the work dir; --summarise needs the run's --work")
-            return 1
-        summarise(doc, scenarios, settings, resolver=resolver, work=work, public=public)
+        public = public_path(settings, work, models_root)  # named, never loaded
+        summarise(doc, [sc for sc in scenarios if args.summarise or sc.name in recovered], settings, resolver=resolver,
+                  work=work, public=public, shards=shards)
         save()
         print(markdown(doc))
         return 0
@@ -358,13 +368,14 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     payloads = []
     for sc_name, seed, group_rows in groups:
         payloads.append({"settings": settings, "scenario": by_name[sc_name], "seed": seed, "rows": group_rows,
-                         "key": ukey, "data_root": data_root, "work": work, "public": public, "judge": judge,
+                         "key": ukey, "data_root": data_root, "work": work, "shards": shards, "public": public,
+                         "judge": judge,
                          "threads": args.threads,
                          "progress": progress and jobs == 1, "curve": sc_name in curve_for})
         curve_for.discard(sc_name)  # one group per scenario measures the curve
 
     def collect(sc_name: str, seed: int) -> None:
-        shard = json.loads(shard_path(work, sc_name, seed).read_text())
+        shard = json.loads(shard_path(shards, sc_name, seed).read_text())
         sdoc = doc["scenarios"].setdefault(sc_name, {"units": {}, "rows": {}})
         sdoc["units"].update(shard["units"])
         sdoc["data"] = shard["data"]
@@ -386,7 +397,7 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             if err is not None:
                 failed.append(f"[{sc_name} seed{seed}] {err}")
                 print(f"[{sc_name} seed{seed}] FAILED (finished units are kept; rerun to continue):\n{err}", flush=True)
-            if shard_path(work, sc_name, seed).is_file():
+            if shard_path(shards, sc_name, seed).is_file():
                 collect(sc_name, seed)
     except BaseException:
         if pool is not None:
@@ -397,7 +408,7 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         pool.join()
     # Units changed: every row's summary is recomputed from the units and the stored scores.
     summarise(doc, [sc for sc in scenarios if todo[sc.name] or sc.name in recovered], settings,
-              resolver=resolver, work=work, public=public, judge=judge)
+              resolver=resolver, work=work, public=public, shards=shards, judge=judge)
     doc["last_run_s"] = round(time.perf_counter() - t_start, 1)
     doc["last_run"] = {"jobs": jobs, "threads_per_job": args.threads, "groups": len(groups),
                        "public_model_s": pinfo["seconds"]}

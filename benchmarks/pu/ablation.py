@@ -35,7 +35,7 @@ import torch
 
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
 from benchmarks.pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario
-from benchmarks.pu.runner import make_resolver, read_shards, train_judge, train_public
+from benchmarks.pu.runner import make_resolver, read_shards, scores_root, train_judge, train_public, units_dir
 from benchmarks.pu.settings import MIA_STATS, REPO, ROWS, merge_settings, protocol_settings, settings_hash, shared_root, unit_hash
 from pfd.card.stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
 from benchmarks.pu.units import Bench
@@ -129,13 +129,15 @@ def variant_settings(name: str, protocol: str = "trained", *, screen: bool = Fal
     return s
 
 
-def _reference(main_doc: dict[str, Any], main_work: Path, scenario: str) -> dict[str, Any]:
+def _reference(main_doc: dict[str, Any], main_shards: Path, scenario: str) -> dict[str, Any]:
+    """The main run's base and public-ft units of ``scenario`` and public-ft's scores, from its
+    committed units folder (:func:`benchmarks.pu.runner.units_dir`)."""
     units = dict(main_doc.get("scenarios", {}).get(scenario, {}).get("units", {}))
     # Units of groups still running are in the main run's shards (same settings only).
-    units.update(read_shards(main_work, unit_hash(main_doc.get("settings", {}))).get(scenario, {}).get("units", {}))
+    units.update(read_shards(main_shards, unit_hash(main_doc.get("settings", {}))).get(scenario, {}).get("units", {}))
     need = ["base/seed0", "public-ft/seed0"]
     missing = [k for k in need if k not in units]
-    scores = main_work / scenario / "rows" / "public-ft" / "seed0" / "scores" / "all.npy"
+    scores = scores_root(main_shards, scenario) / "public-ft" / "seed0" / "all.npy"
     if missing or not scores.is_file():
         raise SystemExit(f"the main run lacks {missing or [str(scores)]}; run privacy_utility.py --scenario "
                          f"{scenario} --rows base public-ft first (same --work)")
@@ -325,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     else:  # the main run has not finished a group yet: its units are in its shards, its settings are these
         main_settings = protocol_settings(args.protocol)
         main_doc = {"settings": main_settings, "settings_hash": settings_hash(main_settings), "scenarios": {}}
-    ref = _reference(main_doc, work, sc_name)
+    main_shards = units_dir(results, Path(main_json).stem, unit_hash(main_doc["settings"]))
+    ref = _reference(main_doc, main_shards, sc_name)
     stem = ("pu_ablation" + ("_target" if args.protocol == "target" else "") + ("" if sc_name == default_sc else f"_{sc_name}")
             + ("_screen" if args.screen else ""))
     json_path, md_path = results / f"{stem}.json", results / f"{stem}.md"
@@ -356,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             ref = {**ref, "default_scores": np.asarray(d["scores"]) if d.get("scores") else None}
         if name == "default" and main_pfd is not None and main_same:
             unit = main_pfd  # the main run's pfd seed 0 is this variant: reuse it and its scores
-            scores = np.load(rows_dir / "pfd" / "seed0" / "scores" / "all.npy")
+            scores = np.load(scores_root(main_shards, sc_name) / "pfd" / "seed0" / "all.npy")
         elif s.get("reuse"):
             print(f"[ablation {name}] start {time.strftime('%H:%M:%S')}", flush=True)
             unit, scores = reuse_release(bench, s["method"], rows_dir)

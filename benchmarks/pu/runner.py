@@ -135,15 +135,34 @@ def unit_groups(todo: dict[str, list[tuple[str, int]]], *, cost: dict[str, float
                   key=lambda g: (-w.get(g[0], 1.0) * len(g[2]), g[0], g[1]))
 
 
-def shard_path(work: Path, scenario: str, seed: int) -> Path:
-    return work / "shards" / f"{slug(scenario)}-seed{seed}.json"
+def units_dir(results: Path, stem: str, key: str) -> Path:
+    """The committed folder of a table's finished units (issue 35: a table that accrues unit by unit).
+
+    ``results/units/<stem>-<key>/`` holds one shard per (scenario, seed) group,
+    ``<scenario>-seed<k>.json``, rewritten the moment each of its units finishes, and each unit's
+    per-pair scores, ``<scenario>/<row>/seed<k>/<kind>.npy``, which the paired intervals are computed
+    from. Committed as they land, they let the next run, perhaps on a fresh machine, continue from
+    what is committed: models and releases are rebuilt on demand, finished units are not rerun.
+    ``key`` is the unit hash of the settings, so another version of the settings starts a new folder.
+    """
+    return results / "units" / f"{stem}-{key}"
 
 
-def read_shards(work: Path, key: str) -> dict[str, dict[str, Any]]:
-    """Units, data summaries and public-model curves of finished work in ``work/shards`` made with
-    the settings ``key``, by scenario: what an interrupted run has done (shards of other settings are ignored)."""
+def shard_path(shards: Path, scenario: str, seed: int) -> Path:
+    return shards / f"{slug(scenario)}-seed{seed}.json"
+
+
+def scores_root(shards: Path, scenario: str) -> Path:
+    """Where a scenario's units keep their per-pair scores (:class:`benchmarks.pu.units.Bench`'s ``scores_root``)."""
+    return shards / slug(scenario)
+
+
+def read_shards(shards: Path, key: str) -> dict[str, dict[str, Any]]:
+    """Units, data summaries and public-model curves of finished work in the shards folder ``shards``
+    (:func:`units_dir`) made with the settings ``key``, by scenario: what an interrupted run has done
+    (shards of other settings are ignored)."""
     out: dict[str, dict[str, Any]] = {}
-    for p in sorted((work / "shards").glob("*.json")):
+    for p in sorted(shards.glob("*.json")):
         try:
             doc = json.loads(p.read_text())
         except (OSError, json.JSONDecodeError):
@@ -170,16 +189,17 @@ def make_resolver(settings: dict[str, Any], data_root: Path | None) -> SpecResol
 def run_group(job: dict[str, Any]) -> tuple[str, int]:
     """One (scenario, seed) group of units, in this process: the worker of a parallel run.
 
-    Each finished unit is written at once to the group's shard (``work/shards/...json``), so an
-    interrupted run loses at most the unit in progress; the parent merges the shards.
+    Each finished unit is written at once to the group's shard in the committed units folder
+    (:func:`units_dir`), so an interrupted run loses at most the unit in progress; the parent merges
+    the shards into the table.
     """
     torch.set_num_threads(job["threads"])
     tune_allocator()  # as the pfd command does (pfd.allocator: no page faults per training step)
     settings, sc, seed, key = job["settings"], job["scenario"], job["seed"], job["key"]
     resolver = make_resolver(settings, job["data_root"])
     bench = Bench(settings, sc, resolver=resolver, work=job["work"] / sc.name, public=job["public"],
-                  progress=job["progress"], judge=job.get("judge"))
-    path = shard_path(job["work"], sc.name, seed)
+                  progress=job["progress"], judge=job.get("judge"), scores_root=scores_root(job["shards"], sc.name))
+    path = shard_path(job["shards"], sc.name, seed)
     shard: dict[str, Any] = {"settings_hash": key, "scenario": sc.name, "seed": seed, "units": {}, "curve": None}
     if path.is_file():
         old = json.loads(path.read_text())
@@ -228,14 +248,15 @@ def merge_results(json_path: Path, other_path: Path, key: str) -> int:
 
 
 def summarise(doc: dict[str, Any], scenarios: list[Scenario], settings: dict[str, Any], *, resolver: SpecResolver,
-              work: Path, public: Path, judge: Path | None = None) -> None:
+              work: Path, public: Path, shards: Path, judge: Path | None = None) -> None:
     """Recompute every row's summary (:meth:`Bench.aggregate`) and the groups check
-    (:func:`group_check`) of ``scenarios`` from the stored units and the work dir's scores."""
+    (:func:`group_check`) of ``scenarios`` from the stored units and their committed scores (``shards``)."""
     for sc in scenarios:
         sdoc = doc["scenarios"].get(sc.name)
         if not sdoc:
             continue
-        bench = Bench(settings, sc, resolver=resolver, work=work / sc.name, public=public, progress=False, judge=judge)
+        bench = Bench(settings, sc, resolver=resolver, work=work / sc.name, public=public, progress=False, judge=judge,
+                      scores_root=scores_root(shards, sc.name))
         for name in [r[0] for r in ROWS]:
             agg = bench.aggregate(name, sdoc["units"], row_seeds(name, settings))
             if agg is not None:

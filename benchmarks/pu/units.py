@@ -42,8 +42,13 @@ class Bench:
     """One scenario: its data, pairs and per-row work folders; the public model is shared."""
 
     def __init__(self, settings: dict[str, Any], scenario: Scenario, *, resolver: SpecResolver, work: Path,
-                 public: Path, progress: bool, judge: Path | None = None, ogp_cache: Path | None = None) -> None:
+                 public: Path, progress: bool, judge: Path | None = None, ogp_cache: Path | None = None,
+                 scores_root: Path | None = None) -> None:
         self.s, self.sc, self.work, self.public, self.progress = settings, scenario, work, public, progress
+        #: Where each unit's per-pair scores go (``<row>/seed<k>/<kind>.npy``): the committed units folder
+        #: of the run (:func:`benchmarks.pu.runner.units_dir`), so that a table's paired intervals can be
+        #: recomputed on a fresh machine from what is committed; default: the work dir.
+        self.scores_root = scores_root
         #: Where pfd's OGP stage is kept per seed and OGP settings (:meth:`pfd_finetune`); an ablation
         #: shares one folder between its variants.
         self.ogp_cache = ogp_cache if ogp_cache is not None else work / "ogp-pfd"
@@ -314,7 +319,8 @@ class Bench:
             model = self.downstream(release, root / "downstream", seed)
             times["downstream"] = time.perf_counter() - t
         t = time.perf_counter()
-        res["utility"] = self.utility(model, root / "scores")
+        shutil.rmtree(self._scores(name, seed), ignore_errors=True)  # no scores of an unfinished unit stay
+        res["utility"] = self.utility(model, self._scores(name, seed))
         times["utility"] = time.perf_counter() - t
         if release is not None:
             t = time.perf_counter()
@@ -348,8 +354,8 @@ class Bench:
                 ref_s = [np.load(self._scores("public-ft", s) / f"{kind}.npy") for s in row_seeds("public-ft", self.s)]
                 block = utility_gain(row_s, ref_s, y, self.weights[kind], folds=e["folds"], fars=e["fars"])
                 out["utility"][kind] = block
-        except FileNotFoundError as err:  # the work dir was cleared: keep the summary the results hold
-            print(f"[{self.sc.name} {name}] not summarised: {err.filename} is missing from the work dir; rerun the "
+        except FileNotFoundError as err:  # the scores were removed: keep the summary the results hold
+            print(f"[{self.sc.name} {name}] not summarised: {err.filename} is missing; rerun the "
                   f"row's units with --force --rows {name}", flush=True)
             return None
         base_scores = base["membership"]["scores"]
@@ -379,7 +385,9 @@ class Bench:
         return out
 
     def _scores(self, name: str, seed: int) -> Path:
-        return self.work / "rows" / slug(name) / f"seed{seed}" / "scores"
+        if self.scores_root is None:
+            return self.work / "rows" / slug(name) / f"seed{seed}" / "scores"
+        return self.scores_root / slug(name) / f"seed{seed}"
 
 
 def group_check(units: dict[str, Any], *, permutations: int = 2000) -> dict[str, Any] | None:

@@ -180,7 +180,7 @@ def test_shards_of_an_interrupted_run_are_read_back_only_with_the_same_settings(
     write("celeba-seed1.json", {"settings_hash": "k", "scenario": "celeba", "units": {"raw/seed1": {"a": 2}}, "curve": None})
     write("yaleb-seed0.json", {"settings_hash": "old", "scenario": "yaleb", "units": {"raw/seed0": {}}})
     (tmp_path / "shards" / "junk.json").write_text("{not json")
-    got = runner.read_shards(tmp_path, "k")
+    got = runner.read_shards(tmp_path / "shards", "k")
     assert set(got) == {"celeba"} and set(got["celeba"]["units"]) == {"raw/seed0", "raw/seed1"}
     assert got["celeba"]["curve"] == [{"step": 1}] and got["celeba"]["data"] == {"private": {"images": 9}}
     assert runner.shard_path(tmp_path, "dp-pix ε=10", 2).name == "dp-pix-eps10-seed2.json"
@@ -251,3 +251,35 @@ def test_a_screen_pairs_each_variant_with_the_pfd_default_and_leaves_out_members
     doc = {"protocol": "target", "screen": True, "variants": {"delink": {"summary": {**out, "links": {}, "seconds": 3.0}}}}
     row = next(ln for ln in abl.markdown(doc).splitlines() if ln.startswith("| delink"))
     assert f"{100 * v['diff']:+.1f} ({100 * v['ci95'][0]:+.1f}, {100 * v['ci95'][1]:+.1f})" in row and "a screen" in abl.markdown(doc)
+
+
+def test_finished_units_and_their_scores_are_committed_so_a_fresh_machine_continues_without_rerunning(bench_modules, tmp_path, capsys):
+    """Issue 35: the table accrues unit by unit under results/units/, and a fresh work dir needs no model to continue."""
+    import json
+
+    pu, _ = bench_modules
+    res = tmp_path / "res"
+    argv = ["--quick", "--private", "synthetic:private,ids=6,imgs=4,size=32", "--test", "synthetic:test,ids=6,imgs=4,size=32",
+            "--rows", "base", "public-ft", "--seeds", "1", "--threads", "1", "--no-progress", "--results", str(res)]
+    assert pu.main(argv + ["--work", str(tmp_path / "w1")]) == 0
+    (units,) = (res / "units").iterdir()
+    shard = json.loads((units / "synthetic-custom-seed0.json").read_text())
+    assert set(shard["units"]) == {"base/seed0", "public-ft/seed0"}
+    assert (units / "synthetic-custom" / "public-ft" / "seed0" / "all.npy").is_file()  # the paired bootstrap's input
+    table = json.loads((res / "privacy_utility_target.json").read_text())
+    row = table["scenarios"]["synthetic-custom"]["rows"]["public-ft"]
+    capsys.readouterr()
+    # A fresh machine: another work dir, and the table lost (a run killed before its merge): the
+    # committed shards give every unit back and the scores its summary, without training a model.
+    (res / "privacy_utility_target.json").unlink()
+    fresh = tmp_path / "w2"
+    assert pu.main(argv + ["--work", str(fresh)]) == 0
+    assert not list(fresh.rglob("*.pt"))  # nothing trained or rebuilt
+    again = json.loads((res / "privacy_utility_target.json").read_text())["scenarios"]["synthetic-custom"]
+    assert set(again["units"]) == {"base/seed0", "public-ft/seed0"}
+    assert again["rows"]["public-ft"]["utility"] == row["utility"]  # recomputed from the committed scores
+    capsys.readouterr()
+    assert pu.main(argv + ["--work", str(fresh), "--summarise"]) == 0  # re-summarised from a work dir with no model
+    assert "| public-ft |" in capsys.readouterr().out and not list(fresh.rglob("*.pt"))
+    summary = json.loads((res / "privacy_utility_target.json").read_text())["scenarios"]["synthetic-custom"]["rows"]
+    assert summary["public-ft"]["utility"] == row["utility"]

@@ -103,6 +103,12 @@ TARGET_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "lr0.25": ("RTA lr 0.25 (the paper's, as SRe2L; not 0.05)", {"rta": {"lr": 0.25}}),
     "combo": ("public-face start (CelebA public) + spatial statistics + de-linking term",
               {"rta": {"init": "public", "init_data": "celeba:public", "lambda_spatial": 0.1, "lambda_delink": 10.0}}),
+    # Issue 35's lighting lever: BN statistics matched per lighting group (4 at most, each over >= 5
+    # people) instead of the domain-level average, and each class's proxies spanning its source's groups.
+    "lighting": ("lighting lever: BN statistics per lighting group (<= 4 groups of >= 5 people), proxies span them",
+                 {"rta": {"lighting_clusters": 4}}),
+    "lighting-spatial": ("lighting lever + spatial statistics per lighting group, λ_sp 0.1",
+                         {"rta": {"lighting_clusters": 4, "lambda_spatial": 0.1}}),
 }
 
 #: What each protocol's ablation runs on: (variants, the main run's results file, scenario).

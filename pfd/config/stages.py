@@ -228,6 +228,13 @@ class RTAConfig:
             so that the insider (the adapted model) ranks each proxy's source like any identity;
             ``"kmeans"``: the paper's eq. 8 prototypes as they are (whose sources the insider
             finds as the identities most orthogonal to their proxies).
+        lighting_clusters: pfd's lighting lever (:mod:`pfd.distill.lighting`; not in the paper; 0 =
+            off, eq. 6 against the domain-level running statistics): the private images are grouped
+            into at most this many lighting conditions, each class's K prototypes span its source's
+            groups, and each proxy matches the BatchNorm (and spatial) statistics of its own group.
+        lighting_min_identities: Identities every lighting group pools at least (smaller groups are
+            merged: group statistics are never those of a few people).
+        lighting_grid: Regions per side of the lighting descriptor (mean luminance per region).
         lambda_cf: Weight of the characteristic-function matching term (``--method ncfm`` only;
             :mod:`pfd.distill.cf_match`; NCFM's 300).
         cf_frequencies: Frequencies at which the characteristic functions are compared per
@@ -261,6 +268,9 @@ class RTAConfig:
     spatial_grid: int = 4
     source_ranks: str = "uniform"
     lambda_insider: float = 10.0
+    lighting_clusters: int = 0
+    lighting_min_identities: int = 5
+    lighting_grid: int = 4
     lambda_cf: float = 300.0
     cf_frequencies: int = 4096
     cf_sampler_lr: float = 1e-3

@@ -41,7 +41,8 @@ from pfd.distill.methods import check_method
 from pfd.distill.ogp import Rotation, rotate
 from pfd.distill.ogp_trainer import OGPTrainer
 from pfd.distill.cf_match import CFTarget
-from pfd.distill.prototypes import kmeans_prototypes, raw_selection, uniform_source_ranks
+from pfd.distill.lighting import cluster_batches, lighting_clusters, lighting_descriptor
+from pfd.distill.prototypes import kmeans_prototypes, lighting_prototypes, raw_selection, uniform_source_ranks
 from pfd.distill.public import pretrained_public_model
 from pfd.distill.rta import ProxyDistiller, proxy_batches
 from pfd.distill.summary import build_summary
@@ -49,6 +50,7 @@ from pfd.embed import Embedder, class_centers
 from pfd.errors import PfdError
 from pfd.io import atomic_torch_save, atomic_write_bytes, atomic_write_json
 from pfd.nn.checkpoints import check_arch, load_backbone, load_checkpoint, load_head, read_arch, save_checkpoint
+from pfd.nn.bn_hooks import bn_input_moments
 from pfd.nn.inversion import batch_generator
 from pfd.nn.spatial_stats import spatial_targets
 from pfd.progress import progress_bar, stage_line
@@ -348,10 +350,17 @@ class Distillation:
             E = Embedder(backbone, batch_size=256, device=self.acc.device, progress=self.progress,
                          cache_dir=self.embed_cache)(self.faces)  # (n, D)
             E_rot = rotate(E, M)  # (n, D), eq. 1 row-wise
-            P, pid = kmeans_prototypes(
-                E_rot, self.faces.labels, k=cfg.rta.ipc, seed=cfg.rta.kmeans_seed, n_init=cfg.rta.kmeans_n_init,
-                num_identities=self.N, identities=self.faces.identities,
-            )  # fmt: skip
+            groups = self._lighting_groups() if self.lighting else None
+            if groups is not None:  # the lighting lever: each class's K prototypes span its lighting groups
+                P, pid, proto_group = lighting_prototypes(
+                    E_rot, self.faces.labels, groups, k=cfg.rta.ipc, seed=cfg.rta.kmeans_seed,
+                    n_init=cfg.rta.kmeans_n_init, num_identities=self.N, identities=self.faces.identities,
+                )  # fmt: skip
+            else:
+                P, pid = kmeans_prototypes(
+                    E_rot, self.faces.labels, k=cfg.rta.ipc, seed=cfg.rta.kmeans_seed, n_init=cfg.rta.kmeans_n_init,
+                    num_identities=self.N, identities=self.faces.identities,
+                )  # fmt: skip
             centers = class_centers(E, self.faces.labels, self.N)  # (N, D) original space: the insider's templates
             if self.rotated and cfg.rta.source_ranks == "uniform":  # the insider's ranks, as the de-linking term's
                 ranks = target_ranks(np.arange(len(P)), self.N, cfg.rta.ipc, seed=cfg.rta.seed)
@@ -369,30 +378,66 @@ class Distillation:
                 doc["raw_index"] = torch.from_numpy(raw_selection(E_rot, self.faces.labels, P, pid))
             elif cfg.rta.lambda_spatial > 0:
                 doc["spatial"] = self._spatial_targets(backbone)
+            if groups is not None:
+                doc["lighting"] = self._lighting_targets(backbone, groups, proto_group)
             atomic_torch_save(doc, st.prototypes)
         self.acc.wait_for_everyone()
         self._timed("prototypes", t0, skip)
         return torch.load(st.prototypes, map_location="cpu", weights_only=True)
 
-    def _spatial_targets(self, backbone: torch.nn.Module) -> dict[str, Any]:
-        """Domain-level spatial statistics of the private set in the adapted model (:mod:`pfd.nn.spatial_stats`)."""
+    def _images(self, index: np.ndarray | None = None, batch: int = 128) -> Any:
+        """The private images ``index`` (default all) in batches ``(B, 3, H, W)`` on the device, un-augmented."""
 
-        n, b = len(self.faces), 128
-        batches = (torch.stack([self.faces[i][0] for i in range(lo, min(lo + b, n))]).to(self.acc.device)
-                   for lo in range(0, n, b))  # (B, 3, H, W), un-augmented
-        return spatial_targets(backbone, batches, grid=self.cfg.rta.spatial_grid)
+        idx = np.arange(len(self.faces)) if index is None else np.asarray(index)
+        return (torch.stack([self.faces[int(i)][0] for i in idx[lo:lo + batch]]).to(self.acc.device)
+                for lo in range(0, len(idx), batch))
+
+    def _spatial_targets(self, backbone: torch.nn.Module, index: np.ndarray | None = None) -> dict[str, Any]:
+        """Spatial statistics of the private set (or of the images ``index``) in the adapted model (:mod:`pfd.nn.spatial_stats`)."""
+
+        return spatial_targets(backbone, self._images(index), grid=self.cfg.rta.spatial_grid)
+
+    @property
+    def lighting(self) -> bool:
+        """Whether the lighting lever is on (:mod:`pfd.distill.lighting`; distilled methods only)."""
+        return self.cfg.rta.lighting_clusters > 0 and self.method.distilled
+
+    def _lighting_groups(self) -> np.ndarray:
+        """The private images' lighting groups (:func:`pfd.distill.lighting.lighting_clusters`), ``(n,)``."""
+
+        r = self.cfg.rta
+        desc = np.concatenate([lighting_descriptor(x.cpu(), grid=r.lighting_grid) for x in self._images()])  # (n, G²)
+        return lighting_clusters(desc, np.asarray(self.faces.labels), clusters=r.lighting_clusters,
+                                 min_identities=r.lighting_min_identities, seed=r.kmeans_seed)
+
+    def _lighting_targets(self, backbone: torch.nn.Module, groups: np.ndarray, proto_group: torch.Tensor) -> dict[str, Any]:
+        """Each lighting group's BatchNorm input moments (and spatial statistics) in the adapted model: private state."""
+
+        backbone.eval()
+        out: dict[str, Any] = {"group": torch.from_numpy(groups), "proto_group": proto_group, "bn": []}
+        for g in range(int(groups.max()) + 1):
+            index = np.flatnonzero(groups == g)
+            out["bn"].append(bn_input_moments(backbone, self._images(index)))
+            if self.cfg.rta.lambda_spatial > 0:
+                out.setdefault("spatial", []).append(self._spatial_targets(backbone, index))
+        return out
 
     # -- stage 3: proxies (eq. 6-10) ---------------------------------------------------------
-    def batches(self) -> list[np.ndarray]:
-        """Prototype rows of every proxy batch."""
+    def batches(self, protos: dict[str, Any] | None = None) -> list[np.ndarray]:
+        """Prototype rows of every proxy batch (with the lighting lever, one lighting group per batch)."""
 
+        if self.lighting:
+            protos = protos if protos is not None else torch.load(self.state.prototypes, map_location="cpu",
+                                                                  weights_only=True)
+            return cluster_batches(protos["lighting"]["proto_group"], self.cfg.rta.batch_size)
         return proxy_batches(self.N * self.cfg.rta.ipc, self.cfg.rta.batch_size)
 
     def proxies(self, backbone: torch.nn.Module, head: torch.nn.Module, protos: dict[str, Any]) -> None:
         """Distill (or, for ``raw``, select) this process's unfinished batches into batch files."""
 
         t0, cfg, st = time.perf_counter(), self.cfg, self.state
-        batches = self.batches()
+        batches = self.batches(protos)
+        lighting = protos.get("lighting") if self.lighting else None
         done = st.finished() if cfg.resume else set()
         rank, world = self.acc.process_index, self.acc.num_processes
         mine = [b for b in range(len(batches)) if b % world == rank and b not in done]
@@ -427,8 +472,12 @@ class Distillation:
                 hist: dict[str, float] = {}
                 bar.update(1)
             else:
-                res = distiller.distill_batch(rows, classes[rows], batch_index=b, sources=pid[rows].numpy(),
-                                              on_step=bar.update)
+                g = int(lighting["proto_group"][rows[0]]) if lighting is not None else None  # one group per batch
+                res = distiller.distill_batch(
+                    rows, classes[rows], batch_index=b, sources=pid[rows].numpy(), on_step=bar.update,
+                    bn_targets=lighting["bn"][g] if lighting is not None else None,
+                    spatial_targets=lighting["spatial"][g] if lighting is not None and "spatial" in lighting else None,
+                )  # fmt: skip
                 x, hist = res.proxies, res.summary()
                 bar.set_postfix(rta=f"{hist.get('rta_last', 0.0):.3f}", cls=f"{hist.get('cls_last', 0.0):.2f}")
             q = to_uint8(x).transpose(0, 3, 1, 2)  # (B, 3, H, W) uint8, exactly the released pixels
@@ -498,7 +547,7 @@ class Distillation:
         summary = None
         refused = None
         if self.acc.is_main_process:
-            docs, rows = gather_batches(st, len(self.batches()), len(protos["P"]))
+            docs, rows = gather_batches(st, len(self.batches(protos)), len(protos["P"]))
             proxies = torch.cat([d["proxies"] for d in docs]).numpy()  # (NK, 3, H, W) uint8
             pid = protos["proto_identity"]
             source = pid[rows].numpy()

@@ -19,7 +19,7 @@ import torch
 
 from pfd.errors import PfdError
 
-__all__ = ["kmeans_prototypes", "uniform_source_ranks", "raw_selection"]
+__all__ = ["kmeans_prototypes", "lighting_prototypes", "uniform_source_ranks", "raw_selection"]
 
 
 def kmeans_prototypes(
@@ -56,9 +56,73 @@ def kmeans_prototypes(
     Raises:
         PfdError: If an identity has fewer than K images.
     """
-    from sklearn.cluster import KMeans
-    from threadpoolctl import threadpool_limits
+    x, y, n_id = _prepare(emb_rot, labels, k, num_identities, identities)
+    protos = np.empty((n_id * k, x.shape[1]), dtype=np.float64)
+    for i in range(n_id):
+        idx = np.flatnonzero(y == i)  # ascending sample indices
+        protos[i * k : (i + 1) * k] = _centres(x, idx, k, seed=seed, n_init=n_init)
+    proto_identity = torch.arange(n_id, dtype=torch.int64).repeat_interleave(k)
+    return _normalised(protos), proto_identity
 
+
+def lighting_prototypes(
+    emb_rot: torch.Tensor | np.ndarray,
+    labels: torch.Tensor | np.ndarray,
+    groups: np.ndarray,
+    *,
+    k: int,
+    seed: int = 0,
+    n_init: int = 10,
+    num_identities: int | None = None,
+    identities: Sequence[str] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eq. 8's per-identity prototypes spread over lighting groups (pfd's lighting lever, :mod:`pfd.distill.lighting`).
+
+    Each identity's K prototypes are shared among the lighting groups of its images in proportion
+    to its images in each (:func:`pfd.distill.lighting.allocate_proxies`), and the ``k_g``
+    prototypes of group g are the K-means centres of the identity's rows of ``E_ort`` in that group
+    (ordered as in :func:`kmeans_prototypes`): its proxies span the lighting conditions of its
+    source's images instead of following the identity's dominant ones. P stays identity-major
+    (identity 0's K rows, then identity 1's, ...); within an identity, groups in ascending order.
+
+    Args:
+        emb_rot: Rotated normalised embeddings ``(n, D)``.
+        labels: Identity labels ``(n,)`` in ``[0, N)``.
+        groups: Lighting group of each image ``(n,)`` (:func:`pfd.distill.lighting.lighting_clusters`).
+        k: Prototypes per identity K.
+        seed: K-means seed.
+        n_init: K-means restarts.
+        num_identities: N (default ``labels.max() + 1``).
+        identities: Identity names, only for error messages.
+
+    Returns:
+        ``(P (N·K, D), proto_identity (N·K,), proto_group (N·K,))``.
+
+    Raises:
+        PfdError: If an identity has fewer than K images.
+    """
+    from pfd.distill.lighting import allocate_proxies
+
+    x, y, n_id = _prepare(emb_rot, labels, k, num_identities, identities)
+    g = np.asarray(groups, dtype=np.int64)
+    n_groups = int(g.max()) + 1 if g.size else 1
+    protos = np.empty((n_id * k, x.shape[1]), dtype=np.float64)
+    proto_group = np.empty(n_id * k, dtype=np.int64)
+    for i in range(n_id):
+        idx = np.flatnonzero(y == i)
+        share = allocate_proxies(np.bincount(g[idx], minlength=n_groups), k)  # (C,)
+        row = i * k
+        for c in np.flatnonzero(share):
+            protos[row : row + share[c]] = _centres(x, idx[g[idx] == c], int(share[c]), seed=seed, n_init=n_init)
+            proto_group[row : row + share[c]] = c
+            row += int(share[c])
+    proto_identity = torch.arange(n_id, dtype=torch.int64).repeat_interleave(k)
+    return _normalised(protos), proto_identity, torch.from_numpy(proto_group)
+
+
+def _prepare(emb_rot: torch.Tensor | np.ndarray, labels: torch.Tensor | np.ndarray, k: int, num_identities: int | None,
+             identities: Sequence[str] | None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Embeddings as float64, labels as int64 and N, after checking that every identity has K images."""
     x = emb_rot.detach().cpu().double().numpy() if isinstance(emb_rot, torch.Tensor) else np.asarray(emb_rot, np.float64)
     y = labels.cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
     y = y.astype(np.int64)
@@ -73,24 +137,30 @@ def kmeans_prototypes(
                 f"{who}: {counts[i]} images, fewer than K = {k} proxies per class; "
                 f"drop identities with fewer than {k} images (min_images = {k}) or lower rta.ipc"
             )
-    protos = np.empty((n_id * k, x.shape[1]), dtype=np.float64)
-    for i in range(n_id):
-        idx = np.flatnonzero(y == i)  # ascending sample indices
-        # One identity is a few dozen points: OpenMP/BLAS threads only add start-up cost
-        # (~6x slower here) and one thread makes the result independent of the core count.
-        with warnings.catch_warnings(), threadpool_limits(1):
-            # Duplicate embeddings give fewer distinct clusters than K; the centres still exist.
-            warnings.simplefilter("ignore")
-            km = KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit(x[idx])
-        assign = km.labels_
-        size = np.bincount(assign, minlength=k)
-        first = np.array([idx[assign == c].min() if size[c] else np.iinfo(np.int64).max for c in range(k)])
-        order = np.lexsort((first, -size))  # size descending, then first member ascending
-        protos[i * k : (i + 1) * k] = km.cluster_centers_[order]
+    return x, y, n_id
+
+
+def _centres(x: np.ndarray, idx: np.ndarray, k: int, *, seed: int, n_init: int) -> np.ndarray:
+    """K-means centres ``(k, D)`` of the rows ``idx`` (ascending) of ``x``: by cluster size, then first member."""
+    from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
+
+    # One identity is a few dozen points: OpenMP/BLAS threads only add start-up cost
+    # (~6x slower here) and one thread makes the result independent of the core count.
+    with warnings.catch_warnings(), threadpool_limits(1):
+        # Duplicate embeddings give fewer distinct clusters than K; the centres still exist.
+        warnings.simplefilter("ignore")
+        km = KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit(x[idx])
+    assign = km.labels_
+    size = np.bincount(assign, minlength=k)
+    first = np.array([idx[assign == c].min() if size[c] else np.iinfo(np.int64).max for c in range(k)])
+    order = np.lexsort((first, -size))  # size descending, then first member ascending
+    return km.cluster_centers_[order]
+
+
+def _normalised(protos: np.ndarray) -> torch.Tensor:
     norms = np.linalg.norm(protos, axis=1, keepdims=True)
-    P = torch.from_numpy(protos / np.maximum(norms, 1e-12)).float()
-    proto_identity = torch.arange(n_id, dtype=torch.int64).repeat_interleave(k)
-    return P, proto_identity
+    return torch.from_numpy(protos / np.maximum(norms, 1e-12)).float()
 
 
 def uniform_source_ranks(

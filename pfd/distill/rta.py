@@ -291,6 +291,7 @@ class ProxyDistiller:
     def distill_batch(
         self, rows: torch.Tensor | np.ndarray | None, classes: torch.Tensor | np.ndarray | None, *, batch_index: int,
         sources: torch.Tensor | np.ndarray | None = None, on_step: Callable[[], Any] | None = None,
+        bn_targets: Any | None = None, spatial_targets: dict[str, Any] | None = None,
     ) -> ProxyBatch:
         """Distill one batch.
 
@@ -300,6 +301,10 @@ class ProxyDistiller:
             batch_index: The batch's index (seeds the noise and augmentation).
             sources: Source identity of each proxy ``(B,)`` in ``[0, N)``, for the de-linking term.
             on_step: Called after every Adam iteration (a progress bar's ``update``).
+            bn_targets: Per BatchNorm layer ``(mean, var)`` that L_bn matches instead of the running
+                statistics (the batch's lighting group, :mod:`pfd.distill.lighting`); ``None``: eq. 6.
+            spatial_targets: The spatial statistics' targets for this batch (its lighting group's);
+                ``None``: the domain-level ones given to the constructor.
 
         Returns:
             The proxies and the loss history.
@@ -340,14 +345,15 @@ class ProxyDistiller:
             frozen=[public.model] if public is not None else [], what="RTA batch",
             fix="lower rta.lr or rta.lambda_bn, or check the backbone; finished batches are kept",
         )  # fmt: skip
-        spatial = SpatialStatistics(self.backbone, self.spatial) if self.spatial is not None else None
+        spatial = (SpatialStatistics(self.backbone, spatial_targets if spatial_targets is not None else self.spatial)
+                   if self.spatial is not None else None)
 
         def loss(x: torch.Tensor, feats: torch.Tensor, bn: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             """Eq. 10 (+ the spatial statistics and the de-linking term, when on), in this order."""
             emb = F.normalize(feats, dim=1)  # (B, D)
             logits = self.head(feats, cls_t) if self.head is not None and cls_t is not None else None
             total, comps = distill_loss(
-                emb, logits=logits, targets=cls_t, rows=rows_t, P=self.P, bn=bn.loss() if bn is not None else None,
+                emb, logits=logits, targets=cls_t, rows=rows_t, P=self.P, bn=bn.loss(bn_targets) if bn is not None else None,
                 lambda_rta=cfg.lambda_rta, lambda_bn=cfg.lambda_bn,
             )  # fmt: skip
             if cf is not None:

@@ -38,14 +38,17 @@ update them, so the statistics are read-only. The model's buffers and outputs ar
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 import torch
 from torch import nn
 
 from pfd.errors import PfdError
 
-__all__ = ["BNStatistics", "batch_moments"]
+__all__ = ["BNStatistics", "batch_moments", "bn_input_moments", "Targets"]
+
+#: Per hooked BatchNorm layer, the ``(mean (C,), biased var (C,))`` its input is matched to.
+Targets = Sequence[tuple[torch.Tensor, torch.Tensor]]
 
 
 class _Moments(torch.autograd.Function):
@@ -253,8 +256,9 @@ class BNStatistics:
                 out.append((mean.float(), (t[1] / t[2] - mean * mean).clamp_min(0.0).float()))
         return out
 
-    def _layer_terms(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(L,)`` per-layer ``‖μ_l − RM_l‖₂ + ‖σ²_l − RV_l‖₂``, all layers in one batched reduction, and the weights."""
+    def _layer_terms(self, targets: Targets | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(L,)`` per-layer ``‖μ_l − RM_l‖₂ + ‖σ²_l − RV_l‖₂``, all layers in one batched reduction, and the weights
+        (``targets`` in place of the running statistics when given)."""
         stats = self._check_ran()
         L = len(stats)
         dev = stats[0][0].device
@@ -277,27 +281,41 @@ class BNStatistics:
         else:
             ms = self.moments
             moments = torch.cat([m[0] for m in ms] + [m[1] for m in ms])  # type: ignore[index]
-        ref = torch.cat([m.running_mean for m in self.layers] + [m.running_var for m in self.layers])  # type: ignore[misc]
+        if targets is None:
+            ref = torch.cat([m.running_mean for m in self.layers] + [m.running_var for m in self.layers])  # type: ignore[misc]
+        else:
+            if len(targets) != L or any(t[0].numel() != m.num_features for t, m in zip(targets, self.layers)):
+                raise PfdError(f"BN targets for {len(targets)} layers do not fit the model's {L} hooked BatchNorm layers")
+            ref = torch.cat([t[0].to(dev) for t in targets] + [t[1].to(dev) for t in targets])
         sq = torch.zeros(2 * L, device=dev).index_add_(0, seg, (moments - ref.detach().float()).square())  # (2L,)
         # ‖·‖₂ = √Σ; the clamp gives an exactly matched layer the norm's zero subgradient, not NaN.
         norms = sq.clamp_min(torch.finfo(sq.dtype).tiny).sqrt()
         return norms[:L] + norms[L:], weights
 
-    def terms(self) -> list[torch.Tensor]:
+    def terms(self, targets: Targets | None = None) -> list[torch.Tensor]:
         """Unweighted per-layer terms ``‖μ_l − RM_l‖₂ + ‖σ²_l − RV_l‖₂`` of the last pass.
 
+        Args:
+            targets: Per hooked layer ``(mean (C,), var (C,))`` to match instead of its running
+                statistics (e.g. one lighting group's, :func:`bn_input_moments`); ``None``: eq. 6.
+
         Raises:
             RuntimeError: If a hooked layer has not run since the hooks were registered.
         """
-        return list(self._layer_terms()[0].unbind())
+        return list(self._layer_terms(targets)[0].unbind())
 
-    def loss(self) -> torch.Tensor:
+    def loss(self, targets: Targets | None = None) -> torch.Tensor:
         """L_bn (eq. 6) of the last forward pass, first layer × ``first_multiplier``.
 
+        Args:
+            targets: Per hooked layer ``(mean (C,), var (C,))`` in place of the running statistics
+                (:func:`bn_input_moments` of a subset of the data); ``None``: the running statistics (eq. 6).
+
         Raises:
             RuntimeError: If a hooked layer has not run since the hooks were registered.
+            PfdError: If ``targets`` do not fit the hooked layers.
         """
-        terms, weights = self._layer_terms()
+        terms, weights = self._layer_terms(targets)
         return (terms * weights).sum()
 
     def clear(self) -> None:
@@ -324,3 +342,47 @@ class BNStatistics:
 
     def __len__(self) -> int:
         return len(self.layers)
+
+
+@torch.no_grad()
+def bn_input_moments(model: nn.Module, batches: Iterable[torch.Tensor], *, include_bn1d: bool = False
+                     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Mean and biased variance of every BatchNorm layer's input over a whole set of images.
+
+    What the running statistics estimate, computed exactly over the given images (the model in eval
+    mode, its buffers untouched): the targets of eq. 6 for a subset of the data, e.g. one lighting
+    group of the private set (:mod:`pfd.distill.lighting`). Sums are accumulated in float64.
+
+    Args:
+        model: The network, in eval mode (the layers :class:`BNStatistics` hooks).
+        batches: ``(B, 3, H, W)`` image batches on the model's device.
+        include_bn1d: Also BatchNorm1d layers.
+
+    Returns:
+        Per hooked layer ``(mean (C,), var (C,))`` float32 on the CPU.
+
+    Raises:
+        PfdError: If no batch was given.
+    """
+    sums: list[list[Any]] | None = None
+    with BNStatistics(model, first_multiplier=1.0, include_bn1d=include_bn1d) as bn:
+        for x in batches:
+            model(x)
+            stats = bn._check_ran()
+            if any(t[2] is None for t in stats):
+                raise PfdError("bn_input_moments: put the model in eval mode first")
+            if sums is None:
+                sums = [[t[0].double(), t[1].double(), int(t[2])] for t in stats]  # type: ignore[arg-type]
+            else:
+                for acc, t in zip(sums, stats):
+                    acc[0] = acc[0] + t[0].double()
+                    acc[1] = acc[1] + t[1].double()
+                    acc[2] += int(t[2])  # type: ignore[arg-type]
+            bn.clear()
+    if sums is None:
+        raise PfdError("bn_input_moments: no images")
+    out = []
+    for s1, s2, n in sums:
+        mean = s1 / n
+        out.append((mean.float().cpu(), (s2 / n - mean * mean).clamp_min(0.0).float().cpu()))
+    return out

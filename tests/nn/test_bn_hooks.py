@@ -223,3 +223,27 @@ def test_batch_moments_match_torch_var_and_its_gradient():
     m2, v2 = batch_moments(x2)
     torch.testing.assert_close(m2, x2.mean(0))
     torch.testing.assert_close(v2, x2.var(0, correction=0), atol=1e-5, rtol=1e-5)
+
+
+def test_set_moments_are_the_exact_bn_input_statistics_and_replace_the_running_ones_as_targets():
+    """bn_input_moments over several batches = the moments of the whole set; loss(targets) matches them instead of eq. 6's."""
+    from pfd.nn.bn_hooks import bn_input_moments
+
+    net = calibrated_net(16, 8)
+    x = torch.rand(10, 3, 16, 16, generator=torch.Generator().manual_seed(5))
+    got = bn_input_moments(net, [x[:4], x[4:7], x[7:]])  # uneven batches: sums, not a mean of means
+    want = _direct_moments(net, x)
+    assert len(got) == len(want)
+    for (m, v), (wm, wv) in zip(got, want):
+        torch.testing.assert_close(m.double(), wm.double(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(v.double(), wv.double(), atol=1e-5, rtol=1e-4)
+    with BNStatistics(net, first_multiplier=10.0) as bn, torch.no_grad():
+        net(x)
+        assert bn.loss(got).item() < 1e-3  # the batch is the set: its own moments are matched
+        assert bn.loss(got).item() < 0.01 * bn.loss().item()
+        running = [(m.running_mean, m.running_var) for m in bn.layers]
+        assert bn.loss(running).item() == pytest.approx(bn.loss().item(), rel=1e-6)  # the running stats as targets = eq. 6
+        with pytest.raises(PfdError, match="do not fit the model's"):
+            bn.loss(got[:-1])
+    with pytest.raises(PfdError, match="no images"):
+        bn_input_moments(net, [])

@@ -414,7 +414,9 @@ class Distillation:
         """Each lighting group's BatchNorm input moments (and spatial statistics) in the adapted model: private state."""
 
         backbone.eval()
-        out: dict[str, Any] = {"group": torch.from_numpy(groups), "proto_group": proto_group, "bn": []}
+        labels = np.asarray(self.faces.labels)
+        out: dict[str, Any] = {"group": torch.from_numpy(groups), "proto_group": proto_group, "bn": [],
+                               "identities": [len(np.unique(labels[groups == g])) for g in range(int(groups.max()) + 1)]}
         for g in range(int(groups.max()) + 1):
             index = np.flatnonzero(groups == g)
             out["bn"].append(bn_input_moments(backbone, self._images(index)))

@@ -115,7 +115,20 @@ def build_summary(
             "mean_abs_cos_rotated": float(cos_rot.mean()) if rotated else None,
             "rep_margin": cfg.ogp.rep_margin,
         },
+        "lighting": _lighting(protos),
     }
+
+
+def _lighting(protos: dict[str, Any]) -> dict[str, Any] | None:
+    """What the lighting lever made of the private set: per group, its images, people and proxies (aggregates only)."""
+    light = protos.get("lighting")
+    if not light:
+        return None
+    groups, pg = light["group"].numpy(), light["proto_group"].numpy()
+    people = list(light.get("identities", []))
+    return {"groups": [{"images": int((groups == g).sum()), "proxies": int((pg == g).sum()),
+                        **({"identities": int(people[g])} if g < len(people) else {})}
+                       for g in range(int(groups.max()) + 1)]}
 
 
 def _f(x: Any, fmt: str = ".3f") -> str:
@@ -155,6 +168,11 @@ def format_summary(summary: dict[str, Any], *, private: str = "SPEC", skip_bad: 
                if "spatial_last" in rta else "")
             + " (mean over batches)"
         )
+    light = summary.get("lighting")
+    if light:
+        lines.append("lighting    " + ", ".join(
+            f"group {g}: {x['images']} images" + (f" of {x['identities']} people" if "identities" in x else "")
+            + f", {x['proxies']} proxies" for g, x in enumerate(light["groups"])))
     lines.append(
         f"rates       own prototype {_f(r['own_prototype'])}, own identity {_f(r['own_identity'])}"
         + (f", |cos(Me,e)| < {r['rep_margin']}: {_f(r['below_margin'])}" if r.get("below_margin") is not None else "")

@@ -131,3 +131,9 @@ def test_a_run_with_the_lever_distils_each_batch_against_its_own_group_s_statist
         rows = torch.load(b, weights_only=True)["rows"]
         assert len(set(pg[rows].tolist())) == 1  # one lighting group per RTA batch
     assert (res.release / "manifest.json").is_file() and res.summary["gate"]["checks"]
+    told = res.summary["lighting"]["groups"]  # what the summary prints: aggregates per group
+    assert [g["images"] for g in told] == np.bincount(groups).tolist() and sum(g["proxies"] for g in told) == 12
+    assert all(g["identities"] >= 2 for g in told)
+    from pfd.distill.summary import format_summary
+
+    assert "lighting    group 0: " in format_summary(res.summary)

@@ -151,7 +151,8 @@ def _reference(main_doc: dict[str, Any], main_shards: Path, scenario: str) -> di
             "pfd": units.get("pfd/seed0"), "settings_hash": main_doc.get("settings_hash")}
 
 
-#: ``--screen`` (issue 35): what a screen unit leaves to the full unit (reconstructions, membership).
+#: ``--screen`` (issue 35): what a screen unit leaves to the full unit (membership; reconstructions only where a
+#: release has no gate audit in its state dir to read them from: :meth:`benchmarks.pu.units.Bench.audit`).
 SCREEN: dict[str, Any] = {"recon": {"seeds": 0}, "mia": {"enabled": False}}
 
 
@@ -252,9 +253,10 @@ def markdown(doc: dict[str, Any]) -> str:
              f"{doc.get('date', '')})", "",
              "Utility differences are against `public-ft` seed 0; the main table's seed sd for pfd is the yardstick "
              "for whether a change is more than noise. A link is above chance when its clustered 95 % interval lies "
-             "above the gallery's chance." + (" A screen measures utility and the proxies' linkability only (no "
-             "reconstructions, no membership), each variant paired against the pfd default of the same seed over the "
-             "same test pairs (identity bootstrap); the variants that pass go on to the full unit." if screen else ""),
+             "above the gallery's chance." + (" A screen measures utility and the release's linkability (the "
+             "publication gate's audit, read from the state dir), no membership, each variant paired against the pfd "
+             "default of the same seed over the same test pairs (identity bootstrap); the variants that pass go on to "
+             "the full unit." if screen else ""),
              "", head, "|" + "---|" * (10 if screen else 9)]
     for name in variants:
         v = doc.get("variants", {}).get(name)
@@ -293,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--screen", action="store_true",
-                    help="a screen: utility and the proxies' linkability (public, insider, judge), no reconstructions, no "
+                    help="a screen: utility and the release's linkability (public, insider, judge; the gate's audit), no "
                          "membership; each variant paired against the pfd default of the same seed (results: *_screen.json)")
     ap.add_argument("--geometry", action="store_true", help="print release_geometry of the main run's seed-0 "
                     "releases in the public model, and exit")

@@ -48,7 +48,7 @@ from pfd.distill.rta import ProxyDistiller, proxy_batches
 from pfd.distill.summary import build_summary
 from pfd.embed import Embedder, class_centers
 from pfd.errors import PfdError
-from pfd.io import atomic_torch_save, atomic_write_bytes, atomic_write_json
+from pfd.io import atomic_torch_save, atomic_write_bytes, atomic_write_json, jsonable
 from pfd.nn.checkpoints import check_arch, load_backbone, load_checkpoint, load_head, read_arch, save_checkpoint
 from pfd.nn.bn_hooks import bn_input_moments
 from pfd.nn.inversion import batch_generator
@@ -312,7 +312,7 @@ class Distillation:
     def _drop_after_adapt(self) -> None:
         """Remove what a shorter fine-tuning produced (it no longer matches the adapted model)."""
         st = self.state
-        for p in (st.rotation, st.prototypes, st.summary, *sorted(st.batches.glob("batch_*.pt"))):
+        for p in (st.rotation, st.prototypes, st.summary, st.audit, *sorted(st.batches.glob("batch_*.pt"))):
             p.unlink(missing_ok=True)
 
     def _write_rotation(self) -> None:
@@ -554,6 +554,9 @@ class Distillation:
             pid = protos["proto_identity"]
             source = pid[rows].numpy()
             audit = self.gate(proxies, source)
+            # Every figure of the gate, kept with the state: the benchmark's unit reads it instead of
+            # auditing the same pixels again (one audit, computed once).
+            atomic_write_json(st.audit, jsonable(audit.data))
             verdict = audit.verdict
             failed = not verdict.publishable
             publish = not failed or cfg.release.allow_linkable

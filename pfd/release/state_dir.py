@@ -17,6 +17,7 @@ read it; the names are fixed)::
       batches/batch_XXXXX.pt    finished RTA batches (resume skips them)
       ogp/                      fine-tuning checkpoints (resume), config.toml, metrics.jsonl
       summary.json              times per stage, final losses, counts, rates
+      audit.json                the publication gate's whole audit: every figure, check and the verdict
 
 The rules, each in one place here:
 
@@ -129,6 +130,11 @@ class StateDir:
     @property
     def summary(self) -> Path:
         return self.root / "summary.json"
+
+    @property
+    def audit(self) -> Path:
+        """The publication gate's whole audit (:attr:`pfd.attacks.scorecard.run.Scorecard.data`, JSON)."""
+        return self.root / "audit.json"
 
     @property
     def marker(self) -> Path:

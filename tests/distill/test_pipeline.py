@@ -71,8 +71,12 @@ def _sha(root: Path) -> dict[str, str]:
 def test_state_dir_layout_and_release(runs):
     res = runs["pfd"]
     st = res.state_dir
-    for name in ("config.toml", "public_model.pt", "adapted.pt", "rotation.pt", "prototypes.pt", "proxy_map.json", "summary.json"):
+    for name in ("config.toml", "public_model.pt", "adapted.pt", "rotation.pt", "prototypes.pt", "proxy_map.json", "summary.json",
+                 "audit.json"):
         assert (st / name).is_file(), name
+    audit = json.loads((st / "audit.json").read_text())  # the gate's whole audit, kept with the state
+    assert audit["verdict"] == json.loads((st / "summary.json").read_text())["gate"]["verdict"]
+    assert stat.S_IMODE((st / "audit.json").stat().st_mode) == 0o600  # private state, like every state file
     assert (st / "batches" / "batch_00000.pt").is_file() and (st / "ogp").is_dir()
     assert stat.S_IMODE(st.stat().st_mode) == 0o700
     cfg = build_config(DistillConfig, load_recipe(st / "config.toml")["distill"])

@@ -19,10 +19,11 @@ ROOT = REPO
 
 def test_layout_names_are_the_contract(tmp_path):
     st = StateDir.at(tmp_path / "state")
-    names = [st.config, st.public_model, st.adapted, st.rotation, st.prototypes, st.proxy_map, st.summary, st.batch(7)]
+    names = [st.config, st.public_model, st.adapted, st.rotation, st.prototypes, st.proxy_map, st.summary, st.audit,
+             st.batch(7)]
     assert [p.relative_to(st.root).as_posix() for p in names] == [
         "config.toml", "public_model.pt", "adapted.pt", "rotation.pt", "prototypes.pt", "proxy_map.json",
-        "summary.json", "batches/batch_00007.pt",
+        "summary.json", "audit.json", "batches/batch_00007.pt",
     ]  # fmt: skip
     assert st.ogp.name == "ogp"
 

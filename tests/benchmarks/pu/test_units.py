@@ -31,7 +31,7 @@ def bench(tmp_path_factory):
     return b
 
 
-def test_pfd_rows_share_one_ogp_per_seed_and_ogp_settings_and_rta_variants_pay_only_rta(bench, tmp_path):
+def test_pfd_rows_share_one_ogp_per_seed_and_ogp_settings_and_rta_variants_pay_only_rta(bench, tmp_path, monkeypatch):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -49,5 +49,13 @@ def test_pfd_rows_share_one_ogp_per_seed_and_ogp_settings_and_rta_variants_pay_o
         (tmp_path / "row").mkdir()
         summary = rta_variant.distill_row("pfd", {}, tmp_path / "row", 0, adapted)
         assert "adapt" in summary["skipped"] and (tmp_path / "row" / "release" / "manifest.json").is_file()
+        # The unit's audit is the gate's, read from the state dir: nothing is audited twice.
+        import pfd.attacks.scorecard.run as scorecard
+
+        monkeypatch.setattr(scorecard, "run_scorecard", lambda *a, **k: pytest.fail("audited the release again"))
+        audit = rta_variant.audit(tmp_path / "row", reconstruct=False)
+        assert audit["audit"]["verdict"] == summary["gate"]["verdict"] and audit["audit"]["seconds"] == 0.0
+        assert [r["kind"] for r in audit["audit"]["summary"]] == [r["kind"] for r in summary["gate"]["checks"]]
+        assert {"public", "insider"} <= set(audit["linkability"]["proxies"])  # the link figures, in the table's layout
     finally:
         torch.set_num_threads(threads)

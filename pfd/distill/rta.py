@@ -364,10 +364,8 @@ class ProxyDistiller:
                 l_sp = spatial.loss()
                 total = total + cfg.lambda_spatial * l_sp
                 comps["spatial"] = l_sp.detach()
-            if public is not None:
-                l_dl = public.loss(x, src_t, rank_t)
-                total = total + cfg.lambda_delink * l_dl
-                comps["delink"] = l_dl.detach()
+            if public is not None:  # its value and gradient were taken first (delink_first), before the forward
+                comps["delink"] = delink_value[0]
             if insider is not None:  # the same ranks, in the adapted model's own space: no extra forward
                 l_in = insider.loss_of(emb.float(), src_t, rank_t)
                 total = total + cfg.lambda_insider * l_in
@@ -387,6 +385,14 @@ class ProxyDistiller:
             return total, comps
 
         checked: list[bool] = []
+        delink_value: list[torch.Tensor] = []
+
+        def delink_first(x: torch.Tensor) -> torch.Tensor:
+            """λ_dl · L_dl through the public model, differentiated before the adapted model's forward
+            (:meth:`ImageInversion.invert`'s ``first``): one network's activations at a time."""
+            l_dl = public.loss(x, src_t, rank_t)  # type: ignore[union-attr]
+            delink_value[:] = [l_dl.detach()]
+            return cfg.lambda_delink * l_dl
 
         bar = progress_bar(total=cfg.iterations, desc=f"RTA batch {batch_index}", enabled=self.progress)
         step = on_step if on_step is not None or not self.progress else bar.update
@@ -398,7 +404,8 @@ class ProxyDistiller:
                 if outer is not None:
                     outer()
         try:
-            s = engine.invert(loss, n=n, batch_index=batch_index, start=start, on_step=step)
+            s = engine.invert(loss, n=n, batch_index=batch_index, start=start, on_step=step,
+                              first=delink_first if public is not None else None)
         finally:
             bar.close()
             if spatial is not None:

@@ -113,7 +113,8 @@ class ImageInversion:
 
     def invert(self, loss: InversionLoss, *, n: int, batch_index: int,
                start: torch.Tensor | Callable[[torch.Generator], torch.Tensor] | None = None,
-               on_step: Callable[[], Any] | None = None) -> torch.Tensor:
+               on_step: Callable[[], Any] | None = None,
+               first: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
         """Optimise one batch.
 
         Args:
@@ -123,6 +124,13 @@ class ImageInversion:
             start: ``(n, 3, H, W)`` images to start from, or a function of the batch's generator that
                 draws them (before any augmentation draw); ``None``: :func:`noise_images`.
             on_step: Called after every Adam step (a progress bar's ``update``).
+            first: A weighted term of the loss that reaches the images only through *another* model
+                (one of :attr:`frozen`): ``first(x)`` of the augmented batch, a scalar. It is
+                differentiated with respect to ``x`` before :attr:`model`'s forward pass, so its
+                model's activations are freed first and the step holds one network's activations,
+                not two (MobileFaceNet at 112 × 96, batch 96: ~3 GB each); its value and its exact
+                gradient join ``loss``'s total (the sum rule: the same step as one backward pass
+                through both, up to float summation order).
 
         Returns:
             The images ``(n, 3, H, W)`` (a tensor on :attr:`device` with grad; detach it); the
@@ -147,9 +155,17 @@ class ImageInversion:
                 for g in opt.param_groups:
                     g["lr"] = cosine_lr(self.lr, it, self.iterations)
                 x = augment_proxies(s, generator=gen, crop_scale=tuple(self.crop_scale), flip=self.flip, shift=self.shift)
+                early = None
+                if first is not None:
+                    term = first(x)
+                    (g,) = torch.autograd.grad(term, x)  # (B, 3, H, W); frees the other model's graph
+                    # value term, gradient g through x: d/ds (x · g) = g · dx/ds, exactly term's own
+                    early = term.detach() + (x * g).sum() - (x.detach() * g).sum()
                 with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
                     feats = self.model(x)
                 total, parts = loss(x, feats.float(), bn)  # (B, D) features in float32
+                if early is not None:
+                    total = total + early
                 if self.record or it % self.check_every == 0 or it == self.iterations - 1:
                     value = float(total.detach())
                     if not math.isfinite(value):

@@ -28,13 +28,31 @@ def tiny_train_config(out: str | Path, **kw: Any) -> TrainConfig:
 
 
 def tiny_public(out: Path) -> Path:
-    """Pretrain the tiny public model into ``out`` (once) and return its checkpoint."""
+    """Pretrain the tiny public model into ``out`` (once) and return its checkpoint.
+
+    Several processes may ask for the same ``out`` at once (pytest-xdist workers sharing
+    :func:`shared_root`): the first trains under an exclusive lock, the others wait and read its
+    checkpoint, so the suite pretrains it once instead of once per test module (~7 s each).
+    """
+    import fcntl
+
     from pfd.train import train
 
+    out.mkdir(parents=True, exist_ok=True)
     final = out / "model.pt"
-    if final.is_file():
-        return final
-    return train(tiny_train_config(out), progress=False)
+    with open(out / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if final.is_file():
+            return final
+        return train(tiny_train_config(out), progress=False)
+
+
+def shared_root(tmp_path_factory: Any) -> Path:
+    """A folder shared by every pytest-xdist worker of this session (the workers' common basetemp parent)."""
+    import os
+
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 def tiny_distill_config(public: Path, root: Path, **kw: Any) -> DistillConfig:

@@ -30,7 +30,7 @@ from pfd.distill.baselines import (
 )
 from pfd.distill.pipeline import distill
 from pfd.errors import PfdError
-from tests.distill_public import PRIVATE, tiny_distill_config, tiny_public
+from tests.distill_public import PRIVATE, shared_root, tiny_distill_config, tiny_public
 
 
 def _block_means_reference(x: torch.Tensor, b: int) -> torch.Tensor:
@@ -136,7 +136,7 @@ def test_defaults_scale_with_the_image_size():
 @pytest.fixture(scope="module")
 def public(tmp_path_factory):
     torch.set_num_threads(1)
-    return tiny_public(tmp_path_factory.mktemp("public"))
+    return tiny_public(shared_root(tmp_path_factory) / "tiny-public")
 
 
 def _run(public, root, method, **kw):

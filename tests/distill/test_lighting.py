@@ -101,10 +101,10 @@ def test_each_identity_s_prototypes_span_its_lighting_groups_and_batches_hold_on
 
 @pytest.fixture(scope="module")
 def public(tmp_path_factory):
-    from tests.distill_public import tiny_public
+    from tests.distill_public import shared_root, tiny_public
 
     torch.set_num_threads(1)
-    return tiny_public(tmp_path_factory.mktemp("public"))
+    return tiny_public(shared_root(tmp_path_factory) / "tiny-public")
 
 
 def test_a_run_with_the_lever_distils_each_batch_against_its_own_group_s_statistics(public, tmp_path):

@@ -23,13 +23,13 @@ from pfd.errors import PfdError
 from pfd.nn.checkpoints import load_head
 from pfd.release.reader import read_release
 from pfd.release.state_dir import read_proxy_map
-from tests.distill_public import PRIVATE, tiny_distill_config, tiny_public
+from tests.distill_public import PRIVATE, shared_root, tiny_distill_config, tiny_public
 
 
 @pytest.fixture(scope="module")
 def public(tmp_path_factory):
     torch.set_num_threads(1)
-    return tiny_public(tmp_path_factory.mktemp("public"))
+    return tiny_public(shared_root(tmp_path_factory) / "tiny-public")
 
 
 def test_the_registry_is_what_the_cli_offers():

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from tests.distill_public import PRIVATE, tiny_distill_config, tiny_public
+from tests.distill_public import PRIVATE, shared_root, tiny_distill_config, tiny_public
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def bench(tmp_path_factory):
     from pfd.data.sources import open_faces
 
     root = tmp_path_factory.mktemp("bench")
-    public = tiny_public(root / "public")
+    public = tiny_public(shared_root(tmp_path_factory) / "tiny-public")
     cfg = config_to_dict(tiny_distill_config(public, root))
     b = object.__new__(Bench)  # only what the distillation methods read: no pairs, no test set
     b.s = {"ogp": cfg["ogp"], "rta": cfg["rta"], "public_model": {"checkpoint": "tiny"}, "split": "test"}

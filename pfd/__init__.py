@@ -51,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     **{n: "pfd.nn.checkpoints" for n in ("save_checkpoint", "load_checkpoint", "load_backbone", "load_head")},
     "BNStatistics": "pfd.nn.bn_hooks",
     "tune_allocator": "pfd.allocator",
+    "StagePeaks": "pfd.memory",
     # embedding, training, verification
     "Embedder": "pfd.embed",
     # (the functions pfd.train.train and pfd.distill.distill are reached through their modules:

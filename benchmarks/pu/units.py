@@ -29,6 +29,7 @@ from pfd.distill.pipeline import Distillation, distill
 from pfd.release.private_set import private_set_record, record_private_set
 from pfd.embed import Embedder
 from pfd.io import atomic_write_text, sha256_file
+from pfd.memory import StagePeaks
 from pfd.nn.checkpoints import load_backbone, load_checkpoint
 from pfd.verify import tar_at_far, verification_metrics
 from benchmarks.pu.data import Scenario, SpecResolver
@@ -303,6 +304,7 @@ class Bench:
         root.mkdir(parents=True)
         res: dict[str, Any] = {"row": name, "seed": seed, "method": method or name, "load_start": load_average()}
         times: dict[str, float] = {}
+        peaks = StagePeaks()  # resident-memory peak per stage of the unit (issue 35's <= 6 GB)
         t0 = time.perf_counter()
         release = None
         if method is not None:
@@ -322,6 +324,9 @@ class Bench:
             for part in ("release", "state"):  # the unit's folder names them as before
                 (root / part).symlink_to(droot / part, target_is_directory=True)
             times["distill"] = time.perf_counter() - t
+            peaks.end("distill")
+            # The pipeline resets the mark at each of its stages: the distillation's peak is the largest.
+            peaks.peaks_gb["distill"] = max([peaks.peaks_gb.get("distill", 0.0), *summary.get("memory_gb", {}).values()])
             res["distill"] = {"times_s": summary["times_s"], "rates": summary["rates"], "counts": summary["counts"],
                               "gate": summary.get("gate"), "losses": summary["losses"],
                               "baseline": summary.get("baseline"), "reused_release": reused,
@@ -333,22 +338,27 @@ class Bench:
             t = time.perf_counter()
             model = self.downstream(release, root / "downstream", seed)
             times["downstream"] = time.perf_counter() - t
+            peaks.end("downstream")
         t = time.perf_counter()
         shutil.rmtree(self._scores(name, seed), ignore_errors=True)  # no scores of an unfinished unit stay
         res["utility"] = self.utility(model, self._scores(name, seed))
         times["utility"] = time.perf_counter() - t
+        peaks.end("utility")
         if release is not None:
             t = time.perf_counter()
             # The real folders, not the unit's symlinks to them (the audit's integrity check refuses a
             # symlinked release); raw, dp-pix and blur release private photos by design and fail it.
             res.update(self.audit(self.release_dir(method, baseline, seed), reconstruct=seed < self.s["recon"]["seeds"]))
             times["linkability"] = time.perf_counter() - t
+            peaks.end("linkability")
         if self.s["mia"].get("enabled", True):  # a screen (issue 35) leaves membership to the full unit
             t = time.perf_counter()
             res["membership"] = self.membership(model)
             times["membership"] = time.perf_counter() - t
+            peaks.end("membership")
         times["total"] = time.perf_counter() - t0
-        res.update(times_s={k: round(v, 1) for k, v in times.items()}, load_end=load_average())
+        res.update(times_s={k: round(v, 1) for k, v in times.items()}, load_end=load_average(),
+                   memory_gb=dict(peaks.peaks_gb), stage_peaks=peaks.resettable)
         return res
 
     # -- aggregation ------------------------------------------------------------------------

@@ -34,25 +34,24 @@ from pfd.data.shape import same_size, size_text
 from pfd.data.sources import open_faces
 from pfd.distill.batches import gather_batches, save_batch
 from pfd.distill.claim import claim_run
-from pfd.distill.delink import PublicView, target_ranks
+from pfd.distill.delink import PublicView
 from pfd.distill.gate import PublicationRefused, audit_config, refusal_message
 from pfd.distill.init_pool import InitPool, check_disjoint
 from pfd.distill.methods import check_method
-from pfd.distill.ogp import Rotation, rotate
+from pfd.distill.ogp import Rotation
 from pfd.distill.ogp_trainer import OGPTrainer
 from pfd.distill.cf_match import CFTarget
-from pfd.distill.lighting import cluster_batches, lighting_clusters, lighting_descriptor
-from pfd.distill.prototypes import kmeans_prototypes, lighting_prototypes, raw_selection, uniform_source_ranks
+from pfd.distill.lighting import cluster_batches
+from pfd.distill.prototype_stage import build_prototypes, private_spatial_targets
 from pfd.distill.public import pretrained_public_model
 from pfd.distill.rta import ProxyDistiller, proxy_batches
 from pfd.distill.summary import build_summary
-from pfd.embed import Embedder, class_centers
+from pfd.embed import Embedder
 from pfd.errors import PfdError
 from pfd.io import atomic_torch_save, atomic_write_bytes, atomic_write_json, jsonable
+from pfd.memory import StagePeaks
 from pfd.nn.checkpoints import check_arch, load_backbone, load_checkpoint, load_head, read_arch, save_checkpoint
-from pfd.nn.bn_hooks import bn_input_moments
 from pfd.nn.inversion import batch_generator
-from pfd.nn.spatial_stats import spatial_targets
 from pfd.progress import progress_bar, stage_line
 from pfd.release.format import to_uint8
 from pfd.release.private_set import check_private_set, private_set_record, record_private_set
@@ -136,6 +135,7 @@ class Distillation:
         self.acc = accelerator if accelerator is not None else make_accelerator(cfg.mixed_precision)
         self.progress = progress
         self.times: dict[str, float] = {}
+        self.peaks = StagePeaks()  # resident-memory peak per stage, printed beside its time
         self.skipped: list[str] = []
         self.N = self.faces.num_classes
         # Every process has checked the folders above before the main process writes to them.
@@ -210,6 +210,8 @@ class Distillation:
         self.times[stage] = 0.0 if skipped else time.perf_counter() - t0
         if skipped:
             self.skipped.append(stage)
+        else:
+            self.peaks.end(stage)
         if self.acc.is_main_process:
             stage_line(stage, self.times[stage], skipped=skipped)
             self.claim.secure()  # 0700/0600 whatever the umask, also if the run is killed later
@@ -342,87 +344,23 @@ class Distillation:
 
     # -- stage 2: prototypes (eq. 8) ---------------------------------------------------------
     def prototypes(self, backbone: torch.nn.Module, M: torch.Tensor) -> dict[str, Any]:
-        """Per-identity K-means on ``E Mᵀ`` (E for the non-rotating methods); ``prototypes.pt``."""
+        """Per-identity K-means on ``E Mᵀ`` (E for the non-rotating methods) and the private statistics
+        RTA matches: ``prototypes.pt`` (:func:`pfd.distill.prototype_stage.build_prototypes`)."""
 
         t0, cfg, st = time.perf_counter(), self.cfg, self.state
         skip = cfg.resume and st.prototypes.is_file()
         if not skip and self.acc.is_main_process:
-            E = Embedder(backbone, batch_size=256, device=self.acc.device, progress=self.progress,
-                         cache_dir=self.embed_cache)(self.faces)  # (n, D)
-            E_rot = rotate(E, M)  # (n, D), eq. 1 row-wise
-            groups = self._lighting_groups() if self.lighting else None
-            if groups is not None:  # the lighting lever: each class's K prototypes span its lighting groups
-                P, pid, proto_group = lighting_prototypes(
-                    E_rot, self.faces.labels, groups, k=cfg.rta.ipc, seed=cfg.rta.kmeans_seed,
-                    n_init=cfg.rta.kmeans_n_init, num_identities=self.N, identities=self.faces.identities,
-                )  # fmt: skip
-            else:
-                P, pid = kmeans_prototypes(
-                    E_rot, self.faces.labels, k=cfg.rta.ipc, seed=cfg.rta.kmeans_seed, n_init=cfg.rta.kmeans_n_init,
-                    num_identities=self.N, identities=self.faces.identities,
-                )  # fmt: skip
-            centers = class_centers(E, self.faces.labels, self.N)  # (N, D) original space: the insider's templates
-            if self.rotated and cfg.rta.source_ranks == "uniform":  # the insider's ranks, as the de-linking term's
-                ranks = target_ranks(np.arange(len(P)), self.N, cfg.rta.ipc, seed=cfg.rta.seed)
-                P = uniform_source_ranks(P, pid, centers, ranks)
-            doc = {
-                "P": P,
-                "proto_identity": pid,
-                "identities": list(self.faces.identities),
-                "centers": centers,
-                "cos_rotated": (E_rot * E).sum(1),  # cos(M e, e) per private image, (n,)
-                "embeddings": E,  # (n, D) original space: the insider's gallery in the publication gate
-                "rotated": self.rotated,
-            }
-            if self.method.real_images:
-                doc["raw_index"] = torch.from_numpy(raw_selection(E_rot, self.faces.labels, P, pid))
-            elif cfg.rta.lambda_spatial > 0:
-                doc["spatial"] = self._spatial_targets(backbone)
-            if groups is not None:
-                doc["lighting"] = self._lighting_targets(backbone, groups, proto_group)
+            doc = build_prototypes(backbone, M, self.faces, cfg, method=self.method, lighting=self.lighting,
+                                   device=self.acc.device, progress=self.progress, embed_cache=self.embed_cache)
             atomic_torch_save(doc, st.prototypes)
         self.acc.wait_for_everyone()
         self._timed("prototypes", t0, skip)
         return torch.load(st.prototypes, map_location="cpu", weights_only=True)
 
-    def _images(self, index: np.ndarray | None = None, batch: int = 128) -> Any:
-        """The private images ``index`` (default all) in batches ``(B, 3, H, W)`` on the device, un-augmented."""
-
-        idx = np.arange(len(self.faces)) if index is None else np.asarray(index)
-        return (torch.stack([self.faces[int(i)][0] for i in idx[lo:lo + batch]]).to(self.acc.device)
-                for lo in range(0, len(idx), batch))
-
-    def _spatial_targets(self, backbone: torch.nn.Module, index: np.ndarray | None = None) -> dict[str, Any]:
-        """Spatial statistics of the private set (or of the images ``index``) in the adapted model (:mod:`pfd.nn.spatial_stats`)."""
-
-        return spatial_targets(backbone, self._images(index), grid=self.cfg.rta.spatial_grid)
-
     @property
     def lighting(self) -> bool:
         """Whether the lighting lever is on (:mod:`pfd.distill.lighting`; distilled methods only)."""
         return self.cfg.rta.lighting_clusters > 0 and self.method.distilled
-
-    def _lighting_groups(self) -> np.ndarray:
-        """The private images' lighting groups (:func:`pfd.distill.lighting.lighting_clusters`), ``(n,)``."""
-
-        r = self.cfg.rta
-        desc = np.concatenate([lighting_descriptor(x.cpu(), grid=r.lighting_grid) for x in self._images()])  # (n, G²)
-        return lighting_clusters(desc, np.asarray(self.faces.labels), clusters=r.lighting_clusters,
-                                 min_identities=r.lighting_min_identities, seed=r.kmeans_seed)
-
-    def _lighting_targets(self, backbone: torch.nn.Module, groups: np.ndarray, proto_group: torch.Tensor) -> dict[str, Any]:
-        """Each lighting group's BatchNorm input moments (and spatial statistics) in the adapted model: private state."""
-
-        backbone.eval()
-        labels = np.asarray(self.faces.labels)
-        out: dict[str, Any] = {"group": torch.from_numpy(groups), "proto_group": proto_group, "bn": [],
-                               "identities": [len(np.unique(labels[groups == g])) for g in range(int(groups.max()) + 1)]}
-        for g in range(int(groups.max()) + 1):
-            index = np.flatnonzero(groups == g)
-            out["bn"].append(bn_input_moments(backbone, self._images(index)))
-            if self.cfg.rta.lambda_spatial > 0:
-                out.setdefault("spatial", []).append(self._spatial_targets(backbone, index))
-        return out
 
     # -- stage 3: proxies (eq. 6-10) ---------------------------------------------------------
     def batches(self, protos: dict[str, Any] | None = None) -> list[np.ndarray]:
@@ -450,7 +388,8 @@ class Distillation:
         public = self._public_view() if cfg.rta.lambda_delink > 0 and not real and mine else None
         spatial = None
         if cfg.rta.lambda_spatial > 0 and not real and mine:  # a state dir from before stored none: computed here
-            spatial = protos["spatial"] if "spatial" in protos else self._spatial_targets(backbone)
+            spatial = protos["spatial"] if "spatial" in protos else private_spatial_targets(
+                backbone, self.faces, cfg, self.acc.device)
         rta_cfg = cfg.rta if self.method.bn else replace(cfg.rta, lambda_bn=0.0)  # ncfm: no L_bn
         cf = None
         if self.method.cf and not real and mine:
@@ -577,14 +516,15 @@ class Distillation:
                     label_seed=cfg.release.label_seed, extra={"method": cfg.method, "prototype_row": rows.tolist()},
                 )  # fmt: skip
             self.times["release"] = time.perf_counter() - t0
+            self.peaks.end("release")
             summary = build_summary(
                 self.cfg, docs=docs, rows=rows, protos=protos, ogp_losses=ogp_losses, times=self.times,
+                peaks=self.peaks,
                 skipped=self.skipped, num_private=len(self.faces), processes=self.acc.num_processes,
                 release=self.out, state_dir=self.state.root,
             )  # fmt: skip
             summary["gate"] = gate
             if st.adapted.is_file():
-        
                 steps = int(load_checkpoint(st.adapted).get("step") or 0)
                 # Every method fine-tunes; only pfd's fine-tuning is OGP (the others train a plain head).
                 summary["counts"]["finetune_steps"] = steps

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from pfd.config import DistillConfig
+from pfd.memory import StagePeaks
 
 __all__ = ["STAGES", "proxy_rates", "build_summary", "format_summary"]
 
@@ -65,6 +66,7 @@ def build_summary(
     protos: dict[str, Any],
     ogp_losses: dict[str, float],
     times: dict[str, float],
+    peaks: StagePeaks | None = None,
     skipped: list[str],
     num_private: int,
     processes: int,
@@ -80,6 +82,7 @@ def build_summary(
         protos: ``prototypes.pt``.
         ogp_losses: Last logged fine-tuning metrics.
         times: Seconds per stage (0 when skipped).
+        peaks: Resident-memory peak per stage (:class:`pfd.memory.StagePeaks`), if measured.
         skipped: Stages skipped on resume.
         num_private: Private images.
         processes: Processes of the run.
@@ -106,6 +109,9 @@ def build_summary(
             "processes": int(processes),
         },
         "times_s": {**{s: round(times.get(s, 0.0), 3) for s in STAGES}, "total": round(sum(times.values()), 3)},
+        # GB per stage that ran; "stage_peaks" False: lifetime peaks (an upper bound per stage).
+        "memory_gb": dict(peaks.peaks_gb) if peaks is not None else {},
+        "stage_peaks": bool(peaks.resettable) if peaks is not None else False,
         "skipped": list(skipped),
         "losses": {"ogp": ogp_losses, "rta": rta},
         "rates": {
@@ -153,6 +159,11 @@ def format_summary(summary: dict[str, Any], *, private: str = "SPEC", skip_bad: 
         f"counts      {c['identities']} identities, {c['private_images']} private images -> {c['proxies']} proxies "
         f"({c['ipc']} per class) in {c['batches']} batches, {c['processes']} process(es)",
     ]
+    mem = summary.get("memory_gb") or {}
+    if mem:
+        what = "peak memory" if summary.get("stage_peaks") else "peak memory so far"
+        lines.insert(2, f"memory      {what}: " + "  ".join(f"{s} {mem[s]:.1f} GB" for s in STAGES if s in mem)
+                     + f"  | max {max(mem.values()):.1f} GB")
     if ogp:
         parts = [f"L_cls {_f(ogp.get('cls'))}"]
         if "rep" in ogp:

@@ -32,7 +32,7 @@ from pfd.distill.rta import ProxyDistiller
 from pfd.errors import PfdError
 from pfd.nn.checkpoints import load_checkpoint, load_head, save_checkpoint
 from pfd.nn.backbones import create_backbone
-from tests.distill_public import PRIVATE, tiny_distill_config, tiny_public
+from tests.distill_public import PRIVATE, shared_root, tiny_distill_config, tiny_public
 
 ROOT = REPO
 
@@ -48,7 +48,7 @@ def _one_thread():
 
 @pytest.fixture(scope="module")
 def public(tmp_path_factory) -> Path:
-    return tiny_public(tmp_path_factory.mktemp("public"))
+    return tiny_public(shared_root(tmp_path_factory) / "tiny-public")
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +153,10 @@ def test_gate_refuses_a_release_below_the_margin_target_and_resume_with_more_ogp
     res = distill(more, progress=False)
     assert res.summary["counts"]["ogp_steps"] == 48 and "adapt" not in res.summary["skipped"]
     assert res.summary["gate"]["published"] and read_release(res.release, verify=True).num_classes == 6
+    # Each stage that ran has its peak memory (a Python process with torch holds > 0.1 GB); skipped ones none.
+    mem = res.summary["memory_gb"]
+    assert set(mem) == {"public", "adapt", "prototypes", "rta", "release"} - set(res.summary["skipped"]), mem
+    assert "public" not in mem and all(v > 0.1 for v in mem.values()), mem
     assert not torch.equal(torch.load(st / "prototypes.pt", weights_only=True)["P"], old_protos)
     metrics = [json.loads(line)["step"] for line in (st / "ogp" / "metrics.jsonl").read_text().splitlines()]
     assert metrics == sorted(set(metrics)) and metrics[-1] == 48  # continued, not restarted

@@ -43,7 +43,12 @@ def test_format_summary_names_times_counts_rates_and_next_steps(tmp_path):
                  "L_RTA 0.600 -> 0.200", "own prototype 0.700", "< 0.1: 0.960", "chance 0.042",
                  "pfd release lint", "pfd attack --release", "--private synthetic:private"):  # fmt: skip
         assert part in text, part
-    assert "--skip-bad" not in text
+    assert "--skip-bad" not in text and "memory" not in text  # no peaks measured: no line
+    summary.update(memory_gb={"adapt": 1.25, "rta": 3.5, "release": 0.75}, stage_peaks=True)
+    mem = next(line for line in format_summary(summary).splitlines() if line.startswith("memory"))
+    assert mem == "memory      peak memory: adapt 1.2 GB  rta 3.5 GB  release 0.8 GB  | max 3.5 GB", mem
+    summary["stage_peaks"] = False  # lifetime peaks (no clear_refs): said so
+    assert "peak memory so far: adapt" in format_summary(summary)
     # Issue 20: after a --skip-bad run the suggested attack must skip the same bad files.
     skipped = format_summary(summary, private="faces dir/", skip_bad=True)
     attack = next(line for line in skipped.splitlines() if "pfd attack" in line)

@@ -93,6 +93,7 @@ from pfd.errors import PfdError
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
 from benchmarks.pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario, shared_folders
 from benchmarks.pu.plan import THROUGHPUT, minutes, plan_passes, print_plan, rates
+from benchmarks.pu.goals import goal_records
 from benchmarks.pu.report import markdown
 from benchmarks.pu.runner import (
     make_resolver,
@@ -294,6 +295,8 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 0
     def save() -> None:
         doc["date"] = time.strftime("%Y-%m-%d %H:%M %Z")
+        if args.protocol == "target":  # issue 35's goals (e) and (f) read the screen and timings beside the table
+            doc["goal_records"] = goal_records(json_path.parent)
         atomic_write_json(json_path, jsonable(doc), shared=True)
         atomic_write_text(md_path, markdown(doc), shared=True)
 

@@ -109,6 +109,10 @@ TARGET_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                  {"rta": {"lighting_clusters": 4}}),
     "lighting-spatial": ("lighting lever + spatial statistics per lighting group, λ_sp 0.1",
                          {"rta": {"lighting_clusters": 4, "lambda_spatial": 0.1}}),
+    # Issue 35 goal (e): the paper's method, one recipe away from today's defaults (eq. 8's K-means
+    # prototypes as they are, no insider term), against the committed table's pfd figures.
+    "paper": ("the paper's method: eq. 8 prototypes as they are, eq. 10 alone (no source ranks, no insider term)",
+              {"rta": {"source_ranks": "kmeans", "lambda_insider": 0.0}}),
 }
 
 #: What each protocol's ablation runs on: (variants, the main run's results file, scenario).
@@ -192,6 +196,8 @@ def summarise(bench: Bench, unit: dict[str, Any], ref: dict[str, Any], scores: n
     out["own_prototype"] = (d.get("rates") or {}).get("own_prototype")
     out["ogp_steps"] = (d.get("counts") or {}).get("ogp_steps")  # pfd only: the other methods run no OGP
     out["seconds"] = unit["times_s"]["total"]
+    mem = unit.get("memory_gb") or {}
+    out["peak_gb"] = max(mem.values()) if mem else None  # the unit's peak (issue 35: a screen unit <= 6 GB)
     return out
 
 

@@ -23,6 +23,7 @@ from pfd.train import train
 from pfd.allocator import tune_allocator
 from benchmarks.pu.augment import AugmentedFaces
 from benchmarks.pu.data import Scenario, SpecResolver
+from benchmarks.pu.goals import PAIRED
 from benchmarks.pu.report import markdown
 from benchmarks.pu.settings import ROWS, PLAIN_FINETUNE, ROW_BY_NAME, load_average, model_size, row_seeds, settings_hash, slug, unit_key
 from benchmarks.pu.units import Bench, group_check
@@ -261,6 +262,10 @@ def summarise(doc: dict[str, Any], scenarios: list[Scenario], settings: dict[str
             agg = bench.aggregate(name, sdoc["units"], row_seeds(name, settings))
             if agg is not None:
                 sdoc["rows"][name] = jsonable(agg)
+        for row, ref in PAIRED:  # issue 35 (c): pfd - dp-pix on the same pairs
+            pair = bench.paired(row, ref, sdoc["units"])
+            if pair is not None:
+                sdoc.setdefault("paired", {})[f"{row} - {ref}"] = jsonable({"accuracy": pair["all"], "by_pairs": pair})
         sep = group_check(sdoc["units"])
         if sep is not None:
             sdoc["groups"] = jsonable(sep)

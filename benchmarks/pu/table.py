@@ -188,6 +188,13 @@ def markdown_v2(doc: Mapping[str, Any]) -> str:
     lines: list[str] = []
     for name, sdoc in doc.get("scenarios", {}).items():
         lines += _scenario(name, sdoc, order, doc.get("settings", {}))
+    if (doc.get("settings") or {}).get("protocol") == "target":
+        from benchmarks.pu.goals import format_goals, method_goals
+
+        rec = doc.get("goal_records") or {}
+        goals = method_goals(doc, screen=rec.get("screen"), paper=rec.get("paper"), card_s=rec.get("card_s"),
+                             plan=tuple(rec["plan"]) if rec.get("plan") else None)
+        lines += ["### Goals (issue 35)", "", *format_goals(goals), ""]
     p = doc.get("public_model") or {}
     curve = ", ".join(f"{c['step']}: {c['loss']:.2f}" for c in p.get("curve", []))
     m = doc.get("machine", {})

@@ -409,6 +409,21 @@ class Bench:
         out["times_s"] = {"total_mean": float(np.mean([u["times_s"]["total"] for u in mine]))}
         return out
 
+    def paired(self, row: str, ref: str, units: dict[str, Any]) -> dict[str, Any] | None:
+        """``row`` minus ``ref`` on the same pairs (each over its own seeds, identity bootstrap), as
+        :meth:`aggregate`'s utility against public-ft; None until both rows' units and scores are there."""
+        seeds = {n: row_seeds(n, self.s) for n in (row, ref)}
+        if any(units.get(unit_key(n, s)) is None for n in seeds for s in seeds[n]):
+            return None
+        e = self.s["eval"]
+        try:
+            return {kind: utility_gain([np.load(self._scores(row, s) / f"{kind}.npy") for s in seeds[row]],
+                                       [np.load(self._scores(ref, s) / f"{kind}.npy") for s in seeds[ref]],
+                                       pairs.issame, self.weights[kind], folds=e["folds"], fars=e["fars"])["accuracy"]
+                    for kind, pairs in self.pairs.items()}
+        except FileNotFoundError:
+            return None
+
     def _scores(self, name: str, seed: int) -> Path:
         if self.scores_root is None:
             return self.work / "rows" / slug(name) / f"seed{seed}" / "scores"

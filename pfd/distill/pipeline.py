@@ -416,7 +416,7 @@ class Distillation:
                 g = int(lighting["proto_group"][rows[0]]) if lighting is not None else None  # one group per batch
                 res = distiller.distill_batch(
                     rows, classes[rows], batch_index=b, sources=pid[rows].numpy(), on_step=bar.update,
-                    bn_targets=lighting["bn"][g] if lighting is not None else None,
+                    bn_targets=lighting["bn"][g] if lighting is not None and lighting["bn"] else None,
                     spatial_targets=lighting["spatial"][g] if lighting is not None and "spatial" in lighting else None,
                 )  # fmt: skip
                 x, hist = res.proxies, res.summary()

@@ -60,15 +60,17 @@ def _lighting_groups(faces: FaceSet, cfg: DistillConfig, device: Any) -> np.ndar
 
 
 def _lighting_targets(backbone: torch.nn.Module, faces: FaceSet, cfg: DistillConfig, device: Any, groups: np.ndarray,
-                      proto_group: torch.Tensor) -> dict[str, Any]:
-    """Each lighting group's BatchNorm input moments (and spatial statistics) in the adapted model: private state."""
+                      proto_group: torch.Tensor, *, bn: bool) -> dict[str, Any]:
+    """Each lighting group's BatchNorm input moments (``bn``: a method that matches them) and spatial
+    statistics (``rta.lambda_spatial``) in the adapted model: private state."""
     backbone.eval()
     labels = np.asarray(faces.labels)
     out: dict[str, Any] = {"group": torch.from_numpy(groups), "proto_group": proto_group, "bn": [],
                            "identities": [len(np.unique(labels[groups == g])) for g in range(int(groups.max()) + 1)]}
     for g in range(int(groups.max()) + 1):
         index = np.flatnonzero(groups == g)
-        out["bn"].append(bn_input_moments(backbone, private_images(faces, device, index)))
+        if bn:  # ncfm matches no BN statistics: a pass over the group it would never read
+            out["bn"].append(bn_input_moments(backbone, private_images(faces, device, index)))
         if cfg.rta.lambda_spatial > 0:
             out.setdefault("spatial", []).append(private_spatial_targets(backbone, faces, cfg, device, index))
     return out
@@ -123,5 +125,5 @@ def build_prototypes(backbone: torch.nn.Module, M: torch.Tensor, faces: FaceSet,
     elif rta.lambda_spatial > 0:
         doc["spatial"] = private_spatial_targets(backbone, faces, cfg, device)
     if groups is not None:
-        doc["lighting"] = _lighting_targets(backbone, faces, cfg, device, groups, proto_group)
+        doc["lighting"] = _lighting_targets(backbone, faces, cfg, device, groups, proto_group, bn=method.bn)
     return doc

@@ -137,3 +137,22 @@ def test_a_run_with_the_lever_distils_each_batch_against_its_own_group_s_statist
     from pfd.distill.summary import format_summary
 
     assert "lighting    group 0: " in format_summary(res.summary)
+
+
+def test_the_prototype_stage_stores_group_bn_targets_only_for_methods_that_match_them(public, tmp_path):
+    from pfd.data.sources import open_faces
+    from pfd.distill.methods import get_method
+    from pfd.distill.prototype_stage import build_prototypes
+    from pfd.nn.checkpoints import load_backbone
+    from tests.distill_public import PRIVATE, tiny_distill_config
+
+    cfg = tiny_distill_config(public, tmp_path, rta={"lighting_clusters": 3, "lighting_min_identities": 2})
+    faces = open_faces(PRIVATE, size=32)
+    backbone = load_backbone(public).eval()
+    M = torch.eye(32)
+    docs = {m: build_prototypes(backbone, M, faces, cfg, method=get_method(m), lighting=True, device="cpu")
+            for m in ("pfd", "ncfm")}
+    n_groups = int(docs["pfd"]["lighting"]["group"].max()) + 1
+    assert n_groups >= 2 and len(docs["pfd"]["lighting"]["bn"]) == n_groups
+    assert docs["ncfm"]["lighting"]["bn"] == []  # NCFM has no L_bn: no pass over each group
+    assert torch.equal(docs["ncfm"]["lighting"]["group"], docs["pfd"]["lighting"]["group"])

@@ -27,7 +27,7 @@ import os
 import platform
 import sys
 
-__all__ = ["tune_allocator", "ALLOCATOR_ENV"]
+__all__ = ["tune_allocator", "release_free_memory", "ALLOCATOR_ENV"]
 
 #: Environment variable: ``system`` leaves malloc untouched, ``tune`` (or unset) tunes it; anything else is an error.
 ALLOCATOR_ENV = "PFD_ALLOCATOR"
@@ -75,3 +75,24 @@ def tune_allocator(*, env: dict[str, str] | None = None) -> str:
         return "system (mallopt refused)"
     _applied = f"glibc: mmap {MMAP_THRESHOLD >> 20} MiB, trim {TRIM_THRESHOLD >> 30} GiB"
     return _applied
+
+
+def release_free_memory() -> bool:
+    """Hand the heap's free pages back to the kernel (glibc ``malloc_trim(0)``); elsewhere a no-op.
+
+    The raised trim threshold of :func:`tune_allocator` keeps freed memory for the next step of the
+    same loop, which is what a loop wants; across a stage boundary it is waste: after RTA on
+    MobileFaceNet at 112 × 96 (batch 96) the process still held 3.0 GB, 0.7 GB after a trim, and
+    the next stage's peak (the publication gate's audit) stacked on top of it. Called between
+    stages (:meth:`pfd.memory.StagePeaks.end`); it takes milliseconds.
+
+    Returns:
+        Whether memory was returned (``False`` where nothing was free or the call is unavailable).
+    """
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.malloc_trim(0))
+    except (OSError, AttributeError):
+        return False

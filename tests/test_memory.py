@@ -44,3 +44,21 @@ def test_unreadable_status_falls_back_to_getrusage(monkeypatch):
     monkeypatch.setattr(memory, "_STATUS", Path("/nonexistent/status"))
     peak = peak_rss_bytes()
     assert peak is not None and peak > 10_000_000  # a Python process with numpy holds more than 10 MB
+
+
+def _rss() -> float:
+    import re
+
+    return int(re.search(r"VmRSS:\s+(\d+)", Path("/proc/self/status").read_text()).group(1)) * 1024
+
+
+def test_release_free_memory_hands_back_what_the_tuned_heap_keeps():
+    from pfd.allocator import release_free_memory, tune_allocator
+
+    if not tune_allocator().startswith("glibc") or not Path("/proc/self/status").is_file():
+        pytest.skip("glibc on Linux only")
+    blocks = [_touch(4_000_000) for _ in range(150)]  # 600 MB in 4 MB blocks: below the mmap threshold, on the heap
+    del blocks
+    kept = _rss()  # freed, but under the 1 GiB trim threshold: still resident
+    assert release_free_memory()
+    assert kept - _rss() > 0.3e9, (kept, _rss())

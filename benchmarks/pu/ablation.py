@@ -109,6 +109,10 @@ TARGET_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                  {"rta": {"lighting_clusters": 4}}),
     "lighting-spatial": ("lighting lever + spatial statistics per lighting group, λ_sp 0.1",
                          {"rta": {"lighting_clusters": 4, "lambda_spatial": 0.1}}),
+    # Issue 35: a longer RTA from public starts (SRe2L recovers for 1,000+ iterations; the cosine
+    # schedule is RTA's own), with the de-linking term that a public start needs (the combo screen).
+    "public-long": ("public-face start (CelebA public) + de-linking term, RTA 240 iterations (4x)",
+                    {"rta": {"init": "public", "init_data": "celeba:public", "lambda_delink": 10.0, "iterations": 240}}),
     # Issue 35 goal (e): the paper's method, one recipe away from today's defaults (eq. 8's K-means
     # prototypes as they are, no insider term), against the committed table's pfd figures.
     "paper": ("the paper's method: eq. 8 prototypes as they are, eq. 10 alone (no source ranks, no insider term)",

@@ -37,3 +37,20 @@ BENCH = REPO / "benchmarks"
 def bench() -> Callable[[str], Any]:
     """``bench("scaling")`` imports ``benchmarks.scaling`` (the benchmarks are a package of the checkout)."""
     return lambda name: importlib.import_module(f"benchmarks.{name}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the tests of a module that share a module-scoped fixture on one xdist worker.
+
+    ``--dist loadgroup`` (pyproject.toml) otherwise spreads a module's tests over both workers, and
+    each worker builds the module's fixtures again: a module's finished distillation runs (the
+    pipeline tests' ``runs``, ``folder_run``) were computed twice per suite. Tests already in a
+    group keep it; runs before xdist's own hook, which turns the marks into node ids.
+    """
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        if any(d and d[-1].scope == "module" for d in defs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))

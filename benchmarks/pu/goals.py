@@ -179,7 +179,8 @@ def format_goals(goals: Mapping[str, tuple[str, str]]) -> list[str]:
 def goal_records(results: Path, *, scenario: str = "illumination") -> dict[str, Any]:
     """What (e) and (f) read beside the table in ``results``: the screen of ``scenario`` (and its
     ``paper`` variant against the committed table one folder up), and ``timings.json`` (the card's
-    and ``--plan``'s measured seconds, written where they were measured). Absent files: absent keys.
+    and ``--plan``'s measured seconds, and a screen unit's idle seconds and peak memory, each with
+    where it was measured; they replace the screen file's own). Absent files: absent keys.
     """
     import json
 
@@ -200,6 +201,10 @@ def goal_records(results: Path, *, scenario: str = "illumination") -> dict[str, 
     timings = results / "timings.json"
     if timings.is_file():
         t = json.loads(timings.read_text())
+        unit = t.get("screen_unit") or {}
+        if unit:  # measured where it says (idle seconds and peak memory may come from two runs of one unit)
+            out["screen"] = {"variants": {"default": {"summary": {"seconds": unit.get("seconds"),
+                                                                  "peak_gb": unit.get("peak_gb")}}}}
         out["card_s"] = (t.get("card") or {}).get("seconds")
         plan = t.get("plan") or {}
         if plan.get("planned_s") and plan.get("measured_s"):

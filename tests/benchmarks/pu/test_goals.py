@@ -84,3 +84,6 @@ def test_goal_records_read_the_screen_its_paper_variant_and_the_timings(tmp_path
     assert rec["paper"] == {"scenario": "illumination", "diff": -0.004, "reference": {"diff": -0.009, "ci95": [-0.03, 0.004]}}
     assert rec["card_s"] == 470 and rec["plan"] == [600, 683]
     assert goal_records(tmp_path / "empty") == {}
+    # A screen unit measured idle for its time and again for its memory: timings.json says so and wins.
+    (results / "timings.json").write_text(json.dumps({"screen_unit": {"seconds": 509.7, "peak_gb": 5.97}}))
+    assert goal_records(results)["screen"]["variants"]["default"]["summary"] == {"seconds": 509.7, "peak_gb": 5.97}

@@ -325,8 +325,8 @@ class Bench:
                 (root / part).symlink_to(droot / part, target_is_directory=True)
             times["distill"] = time.perf_counter() - t
             peaks.end("distill")
-            # The pipeline resets the mark at each of its stages: the distillation's peak is the largest.
-            peaks.peaks_gb["distill"] = max([peaks.peaks_gb.get("distill", 0.0), *summary.get("memory_gb", {}).values()])
+            if not reused:  # the pipeline resets the mark at each of its stages: its largest stage is the peak
+                peaks.peaks_gb["distill"] = max([peaks.peaks_gb.get("distill", 0.0), *summary.get("memory_gb", {}).values()])
             res["distill"] = {"times_s": summary["times_s"], "rates": summary["rates"], "counts": summary["counts"],
                               "gate": summary.get("gate"), "losses": summary["losses"],
                               "baseline": summary.get("baseline"), "reused_release": reused,

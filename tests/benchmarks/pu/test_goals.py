@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import json
 
-from benchmarks.pu.goals import goal_records, method_goals
+from benchmarks.pu.goals import goal_records, holm, method_goals
 
 
 def _acc(diff, lo, hi, sd=0.01):
     return {"utility": {"all": {"accuracy": {"diff": diff, "ci95": [lo, hi], "ref_sd": sd}}}}
 
 
-def _pfd(diff=0.0, lo=-0.01, hi=0.01, *, publishable=True, above=False, uniform=True):
+def _pfd(diff=0.0, lo=-0.01, hi=0.01, *, publishable=True, above=False, rank_p=(0.4, 0.03)):
     ci = [0.05, 0.2] if above else [0.0, 0.05]
     fig = {"chance": 0.036, "ci95_per_seed": [[0.0, 0.05], ci]}
     row = _acc(diff, lo, hi)
     row["linkability"] = {"proxies": {r: {"reid": fig, "vismatch": fig} for r in ("public", "insider", "judge")},
-                          "rank_uniformity": {"proxies": {r: {"uniform": 2 if uniform else 1, "of": 2}
+                          "rank_uniformity": {"proxies": {r: {"p_per_seed": list(rank_p)}
                                                           for r in ("public", "insider", "judge")}}}
     row["audit"] = {"publishable": 2 if publishable else 1, "of": 2,
                     "failed_per_seed": [[], [] if publishable else ["Rank-1 Re-ID (proxies) [public]"]]}
@@ -46,7 +46,8 @@ def test_each_goal_fails_on_its_own_evidence():
     g = method_goals(_doc(above=True))
     assert g["a"][0] == "MISSED" and "above: proxies public reid" in g["a"][1]
     assert method_goals(_doc(publishable=False))["a"][0] == "MISSED"
-    assert method_goals(_doc(uniform=False))["d"][0] == "MISSED"
+    d = method_goals(_doc(rank_p=(0.4, 1e-5)))["d"]
+    assert d[0] == "MISSED" and "NOT uniform: celeba insider p = 1e-05" in d[1]
     doc = _doc()
     doc["scenarios"]["illumination"]["rows"]["pfd"] = _pfd(0.029, 0.001, 0.05)  # +2.9 < +3.0
     assert method_goals(doc)["b"][0] == "MISSED"
@@ -87,3 +88,16 @@ def test_goal_records_read_the_screen_its_paper_variant_and_the_timings(tmp_path
     # A screen unit measured idle for its time and again for its memory: timings.json says so and wins.
     (results / "timings.json").write_text(json.dumps({"screen_unit": {"seconds": 509.7, "peak_gb": 5.97}}))
     assert goal_records(results)["screen"]["variants"]["default"]["summary"] == {"seconds": 509.7, "peak_gb": 5.97}
+
+
+def test_goal_d_reads_the_source_ranks_family_wise():
+    # p = 0.03 on one seed of every attacker: no single test is below 0.05 / 18, so Holm rejects none.
+    d = method_goals(_doc())["d"]
+    assert d[0] == "met" and "uniform (Holm, family-wise 5 % over 18 tests" in d[1] and "9 at p <= 0.05, 0.9 expected at chance" in d[1]
+
+
+def test_holm_against_its_definition():
+    assert holm([0.01, 0.04, 0.03, 0.2], level=0.05) == [True, False, False, False]
+    assert holm([0.01, 0.016, 0.02], level=0.05) == [True, True, True]  # 0.01<=0.05/3, 0.016<=0.025, 0.02<=0.05
+    assert holm([0.5, 0.001], level=0.05) == [False, True]
+    assert holm([], level=0.05) == []

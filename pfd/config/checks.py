@@ -220,6 +220,7 @@ def _check_rta(cfg: RTAConfig, prefix: str = "rta.", flags: bool = True) -> None
     c("init_data", lambda v: not v or cfg.init == "public",
       f"is read only with --init public (rta.init is {cfg.init!r}): add --init public, or drop --init-data")
     c.non_negative("lambda_spatial")
+    c.non_negative("lambda_tv")
     c.at_least("spatial_grid", 1)
     c.choice("source_ranks", ("uniform", "kmeans"))
     c.non_negative("lambda_insider")

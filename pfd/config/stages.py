@@ -244,6 +244,10 @@ class RTAConfig:
         lambda_insider: Weight of the de-linking term in the adapted model's own space
             (:mod:`pfd.distill.delink`; rotating methods only; 0 = the paper's eq. 10): the
             proxies' sources at the same uniform ranks for the insider.
+        lambda_tv: Weight of the total-variation prior :func:`pfd.nn.image_prior.total_variation`
+            (DeepInversion's R_TV; not in the paper; 0 = eq. 10): the proxies' neighbouring pixels
+            pulled together, so that what encodes a class is not a high-frequency pattern that only
+            the adapted model reads.
     """
 
     ipc: int = 10
@@ -274,6 +278,7 @@ class RTAConfig:
     lambda_cf: float = 300.0
     cf_frequencies: int = 4096
     cf_sampler_lr: float = 1e-3
+    lambda_tv: float = 0.0
 
 
 @dataclass

@@ -33,6 +33,7 @@ from torch import nn
 from pfd.data.shape import ImageSize, canonical_size, image_hw
 from pfd.distill.delink import PublicView, target_ranks
 from pfd.errors import PfdError
+from pfd.nn.image_prior import total_variation
 from pfd.nn.inversion import ImageInversion, noise_images
 from pfd.nn.spatial_stats import SpatialStatistics
 from pfd.progress import progress_bar
@@ -132,7 +133,8 @@ DOMINANCE = 1000.0
 
 #: Each weighted term: its setting and the flag that sets it.
 TERM_SETTINGS = {"bn": ("rta.lambda_bn", "--lambda-bn"), "spatial": ("rta.lambda_spatial", "--lambda-spatial"),
-                 "delink": ("rta.lambda_delink", "--lambda-delink"), "insider": ("rta.lambda_insider", None)}
+                 "delink": ("rta.lambda_delink", "--lambda-delink"), "insider": ("rta.lambda_insider", None),
+                 "tv": ("rta.lambda_tv", "--lambda-tv")}
 
 
 def dominant_term(comps: dict[str, float], weights: dict[str, float], *, lambda_rta: float) -> tuple[str, float] | None:
@@ -349,7 +351,7 @@ class ProxyDistiller:
                    if self.spatial is not None else None)
 
         def loss(x: torch.Tensor, feats: torch.Tensor, bn: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            """Eq. 10 (+ the spatial statistics and the de-linking term, when on), in this order."""
+            """Eq. 10 (+ the spatial statistics, the image prior and the de-linking terms, when on), in this order."""
             emb = F.normalize(feats, dim=1)  # (B, D)
             logits = self.head(feats, cls_t) if self.head is not None and cls_t is not None else None
             total, comps = distill_loss(
@@ -364,6 +366,10 @@ class ProxyDistiller:
                 l_sp = spatial.loss()
                 total = total + cfg.lambda_spatial * l_sp
                 comps["spatial"] = l_sp.detach()
+            if cfg_tv > 0:  # the image prior reads the pixels only: no forward pass of its own
+                l_tv = total_variation(x)
+                total = total + cfg_tv * l_tv
+                comps["tv"] = l_tv.detach()
             if public is not None:  # its value and gradient were taken first (delink_first), before the forward
                 comps["delink"] = delink_value[0]
             if insider is not None:  # the same ranks, in the adapted model's own space: no extra forward
@@ -384,6 +390,7 @@ class ProxyDistiller:
                                    f"({DOMINANCE:g} times eq. 10), or to 0 to drop the term")
             return total, comps
 
+        cfg_tv = float(getattr(cfg, "lambda_tv", 0.0) or 0.0)
         checked: list[bool] = []
         delink_value: list[torch.Tensor] = []
 

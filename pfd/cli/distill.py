@@ -65,6 +65,8 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
               "variance of every BN layer's input, matched to the private set's domain-level values; 0 = the paper).")
 @click.option("--lambda-tv", type=float, help="[rta] weight of the total-variation image prior (DeepInversion's "
               "R_TV: neighbouring pixels pulled together; 0 = the paper).")
+@click.option("--downsample", type=int, help="[rta] optimise each proxy at SIZE/N per side and upsample it "
+              "bilinearly (IDC's low-resolution parameterisation; for private photos taken at low resolution; 1 = the paper).")
 @click.option("--lighting-clusters", type=int, help="[rta] lighting lever: group the private images into at most this "
               "many lighting conditions (each pooled over >= 5 identities); proxies span their source's groups and match "
               "their group's BN statistics (0 = the paper's domain-level eq. 6).")
@@ -123,7 +125,8 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     ogp["min_steps"] = kw.pop("ogp_min_steps")
     ogp.update({k: kw.pop(k) for k in ("rep_margin", "lambda_rep", "lambda_iso")})
     rta = {k: kw.pop(k) for k in ("ipc", "iterations", "lambda_rta", "lambda_bn", "lambda_delink", "init", "init_data",
-                                  "lambda_spatial", "lighting_clusters", "lambda_cf", "cf_frequencies", "lambda_tv")}
+                                  "lambda_spatial", "lighting_clusters", "lambda_cf", "cf_frequencies", "lambda_tv",
+                                  "downsample")}
     rta.update(batch_size=kw.pop("rta_batch_size"), lr=kw.pop("rta_lr"))
     release = {"label_seed": kw.pop("label_seed"), "allow_linkable": kw.pop("allow_linkable"), "judge": kw.pop("judge")}
     baseline = {"epsilon": kw.pop("epsilon"), "cell": kw.pop("dp_cell"), "pixels": kw.pop("dp_pixels"),

@@ -221,6 +221,7 @@ def _check_rta(cfg: RTAConfig, prefix: str = "rta.", flags: bool = True) -> None
       f"is read only with --init public (rta.init is {cfg.init!r}): add --init public, or drop --init-data")
     c.non_negative("lambda_spatial")
     c.non_negative("lambda_tv")
+    c.at_least("downsample", 1)
     c.at_least("spatial_grid", 1)
     c.choice("source_ranks", ("uniform", "kmeans"))
     c.non_negative("lambda_insider")
@@ -266,6 +267,13 @@ def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> 
     _check_release(cfg.release, "release.", flags)
     _check_baseline(cfg.baseline, "baseline.", flags)
     _check_judge(cfg)
+    f = int(cfg.rta.downsample)
+    if f > 1 and _size_ok(cfg.size) and any(side % f for side in image_hw(cfg.size)):
+        sides = "x".join(map(str, image_hw(cfg.size)))
+        ok = [d for d in range(2, min(image_hw(cfg.size)) + 1) if all(s % d == 0 for s in image_hw(cfg.size))][:4]
+        raise PfdError(f"rta.downsample{' (--downsample)' if flags else ''} = {f} does not divide the image size "
+                       f"{sides}: the proxies are optimised at size / downsample per side; use one of "
+                       f"{', '.join(map(str, ok))}")
 
 
 def _check_judge(cfg: DistillConfig) -> None:

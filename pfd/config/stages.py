@@ -248,6 +248,10 @@ class RTAConfig:
             (DeepInversion's R_TV; not in the paper; 0 = eq. 10): the proxies' neighbouring pixels
             pulled together, so that what encodes a class is not a high-frequency pattern that only
             the adapted model reads.
+        downsample: Low-resolution parameterisation (IDC, Kim et al. 2022): each proxy is optimised
+            at ``size / downsample`` per side and upsampled bilinearly (:class:`pfd.nn.inversion.ImageInversion`);
+            1 = the paper's full-resolution pixels. For a private set photographed at low
+            resolution: its proxies then hold no detail finer than the photos do.
     """
 
     ipc: int = 10
@@ -279,6 +283,7 @@ class RTAConfig:
     cf_frequencies: int = 4096
     cf_sampler_lr: float = 1e-3
     lambda_tv: float = 0.0
+    downsample: int = 1
 
 
 @dataclass

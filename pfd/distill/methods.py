@@ -42,7 +42,7 @@ _BASELINE_OPTIONS = ("epsilon", "dp_cell", "dp_pixels", "blur_sigma")
 _ROTATION_OPTIONS = ("rep_margin", "lambda_rep", "lambda_iso")
 #: Options of RTA's optimisation (a method that releases real images runs none of it).
 _RTA_OPTIONS = ("iterations", "rta_lr", "lambda_rta", "lambda_bn", "lambda_delink", "init", "init_data", "lambda_spatial",
-                "lighting_clusters", "lambda_tv")
+                "lighting_clusters", "lambda_tv", "downsample")
 #: Options of characteristic-function matching (:mod:`pfd.distill.cf_match`).
 _CF_OPTIONS = ("lambda_cf", "cf_frequencies")
 

@@ -343,7 +343,8 @@ class ProxyDistiller:
             self.backbone, size=self.size, iterations=cfg.iterations, lr=cfg.lr, betas=tuple(cfg.betas),
             crop_scale=tuple(cfg.crop_scale), flip=cfg.flip, shift=cfg.shift, lambda_bn=cfg.lambda_bn,
             first_bn_multiplier=cfg.first_bn_multiplier, include_bn1d=self.include_bn1d, init_std=cfg.init_std,
-            seed=cfg.seed, device=self.device, amp=self.amp, fast_prelu=self.fast_prelu,
+            downsample=int(getattr(cfg, "downsample", 1) or 1), seed=cfg.seed, device=self.device, amp=self.amp,
+            fast_prelu=self.fast_prelu,
             frozen=[public.model] if public is not None else [], what="RTA batch",
             fix="lower rta.lr or rta.lambda_bn, or check the backbone; finished batches are kept",
         )  # fmt: skip

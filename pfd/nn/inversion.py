@@ -12,6 +12,13 @@ images through the attacker's model. Both run the same seeded loop, SRe2L's "rec
    (:class:`pfd.nn.bn_hooks.BNStatistics`, eq. 6) and its PReLU slopes frozen
    (:class:`pfd.nn.frozen_prelu.FrozenPReLU`); the caller's loss; Adam; pixels clamped to [0, 1].
 
+With ``downsample`` = f > 1 the optimised tensor is the images at ``H/f × W/f``, and what the model
+sees (and what is returned) is that tensor upsampled bilinearly to ``H × W``: the low-resolution
+parameterisation of IDC (Kim et al., ICML 2022, "Dataset Condensation via Efficient
+Synthetic-Data Parameterization"). Nothing the optimiser can write then lies above the low
+resolution's Nyquist frequency: a class cannot be encoded in a pixel-scale pattern that only the
+inverted model reads, which is what a private set photographed at low resolution never holds.
+
 The caller owns the loss (its terms and the order they are summed in, which the pixels depend
 on bit for bit); the engine owns everything else, so a batch is a pure function of ``(seed,
 batch)``, the model and the loss: resumable and shardable, bit for bit on the CPU.
@@ -72,6 +79,8 @@ class ImageInversion:
         first_bn_multiplier: Weight of the first BN layer in ``L_bn`` (SRe2L: 10).
         include_bn1d: Also read BatchNorm1d statistics.
         init_std: Spread of the noise start.
+        downsample: Optimise the images at ``H/f × W/f`` and upsample them bilinearly (module
+            docstring; 1: the pixels themselves).
         seed: Seed of the noise and augmentation draws (with the batch index).
         device: Where to optimise.
         amp: bf16 autocast for the forward pass on CUDA.
@@ -95,6 +104,7 @@ class ImageInversion:
     first_bn_multiplier: float = 10.0
     include_bn1d: bool = False
     init_std: float = 0.2
+    downsample: int = 1
     seed: int = 0
     device: torch.device | str = "cpu"
     amp: bool = False
@@ -110,6 +120,19 @@ class ImageInversion:
         self.size = canonical_size(self.size)
         self.device = torch.device(self.device)
         self.frozen = tuple(self.frozen)
+        h, w = image_hw(self.size)
+        f = int(self.downsample)
+        if f < 1 or h % f or w % f:
+            raise PfdError(f"downsample {self.downsample} must be a whole number >= 1 that divides the image size "
+                           f"{h}x{w}; pick a divisor of both sides")
+        self.low_hw = (h // f, w // f)
+
+    def render(self, s: torch.Tensor) -> torch.Tensor:
+        """The images ``(n, 3, H, W)`` of the optimised tensor ``s``: ``s`` itself, or ``s`` upsampled
+        bilinearly from ``H/f × W/f`` (in [0, 1] when ``s`` is: each pixel is a convex combination)."""
+        if self.downsample == 1:
+            return s
+        return torch.nn.functional.interpolate(s, size=image_hw(self.size), mode="bilinear", align_corners=False)
 
     def invert(self, loss: InversionLoss, *, n: int, batch_index: int,
                start: torch.Tensor | Callable[[torch.Generator], torch.Tensor] | None = None,
@@ -133,7 +156,8 @@ class ImageInversion:
                 through both, up to float summation order).
 
         Returns:
-            The images ``(n, 3, H, W)`` (a tensor on :attr:`device` with grad; detach it); the
+            The images ``(n, 3, H, W)`` (a tensor on :attr:`device` with grad; detach it; with
+            :attr:`downsample` > 1, :meth:`render` of the optimised low-resolution tensor); the
             loss parts per iteration are in :attr:`history` (``total`` included) when :attr:`record`.
 
         Raises:
@@ -141,9 +165,11 @@ class ImageInversion:
         """
         gen = batch_generator(self.seed, batch_index)
         if start is None:
-            s = noise_images(n, self.size, self.init_std, gen)
+            s = noise_images(n, self.low_hw, self.init_std, gen)  # (n, 3, H/f, W/f)
         else:  # the caller's images are never changed in place
             s = start(gen) if callable(start) else start.detach().clone()
+            if self.downsample > 1:  # a photo start, averaged down to the parameterisation's grid
+                s = torch.nn.functional.adaptive_avg_pool2d(s, self.low_hw)
         s = s.to(self.device).requires_grad_(True)
         opt = torch.optim.Adam([s], lr=self.lr, betas=tuple(self.betas), eps=1e-8)
         bn = (BNStatistics(self.model, first_multiplier=self.first_bn_multiplier, include_bn1d=self.include_bn1d)
@@ -154,7 +180,7 @@ class ImageInversion:
             for it in range(self.iterations):
                 for g in opt.param_groups:
                     g["lr"] = cosine_lr(self.lr, it, self.iterations)
-                x = augment_proxies(s, generator=gen, crop_scale=tuple(self.crop_scale), flip=self.flip, shift=self.shift)
+                x = augment_proxies(self.render(s), generator=gen, crop_scale=tuple(self.crop_scale), flip=self.flip, shift=self.shift)
                 early = None
                 if first is not None:
                     term = first(x)
@@ -188,4 +214,4 @@ class ImageInversion:
                 bn.remove()
             for p in prelus:
                 p.remove()
-        return s
+        return self.render(s)

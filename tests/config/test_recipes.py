@@ -86,6 +86,7 @@ def test_partial_nested_table_keeps_the_fields_own_defaults():
         (DistillConfig, {"min_images": -5}, "--min-images"),
         (DistillConfig, {"baseline": {"epsilon": 0.0}}, "--epsilon"),
         (DistillConfig, {"rta": {"init_data": "public/"}}, "--init-data"),  # issue 34: ignored without --init public
+        (DistillConfig, {"rta": {"downsample": 0}}, "--downsample"),
         (TrainConfig, {"batch_size": 0}, "--batch-size"),
         (TrainConfig, {"epochs": 0}, "--epochs"),
         (TrainConfig, {"lr": -0.1}, "--lr"),
@@ -105,6 +106,13 @@ def test_settings_in_range_pass_and_python_built_configs_are_checked_too():
     bad.rta.iterations = 0
     with pytest.raises(PfdError, match="--iterations"):
         validate_config(bad)
+
+
+def test_a_downsample_that_does_not_divide_the_image_size_is_refused_with_the_divisors():
+    assert build_config(DistillConfig, {"size": 48, "rta": {"downsample": 3}}).rta.downsample == 3
+    with pytest.raises(PfdError, match=r"^rta\.downsample \(--downsample\) = 3 does not divide the image size 32x32: .* "
+                                       r"use one of 2, 4, 8, 16$"):
+        build_config(DistillConfig, {"size": 32, "rta": {"downsample": 3}})
 
 
 def test_outputs_that_are_existing_files_are_refused(tmp_path):

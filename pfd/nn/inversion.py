@@ -180,7 +180,8 @@ class ImageInversion:
             for it in range(self.iterations):
                 for g in opt.param_groups:
                     g["lr"] = cosine_lr(self.lr, it, self.iterations)
-                x = augment_proxies(self.render(s), generator=gen, crop_scale=tuple(self.crop_scale), flip=self.flip, shift=self.shift)
+                x = augment_proxies(self.render(s), generator=gen, crop_scale=tuple(self.crop_scale), flip=self.flip,
+                                    shift=self.shift)  # (n, 3, H, W)
                 early = None
                 if first is not None:
                     term = first(x)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
+from pfd.errors import PfdError
 from pfd.nn.inversion import ImageInversion
 
 
@@ -59,12 +61,12 @@ def test_a_downsampled_parameterisation_optimises_a_low_resolution_image_and_ups
     so it holds (almost) no energy above the 6-pixel grid, where full-resolution pixels hold plenty."""
     net = _net(0)
     target = torch.randn(4, 16, generator=torch.Generator().manual_seed(2))
+    seen: list[torch.Tensor] = []  # every batch the model saw
 
     def loss(x, feats, bn):
         seen.append(x.detach())
         return (feats - target).square().mean(), {}
 
-    seen: list[torch.Tensor] = []
     full = ImageInversion(net, size=12, iterations=20, lr=0.1).invert(loss, n=4, batch_index=0).detach()
     seen.clear()
     eng = ImageInversion(net, size=12, iterations=20, lr=0.1, downsample=2)
@@ -83,9 +85,5 @@ def test_a_downsampled_parameterisation_optimises_a_low_resolution_image_and_ups
     start = torch.full((4, 3, 12, 12), 0.5)
     flat = ImageInversion(net, size=12, iterations=0, lr=0.1, downsample=3).invert(loss, n=4, batch_index=0, start=start)
     assert torch.allclose(flat, start)
-    import pytest
-
-    from pfd.errors import PfdError
-
     with pytest.raises(PfdError, match="downsample 5 must be a whole number >= 1 that divides the image size 12x12"):
         ImageInversion(net, size=12, iterations=1, lr=0.1, downsample=5)

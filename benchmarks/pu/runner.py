@@ -25,7 +25,8 @@ from benchmarks.pu.augment import AugmentedFaces
 from benchmarks.pu.data import Scenario, SpecResolver
 from benchmarks.pu.goals import PAIRED
 from benchmarks.pu.report import markdown
-from benchmarks.pu.settings import ROWS, PLAIN_FINETUNE, ROW_BY_NAME, load_average, model_size, row_seeds, settings_hash, slug, unit_key
+from benchmarks.pu.settings import (ROWS, PLAIN_FINETUNE, ROW_BY_NAME, finished_seeds, load_average, model_size,
+                                    settings_hash, slug, unit_key)
 from benchmarks.pu.units import Bench, group_check
 
 def _same_training(path: Path, cfg: TrainConfig) -> bool:
@@ -259,7 +260,7 @@ def summarise(doc: dict[str, Any], scenarios: list[Scenario], settings: dict[str
         bench = Bench(settings, sc, resolver=resolver, work=work / sc.name, public=public, progress=False, judge=judge,
                       scores_root=scores_root(shards, sc.name))
         for name in [r[0] for r in ROWS]:
-            agg = bench.aggregate(name, sdoc["units"], row_seeds(name, settings))
+            agg = bench.aggregate(name, sdoc["units"], finished_seeds(name, settings, sdoc["units"]))
             if agg is not None:
                 sdoc["rows"][name] = jsonable(agg)
         for row, ref in PAIRED:  # issue 35 (c): pfd - dp-pix on the same pairs

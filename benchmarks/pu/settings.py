@@ -226,6 +226,15 @@ def row_seeds(name: str, settings: dict[str, Any]) -> list[int]:
     return list(range(int(settings.get("row_seeds", {}).get(name, settings["seeds"]))))
 
 
+def finished_seeds(name: str, settings: dict[str, Any], units: dict[str, Any]) -> list[int]:
+    """Seeds a row's summary reads: those this run asks for (:func:`row_seeds`) and every other seed
+    whose unit is already finished. A ``--seeds 1`` run of some rows must not shrink the summary of
+    the rows whose second seed landed earlier (issue 35's illumination table read 1 seed of 2)."""
+    prefix = f"{name}/seed"
+    done = {int(k[len(prefix):]) for k in units if k.startswith(prefix) and k[len(prefix):].isdigit()}
+    return sorted(set(row_seeds(name, settings)) | done)
+
+
 def model_size(settings: dict[str, Any]) -> Any:
     """The public model's input size (an int or ``[H, W]``), trained or read from a file."""
     p = settings["public_model"]

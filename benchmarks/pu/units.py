@@ -34,7 +34,7 @@ from pfd.nn.checkpoints import load_backbone, load_checkpoint
 from pfd.verify import tar_at_far, verification_metrics
 from benchmarks.pu.data import Scenario, SpecResolver
 from pfd.card.pairs import adaptive_pairs, pair_identities
-from benchmarks.pu.settings import PLAIN_FINETUNE, MIA_STATS, load_average, row_seeds, unit_key, slug
+from benchmarks.pu.settings import PLAIN_FINETUNE, MIA_STATS, finished_seeds, load_average, unit_key, slug
 from pfd.card.downstream import downstream_config, finetune, pair_scores, sample_images, utility_gain, verification
 from pfd.card.stats import auc_difference, identity_bootstrap_weights
 from benchmarks.pu.yale import moderate_light
@@ -366,7 +366,8 @@ class Bench:
         """Mean ± sd over seeds, utility vs public-ft and membership vs base with intervals; None
         until every unit it needs is done (and its scores are in the work dir)."""
         mine = [units.get(unit_key(name, s)) for s in seeds]
-        ref = [units.get(unit_key("public-ft", s)) for s in row_seeds("public-ft", self.s)]
+        ref_seeds = finished_seeds("public-ft", self.s, units)
+        ref = [units.get(unit_key("public-ft", s)) for s in ref_seeds]
         base = units.get(unit_key("base", 0))
         if any(u is None for u in mine + ref) or base is None:
             return None
@@ -376,7 +377,7 @@ class Bench:
             for kind, pairs in self.pairs.items():
                 y = pairs.issame
                 row_s = [np.load(self._scores(name, s) / f"{kind}.npy") for s in seeds]
-                ref_s = [np.load(self._scores("public-ft", s) / f"{kind}.npy") for s in row_seeds("public-ft", self.s)]
+                ref_s = [np.load(self._scores("public-ft", s) / f"{kind}.npy") for s in ref_seeds]
                 block = utility_gain(row_s, ref_s, y, self.weights[kind], folds=e["folds"], fars=e["fars"])
                 out["utility"][kind] = block
         except FileNotFoundError as err:  # the scores were removed: keep the summary the results hold
@@ -412,7 +413,7 @@ class Bench:
     def paired(self, row: str, ref: str, units: dict[str, Any]) -> dict[str, Any] | None:
         """``row`` minus ``ref`` on the same pairs (each over its own seeds, identity bootstrap), as
         :meth:`aggregate`'s utility against public-ft; None until both rows' units and scores are there."""
-        seeds = {n: row_seeds(n, self.s) for n in (row, ref)}
+        seeds = {n: finished_seeds(n, self.s, units) for n in (row, ref)}
         if any(units.get(unit_key(n, s)) is None for n in seeds for s in seeds[n]):
             return None
         e = self.s["eval"]

@@ -283,3 +283,13 @@ def test_finished_units_and_their_scores_are_committed_so_a_fresh_machine_contin
     assert "| public-ft |" in capsys.readouterr().out and not list(fresh.rglob("*.pt"))
     summary = json.loads((res / "privacy_utility_target.json").read_text())["scenarios"]["synthetic-custom"]["rows"]
     assert summary["public-ft"]["utility"] == row["utility"]
+    # A second seed that an earlier run finished stays in the summary of a later --seeds 1 run
+    # (a copy of seed 0 as seed 1: both seeds' scores are equal, so the gain is unchanged).
+    import shutil
+
+    shard["units"]["public-ft/seed1"] = shard["units"]["public-ft/seed0"]
+    (units / "synthetic-custom-seed0.json").write_text(json.dumps(shard))
+    shutil.copytree(units / "synthetic-custom" / "public-ft" / "seed0", units / "synthetic-custom" / "public-ft" / "seed1")
+    assert pu.main(argv + ["--work", str(fresh), "--summarise"]) == 0
+    summary = json.loads((res / "privacy_utility_target.json").read_text())["scenarios"]["synthetic-custom"]["rows"]
+    assert summary["public-ft"]["seeds"] == [0, 1]

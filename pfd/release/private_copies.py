@@ -7,7 +7,10 @@ copies a private photo into a release and updates the manifest passes every file
 * **pixels**: an exact copy (identical pixels once the private image is resized to the release
   size) or a perceptual near-duplicate (:func:`pfd.release.phash.dhash` within 12.5 % of its bits
   of the private image or of one of its 80 :func:`~pfd.release.phash.copy_variants`: a re-encoded,
-  brightened, resized, mirrored, shifted or cropped copy);
+  brightened, resized, mirrored, shifted or cropped copy), and at most half as far as photos of two
+  *different* private people come (:func:`distinct_hash_level`): in a smooth domain (faces shot at
+  16 px and enlarged) a quarter of the photos hash within 12.5 % of another person's photo, so
+  there that distance says nothing about copying;
 * **aligned pixels** (:mod:`pfd.release.aligned_copies`): a private photo rotated, shifted, cropped,
   turned upside down or into its negative, or pasted or tiled into a released image, found by
   warping candidate photos onto the image (or a window of it) and correlating their edges;
@@ -29,10 +32,11 @@ import torch
 import torch.nn.functional as F
 
 from pfd.data.faceset import FaceSet
-from pfd.release.phash import copy_variants, dhash, grid_for, near_duplicate_bits, nearest
+from pfd.release.phash import copy_variants, dhash, grid_for, hamming, near_duplicate_bits, nearest
 from pfd.data.shape import image_hw
 
-__all__ = ["PrivateCopy", "find_private_copies", "cosine_threshold", "distinct_photo_level", "COSINE_FLOOR", "COSINE_CEILING"]
+__all__ = ["PrivateCopy", "find_private_copies", "cosine_threshold", "distinct_photo_level", "distinct_hash_level",
+           "COSINE_FLOOR", "COSINE_CEILING"]
 
 #: The calibrated cosine threshold never drops below this (a release of near-identical proxies
 #: must not turn ordinary similarity into findings) ...
@@ -41,6 +45,15 @@ COSINE_FLOOR = 0.9
 COSINE_CEILING = 0.99
 #: Robust standard deviations above the release's median nearest-private cosine.
 COSINE_SIGMAS = 6.0
+#: A hash near-duplicate must sit this many times closer (in bits) to its private photo than photos
+#: of two different private people come (:func:`distinct_hash_level`).
+DISTINCT_HASH_FACTOR = 2.0
+#: Percentile of the private photos' distances to other people's photos that sets that level (a
+#: few duplicated photos under two names, as CelebA has, must not set it to 0).
+DISTINCT_HASH_PERCENTILE = 1.0
+#: Private photos sampled as queries for that level (each against every hash of every other person).
+DISTINCT_HASH_QUERIES = 256
+
 #: An embedding copy must also sit this many times closer (in 1 − cos) to its private photo than
 #: the two closest different private photos sit to each other (:func:`distinct_photo_level`).
 DISTINCT_FACTOR = 4.0
@@ -110,6 +123,33 @@ def distinct_photo_level(embeddings: torch.Tensor) -> float:
     return 1.0 - (1.0 - min(closest, 1.0)) / DISTINCT_FACTOR
 
 
+def distinct_hash_level(queries: np.ndarray, query_ids: np.ndarray, hashes: np.ndarray, hash_ids: np.ndarray) -> float:
+    """How close, in hash bits, photos of two different private people come.
+
+    Each query's distance to the nearest hash (a photo or one of its copy variants) of another
+    person; the :data:`DISTINCT_HASH_PERCENTILE` th percentile of those distances. A released image
+    is a hash near-duplicate only within ``level / DISTINCT_HASH_FACTOR`` bits (and within
+    :data:`~pfd.release.phash.NEAR_DUPLICATE_FRACTION` of the bits): a smaller distance than two
+    different people's photos reach is evidence of copying, a larger one is not.
+
+    Args:
+        queries: Packed hashes of (a sample of) the private photos ``(q, B)``.
+        query_ids: Their identities ``(q,)``.
+        hashes: Packed hashes of every private photo's variants ``(m, B)``.
+        hash_ids: The identity each belongs to ``(m,)``.
+
+    Returns:
+        The level in bits (``inf`` when no query has another person to compare with).
+    """
+    best = np.full(len(queries), np.inf)
+    for lo in range(0, len(hashes), 4096):  # (q, c) blocks
+        d = hamming(queries, hashes[lo:lo + 4096]).astype(np.float64)
+        d[query_ids[:, None] == hash_ids[None, lo:lo + 4096]] = np.inf  # the same person's photos
+        best = np.minimum(best, d.min(axis=1))
+    best = best[np.isfinite(best)]
+    return float(np.percentile(best, DISTINCT_HASH_PERCENTILE)) if len(best) else float("inf")
+
+
 def _uint8(x: torch.Tensor) -> np.ndarray:
     return np.clip(np.round(x.detach().cpu().float().numpy() * 255.0), 0, 255).astype(np.uint8).transpose(1, 2, 0)
 
@@ -150,17 +190,24 @@ def find_private_copies(
     grid = grid_for(min(size))
     limit = near_duplicate_bits(grid)
     rel_hash = np.stack([dhash(img, size=grid) for _, img in released])  # (n, grid² / 8)
-    priv_hash, owner, exact_index = [], [], {}
+    priv_hash, owner, exact_index, plain = [], [], {}, []
     for i in range(len(private)):
         x = _resize(private.load(i), size)
         px = _uint8(x)
         exact_index.setdefault(px.tobytes(), i)
+        plain.append(dhash(px, size=grid))
         # Mirrored, shifted and cropped copies too: a careless publishing script makes those.
         for v in copy_variants(px):
             priv_hash.append(dhash(v, size=grid))
             owner.append(i)
-    idx, dist = nearest(rel_hash, np.stack(priv_hash))
-    idx = np.asarray(owner, dtype=np.int64)[idx]  # variant -> its private image
+    priv_hash = np.stack(priv_hash)  # (m * variants, grid² / 8)
+    owner = np.asarray(owner, dtype=np.int64)
+    ids = np.asarray(private.labels, dtype=np.int64)
+    queries = np.random.default_rng(0).permutation(len(private))[:DISTINCT_HASH_QUERIES]
+    level = distinct_hash_level(np.stack([plain[i] for i in queries]), ids[queries], priv_hash, ids[owner])
+    limit = min(limit, int(level / DISTINCT_HASH_FACTOR))
+    idx, dist = nearest(rel_hash, priv_hash)
+    idx = owner[idx]  # variant -> its private image
     names = private.names
     found: dict[int, PrivateCopy] = {}
     for k, (f, img) in enumerate(released):

@@ -471,6 +471,12 @@ def test_the_demos_card_reads_the_release_on_test_people_of_its_private_domain()
     assert test["domain"] == private["domain"] != "clean" and test["size"] == private["size"]
     assert card.seeds >= 3  # one downstream seed's gain varies by about a point
     assert dist.size % dist.rta.downsample == 0
+    # Each class starts from K photos of one public person of another population than the
+    # downstream's public people: no face enters the card's fine-tune under two labels.
+    if dist.rta.init == "public":
+        pool, pub = parse_synthetic_spec(dist.rta.init_data), parse_synthetic_spec(card.public[0])
+        assert (pool["split"], pool.get("seed", 0)) != (pub["split"], pub.get("seed", 0))
+        assert pool["identities"] >= private["identities"] and pool["images_per_identity"] >= dist.rta.ipc
 
 
 # -- the de-linking term and the judge (issue 27: the demo refused on a Xeon) -------------------

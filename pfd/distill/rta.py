@@ -287,8 +287,12 @@ class ProxyDistiller:
         self.progress = progress
 
     def init_noise(self, batch: int, gen: torch.Generator) -> torch.Tensor:
-        """Gaussian noise around mid-grey, clamped to [0, 1]: ``(B, 3, H, W)`` on the CPU."""
-        return noise_images(batch, self.size, self.cfg.init_std, gen)
+        """Gaussian noise around mid-grey, clamped to [0, 1], on the grid RTA optimises:
+        ``(B, 3, H/f, W/f)`` on the CPU (``f = rta.downsample``; noise drawn at full size and
+        averaged down would start with a quarter of ``init_std`` at f = 4)."""
+        h, w = image_hw(self.size)
+        f = int(getattr(self.cfg, "downsample", 1) or 1)
+        return noise_images(batch, (h // f, w // f), self.cfg.init_std, gen)
 
     def distill_batch(
         self, rows: torch.Tensor | np.ndarray | None, classes: torch.Tensor | np.ndarray | None, *, batch_index: int,

@@ -291,3 +291,13 @@ def test_the_total_variation_prior_joins_eq10_and_smooths_the_proxies(setup):
     assert float(total_variation(res.proxies)) < 0.7 * float(total_variation(plain.proxies))  # measured 0.16 vs 0.31
     with pytest.raises(PfdError, match=r"^rta\.lambda_tv \(--lambda-tv\) = 1e\+30 makes its term"):
         ProxyDistiller(net, head, P, size=S, cfg=_cfg(iterations=3, lambda_tv=1e30)).distill_batch(rows, N + pid, batch_index=0)
+
+
+def test_a_noise_start_is_drawn_on_the_downsampled_grid_with_its_full_spread(setup):
+    """rta.downsample: the noise is drawn at H/f x W/f, not drawn at H x W and averaged down (which
+    would start at a quarter of init_std for f = 4)."""
+    net, head, P, pid = setup
+    d = ProxyDistiller(net, head, P, size=S, cfg=_cfg(downsample=4, init_std=0.1))
+    x = d.init_noise(64, torch.Generator().manual_seed(0))
+    assert x.shape == (64, 3, S // 4, S // 4)
+    assert 0.09 < float(x.std()) < 0.11

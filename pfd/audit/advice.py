@@ -58,6 +58,10 @@ def advice(row: Mapping[str, Any]) -> dict[str, str]:
         times = f", {value / chance:.1f}× chance" if chance > 0 else ""
         gain = (f"with the {who} model an attacker names the source person of {row.get('count', round(value * row['n']))} "
                 f"of {row['n']} proxies ({100 * value:.1f} %{times})")
+    elif row.get("best") and row.get("n"):  # class-level linking: a count of classes, the best of several attacks
+        gain = (f"with the {who} model an attacker who reads each class as a whole names the source person of "
+                f"{row.get('count')} of {row['n']} classes ({str(row['best']).replace('_', ' ')}; chance 1 in "
+                f"{round(1 / chance) if chance > 0 else '?'}, p = {float(row['p']):.2g})")
     elif row.get("p") is not None:
         gain = (f"with the {who} model the proxies' sources are not placed at random (p = {float(row['p']):.2g}): an "
                 "attacker who knows the pattern narrows down who each proxy came from")

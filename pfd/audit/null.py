@@ -3,8 +3,8 @@
 A release at chance is one whose proxies no model links to their sources: for every attacker the
 audit consults (insider, public and the judge) the proxies' embeddings are independent of their
 source identities. :func:`simulate` draws such audits at a release's size, runs the *registered*
-embedding attacks on them (linkability, hubness, the source's rank; the same classes ``pfd
-attack`` runs) and takes :func:`pfd.audit.verdict.decide`'s verdict. ``leak`` plants a signal:
+embedding attacks on them (linkability, hubness, the source's rank, class-level linking; the same
+classes ``pfd attack`` runs) and takes :func:`pfd.audit.verdict.decide`'s verdict. ``leak`` plants a signal:
 each proxy is pulled towards its source's centre in every model (``leak = 0`` is the null).
 
 The simulated embeddings (per model, independent across models): private images of ``N``
@@ -85,12 +85,12 @@ def simulate(n_ids: int, k: int, *, draws: int = 100, imgs: int = 20, attackers:
     Returns:
         A :class:`NullAudits`.
     """
-    from pfd.attacks.linkability.attacks import HubnessAttack, LinkabilityAttack, SourceRankAttack
-    from pfd.attacks.linkability.attacks import HubnessConfig, LinkabilityConfig, SourceRankConfig
+    from pfd.attacks.linkability.attacks import ClassLinkAttack, HubnessAttack, LinkabilityAttack, SourceRankAttack
+    from pfd.attacks.linkability.attacks import ClassLinkConfig, HubnessConfig, LinkabilityConfig, SourceRankConfig
     from pfd.audit.contract import AuditInputs
     from pfd.audit.verdict import LEVEL, decide, label
 
-    m = attackers * 8  # VisMatch, Re-ID, two CSLS, rank-last, orthogonal, two rank tests per attacker
+    m = attackers * 9  # VisMatch, Re-ID, two CSLS, rank-last, orthogonal, two rank tests, class-level per attacker
     perms = permutations or int(np.ceil(1.5 * m / LEVEL))
     gen = torch.Generator().manual_seed(int(seed))
     source = np.repeat(np.arange(n_ids), k)
@@ -98,7 +98,7 @@ def simulate(n_ids: int, k: int, *, draws: int = 100, imgs: int = 20, attackers:
     roles = ["insider", "public", "judge"][:attackers]
     models = [SimpleNamespace(role=r, distance="cosine") for r in roles]
     checks = [LinkabilityAttack(LinkabilityConfig()), HubnessAttack(HubnessConfig()),
-              SourceRankAttack(SourceRankConfig(permutations=perms))]
+              SourceRankAttack(SourceRankConfig(permutations=perms)), ClassLinkAttack(ClassLinkConfig(permutations=perms))]
     out = NullAudits(draws=draws)
     for d in range(draws):
         inputs = AuditInputs(cfg=SimpleNamespace(seed=int(seed) * 100_003 + d), state=None, sets=None, attackers=models,

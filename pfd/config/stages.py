@@ -223,9 +223,11 @@ class RTAConfig:
             to the private set's domain-level values. 0 = the paper's eq. 10.
         spatial_grid: Regions per side of those statistics.
         source_ranks: ``"uniform"`` (pfd's default, rotating methods only): each prototype's
-            cosine to its source's template is moved to the de-linking term's target rank among
-            its cosines to the other identities (:func:`pfd.distill.prototypes.uniform_source_ranks`),
-            so that the insider (the adapted model) ranks each proxy's source like any identity;
+            cosine to its source's template is moved to the de-linking term's target (one rank per
+            class, jittered as other identities vary across the class) among its cosines to the
+            other identities (:func:`pfd.distill.prototypes.uniform_source_ranks`), so that the
+            insider (the adapted model) ranks each proxy's source like any identity, per proxy and
+            per class;
             ``"kmeans"``: the paper's eq. 8 prototypes as they are (whose sources the insider
             finds as the identities most orthogonal to their proxies).
         lighting_clusters: pfd's lighting lever (:mod:`pfd.distill.lighting`; not in the paper; 0 =

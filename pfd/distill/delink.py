@@ -9,19 +9,25 @@ optimise against a list of extractors.
 
 The target is a *uniform* rank, not the last one: an attacker who ranks the private identities
 by similarity to a proxy wins whenever the source sits at a predictable rank, first (nearest) or
-last (farthest) alike. Each proxy ``i`` gets a target rank ``r_i`` in ``{0, ..., N-1}``, every rank
-exactly ``K`` times over the release (:func:`target_ranks`; a balanced design, so that the target
-draws add no sampling noise of their own to the public model's figures), and
+last (farthest) alike. And it is one rank per *class*, with the jitter other identities show: a
+release's labels group each class's K proxies, which lie close together, so every other identity
+holds about the same rank across them; a source given K independent ranks would be the identity
+whose rank varies most across its class, and one pinned at a single exact rank the identity whose
+rank varies least (both class-level attacks of :mod:`pfd.attacks.linkability.classes`). So each
+class ``c`` gets a rank ``r_c`` (:func:`target_ranks`: a permutation of the N identities, so each
+rank is the target of exactly ``K`` proxies and top-1 is at exactly chance, ``1/N``), each proxy
+``i`` a standard normal draw ``z_i`` (:func:`rank_jitter`), and
 
 .. math::
     L_{dl} = \\frac{1}{B} \\sum_i \\sum_{a \\in \\{\\text{Re-ID}, \\text{VisMatch}\\}}
-             (s^a_{i, y_i} - \\tau^a_i)^2,
+             (s^a_{i, y_i} - \\tau^a_i - z_i \\sigma^a_i)^2,
 
 where ``s^a_{i, c}`` is attack ``a``'s score of identity ``c`` for proxy ``i`` in the public model
-(Re-ID: cosine to the identity's template; VisMatch: the largest cosine to one of its images) and
-``τ^a_i`` (no gradient) is the middle of the gap between the ``r_i``-th and ``(r_i+1)``-th largest
-score of the *other* identities: the value that puts the source at rank ``r_i``. A release whose
-source ranks are uniform is linked by top-1 at exactly chance (``1/N``), and so by any rank.
+(Re-ID: cosine to the identity's template; VisMatch: the largest cosine to one of its images),
+``τ^a_i`` (no gradient) is the middle of the gap between the ``r_c``-th and ``(r_c+1)``-th largest
+score of the *other* identities (the value that puts the source at rank ``r_c``), and ``σ^a_i``
+(no gradient) the spread other identities' scores show across the proxies of ``i``'s class in the
+batch (:func:`class_spread`): the source then moves across its class as another identity does.
 
 The same term in the adapted model's own space (``rta.lambda_insider``, :class:`PublicView` over
 the adapted model's private gallery; it reads the embeddings eq. 9 computes anyway) puts the
@@ -41,23 +47,54 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["PublicView", "rank_target", "identity_scores", "delink_loss", "target_ranks"]
+__all__ = ["PublicView", "rank_target", "class_spread", "identity_scores", "delink_loss", "target_ranks", "rank_jitter"]
 
 #: How far above the best (below the worst) other score the extreme ranks aim, in cosine.
 EDGE_GAP = 0.05
 
 
-def rank_target(scores: torch.Tensor, source: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
-    """The score that puts each row's source identity at ``rank`` among all ``N`` identities.
+def class_spread(scores: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """How much other identities' scores vary across the proxies of each row's class (detached).
+
+    For each class (the rows sharing a source) the standard deviation over its rows of each other
+    identity's score, and their median over the other identities. A class with a single row in
+    the batch takes the median over the batch's other classes (0 if none has two rows).
+
+    Args:
+        scores: ``(B, N)`` identity scores.
+        source: ``(B,)`` the source identity of each row (its class).
+
+    Returns:
+        ``(B,)`` the spread of each row's class.
+    """
+    s = scores.detach()
+    out = torch.full((s.shape[0],), float("nan"), dtype=s.dtype, device=s.device)
+    for c in torch.unique(source):
+        rows = source == c
+        if int(rows.sum()) < 2:
+            continue
+        keep = torch.ones(s.shape[1], dtype=torch.bool, device=s.device)
+        keep[c] = False
+        out[rows] = s[rows][:, keep].std(0).median()
+    known = out[~torch.isnan(out)]
+    fill = known.median() if known.numel() else s.new_zeros(())
+    return torch.where(torch.isnan(out), fill, out)
+
+
+def rank_target(scores: torch.Tensor, source: torch.Tensor, rank: torch.Tensor,
+                jitter: torch.Tensor | None = None) -> torch.Tensor:
+    """The score that puts each row's source identity at ``rank`` among all ``N`` identities, jittered.
 
     Args:
         scores: ``(B, N)`` identity scores (higher = more similar).
         source: ``(B,)`` the source identity of each row.
         rank: ``(B,)`` target rank in ``[0, N)``; 0 = first (the highest score).
+        jitter: ``(B,)`` standard normal draws (:func:`rank_jitter`), or ``None`` for the exact rank.
 
     Returns:
         ``(B,)`` the midpoint of the gap between the other identities' ``rank``-th and
-        ``(rank+1)``-th highest scores (:data:`EDGE_GAP` beyond the extremes), detached.
+        ``(rank+1)``-th highest scores (:data:`EDGE_GAP` beyond the extremes), plus ``jitter`` times
+        the row's :func:`class_spread`; detached.
     """
     b, n = scores.shape
     s = scores.detach()
@@ -67,7 +104,10 @@ def rank_target(scores: torch.Tensor, source: torch.Tensor, rank: torch.Tensor) 
     above = torch.cat([others[:, :1] + EDGE_GAP, others], dim=1)  # (B, N): the score just above rank r
     below = torch.cat([others, others[:, -1:] - EDGE_GAP], dim=1)  # (B, N): the score just below it
     r = rank.view(-1, 1)
-    return 0.5 * (above.gather(1, r) + below.gather(1, r)).squeeze(1)
+    target = 0.5 * (above.gather(1, r) + below.gather(1, r)).squeeze(1)
+    if jitter is not None:
+        target = target + jitter.to(s.dtype) * class_spread(s, source)
+    return target
 
 
 def identity_scores(emb: torch.Tensor, gallery: torch.Tensor, gallery_id: torch.Tensor, n_ids: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,13 +134,15 @@ def identity_scores(emb: torch.Tensor, gallery: torch.Tensor, gallery_id: torch.
     return reid, vis
 
 
-def delink_loss(scores: tuple[torch.Tensor, ...], source: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+def delink_loss(scores: tuple[torch.Tensor, ...], source: torch.Tensor, rank: torch.Tensor,
+                jitter: torch.Tensor | None = None) -> torch.Tensor:
     """``L_dl``: squared distance of each source score to its rank target, summed over attacks, mean over rows.
 
     Args:
         scores: One ``(B, N)`` score matrix per attack (:func:`identity_scores`).
         source: ``(B,)`` source identities.
         rank: ``(B,)`` target ranks.
+        jitter: ``(B,)`` the rows' jitter draws (:func:`rank_target`), or ``None``.
 
     Returns:
         Scalar tensor.
@@ -108,19 +150,19 @@ def delink_loss(scores: tuple[torch.Tensor, ...], source: torch.Tensor, rank: to
     rows = torch.arange(source.shape[0], device=source.device)
     total = scores[0].new_zeros(())
     for s in scores:
-        total = total + ((s[rows, source] - rank_target(s, source, rank)) ** 2).mean()
+        total = total + ((s[rows, source] - rank_target(s, source, rank, jitter)) ** 2).mean()
     return total
 
 
 def target_ranks(rows: np.ndarray | torch.Tensor, n_ids: int, k: int, *, seed: int) -> torch.Tensor:
-    """Target rank of each prototype row: every rank exactly ``K`` times over the release.
+    """Target rank of each prototype row: one rank per class, each rank exactly ``K`` times over the release.
 
-    Row ``r`` is proxy ``j = r mod K`` of identity ``c = r // K`` (P is identity-major, eq. 8).
-    For each ``j`` a permutation ``π_j`` of the ``N`` identities, drawn from ``(seed, j)``, gives
-    identity ``c`` the rank ``π_j(c)``: over the release each rank is the target of exactly ``K``
-    proxies (top-1 at exactly chance, ``1/N``), and the ``K`` proxies of one identity get
-    independent ranks. A pure function of ``(seed, row)``, so batches stay independent and
-    resumable, and the paper's noise and augmentation draws are untouched.
+    Row ``r`` is proxy ``r mod K`` of identity ``c = r // K`` (P is identity-major, eq. 8). A
+    permutation ``π`` of the ``N`` identities, drawn from ``seed``, gives every proxy of identity
+    ``c`` the rank ``π(c)``: each rank is the target of exactly ``K`` proxies (top-1 at exactly
+    chance, ``1/N``), and a class's proxies share their source's rank as they share every other
+    identity's (:func:`rank_jitter` adds the variation). A pure function of ``(seed, row)``, so
+    batches stay independent and resumable, and the paper's noise and augmentation draws are untouched.
 
     Args:
         rows: ``(B,)`` prototype rows.
@@ -132,12 +174,25 @@ def target_ranks(rows: np.ndarray | torch.Tensor, n_ids: int, k: int, *, seed: i
         ``(B,)`` int64 ranks in ``[0, N)``.
     """
     rows = np.asarray(rows, dtype=np.int64)
-    out = np.empty(rows.size, dtype=np.int64)
-    for j in np.unique(rows % k):
-        perm = np.random.default_rng(np.random.SeedSequence([int(seed), int(j), 1])).permutation(n_ids)
-        sel = rows % k == j
-        out[sel] = perm[rows[sel] // k]
-    return torch.from_numpy(out)
+    perm = np.random.default_rng(np.random.SeedSequence([int(seed), 1])).permutation(n_ids)
+    return torch.from_numpy(perm[rows // k].astype(np.int64))
+
+
+def rank_jitter(rows: np.ndarray | torch.Tensor, n_ids: int, k: int, *, seed: int) -> torch.Tensor:
+    """Each prototype row's standard normal jitter draw (:func:`rank_target`), a pure function of ``(seed, row)``.
+
+    Args:
+        rows: ``(B,)`` prototype rows.
+        n_ids: N.
+        k: Proxies per identity K.
+        seed: The RTA seed.
+
+    Returns:
+        ``(B,)`` float32 draws.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    z = np.random.default_rng(np.random.SeedSequence([int(seed), 2])).standard_normal(int(n_ids) * int(k))
+    return torch.from_numpy(z[rows].astype(np.float32))
 
 
 @dataclass
@@ -156,11 +211,13 @@ class PublicView:
     gallery_id: torch.Tensor
     n_ids: int
 
-    def loss(self, x: torch.Tensor, source: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+    def loss(self, x: torch.Tensor, source: torch.Tensor, rank: torch.Tensor,
+             jitter: torch.Tensor | None = None) -> torch.Tensor:
         """``L_dl`` of images ``x`` ``(B, 3, H, W)`` whose sources are ``source`` ``(B,)``."""
-        return self.loss_of(F.normalize(self.model(x).float(), dim=1), source, rank)
+        return self.loss_of(F.normalize(self.model(x).float(), dim=1), source, rank, jitter)
 
-    def loss_of(self, emb: torch.Tensor, source: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+    def loss_of(self, emb: torch.Tensor, source: torch.Tensor, rank: torch.Tensor,
+                jitter: torch.Tensor | None = None) -> torch.Tensor:
         """``L_dl`` of normalised embeddings ``emb`` ``(B, D)`` already computed by this view's model."""
         g = self.gallery.to(emb.device, emb.dtype)
-        return delink_loss(identity_scores(emb, g, self.gallery_id.to(emb.device), self.n_ids), source, rank)
+        return delink_loss(identity_scores(emb, g, self.gallery_id.to(emb.device), self.n_ids), source, rank, jitter)

@@ -25,7 +25,7 @@ import torch
 
 from pfd.config import DistillConfig
 from pfd.data.faceset import FaceSet
-from pfd.distill.delink import target_ranks
+from pfd.distill.delink import rank_jitter, target_ranks
 from pfd.distill.lighting import lighting_clusters, lighting_descriptor
 from pfd.distill.methods import Method
 from pfd.distill.ogp import rotate
@@ -109,8 +109,9 @@ def build_prototypes(backbone: torch.nn.Module, M: torch.Tensor, faces: FaceSet,
                                    num_identities=n_ids, identities=faces.identities)
     centers = class_centers(E, faces.labels, n_ids)  # (N, D) original space: the insider's templates
     if method.rotated and rta.source_ranks == "uniform":  # the insider's ranks, as the de-linking term's
-        ranks = target_ranks(np.arange(len(P)), n_ids, rta.ipc, seed=rta.seed)
-        P = uniform_source_ranks(P, pid, centers, ranks)
+        rows = np.arange(len(P))
+        P = uniform_source_ranks(P, pid, centers, target_ranks(rows, n_ids, rta.ipc, seed=rta.seed),
+                                 rank_jitter(rows, n_ids, rta.ipc, seed=rta.seed))
     doc: dict[str, Any] = {
         "P": P,
         "proto_identity": pid,

@@ -164,7 +164,8 @@ def _normalised(protos: np.ndarray) -> torch.Tensor:
 
 
 def uniform_source_ranks(
-    P: torch.Tensor, proto_identity: torch.Tensor, templates: torch.Tensor, ranks: torch.Tensor, *, iterations: int = 8,
+    P: torch.Tensor, proto_identity: torch.Tensor, templates: torch.Tensor, ranks: torch.Tensor,
+    jitter: torch.Tensor | None = None, *, iterations: int = 8,
 ) -> torch.Tensor:
     """Move each prototype so that its own identity's template ranks at a random place among all templates.
 
@@ -173,15 +174,18 @@ def uniform_source_ranks(
     spread; RTA's proxies follow the prototypes, so under the adapted model a proxy's source is the
     identity most orthogonal to it (an attacker naming the identity of smallest ``|cos|`` links it,
     and the source's rank is not uniform). Here each prototype row ``p`` (identity ``i``) gets
-    a target rank ``r`` (the de-linking term's balanced design,
-    :func:`pfd.distill.delink.target_ranks`: each rank K times); its cosine to ``i``'s template
-    ``t_i`` is set between the ``r``-th and ``(r+1)``-th largest of its cosines to the other
-    ``N − 1`` templates by moving
-    ``p`` along ``t_i`` and renormalising (repeated ``iterations`` times, as templates are not
-    orthogonal). The own cosine then *is* a draw from the other identities' cosines, signed and
-    absolute: the source ranks at ``r``, uniform on ``{0, …, N − 1}``, independently for each of an identity's K
-    prototypes. Every other cosine moves by ``(target − own)·cos(t_i, t_j)``, and nothing about
-    the identity's K-means modes changes but that one coordinate.
+    its class's target rank ``r`` (the de-linking term's design, :func:`pfd.distill.delink.target_ranks`:
+    one rank per identity, each rank K times) and a jitter draw ``z``; its cosine to ``i``'s template
+    ``t_i`` is set to :func:`pfd.distill.delink.rank_target`'s value (between the ``r``-th and
+    ``(r+1)``-th largest of its cosines to the other ``N − 1`` templates, plus ``z`` times the
+    spread other identities' cosines show across ``i``'s K prototypes) by moving ``p`` along
+    ``t_i`` and renormalising (repeated ``iterations`` times, as templates are not orthogonal).
+    The own cosine then *is* a draw from the other identities' cosines, signed and absolute: the
+    source ranks near ``r``, uniform on ``{0, …, N − 1}`` over the identities, and varies across
+    its K prototypes as another identity does (a class-level attacker reading the spread of ranks
+    finds nothing, :mod:`pfd.attacks.linkability.classes`). Every other cosine moves by
+    ``(target − own)·cos(t_i, t_j)``, and nothing about the identity's K-means modes changes but
+    that one coordinate.
 
     Args:
         P: ``(NK, D)`` normalised prototypes (rotated space).
@@ -189,11 +193,15 @@ def uniform_source_ranks(
         templates: ``(N, D)`` identity templates in the original space (the adapted model's class
             centres: what an insider compares proxies with).
         ranks: ``(NK,)`` target rank of each row in ``[0, N)`` (0 = the most similar).
+        jitter: ``(NK,)`` standard normal draws (:func:`pfd.distill.delink.rank_jitter`); ``None``
+            pins each row at its exact rank.
         iterations: Fixed-point passes.
 
     Returns:
         ``(NK, D)`` float32 normalised prototypes.
     """
+    from pfd.distill.delink import rank_target
+
     T = torch.nn.functional.normalize(templates.double(), dim=1)  # (N, D)
     n_id = T.shape[0]
     X = torch.nn.functional.normalize(P.double(), dim=1).clone()  # (NK, D)
@@ -201,20 +209,11 @@ def uniform_source_ranks(
         return X.float()
     pid = proto_identity.long()
     rows = torch.arange(len(X))
-    # The slot among the N - 1 others' sorted (ascending) cosines: N slots (below all, between
-    # two, above all); slot N - 1 - r puts the source at rank r with no ties.
-    slot = (n_id - 1 - ranks.long()).clamp_(0, n_id - 1)  # (NK,)
+    r = ranks.long().clamp(0, n_id - 1)
     for _ in range(max(1, int(iterations))):
         cos = X @ T.T  # (NK, N)
-        own = cos[rows, pid]
-        others = cos.clone()
-        others[rows, pid] = float("inf")
-        v = others.sort(1).values[:, : n_id - 1]  # (NK, N-1) ascending
-        gap = (v[:, -1] - v[:, 0]) / max(n_id - 2, 1)  # a typical spacing, for the two open ends
-        lo = torch.where(slot > 0, v[rows, (slot - 1).clamp(min=0)], v[:, 0] - gap)
-        hi = torch.where(slot < n_id - 1, v[rows, slot.clamp(max=n_id - 2)], v[:, -1] + gap)
-        target = (lo + hi) / 2  # (NK,)
-        X = torch.nn.functional.normalize(X + (target - own)[:, None] * T[pid], dim=1)
+        target = rank_target(cos, pid, r, jitter)  # (NK,)
+        X = torch.nn.functional.normalize(X + (target - cos[rows, pid])[:, None] * T[pid], dim=1)
     return X.float()
 
 

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from pfd.data.shape import ImageSize, canonical_size, image_hw
-from pfd.distill.delink import PublicView, target_ranks
+from pfd.distill.delink import PublicView, rank_jitter, target_ranks
 from pfd.errors import PfdError
 from pfd.nn.image_prior import total_variation
 from pfd.nn.inversion import ImageInversion, noise_images
@@ -338,6 +338,7 @@ class ProxyDistiller:
             if rows is None:
                 raise PfdError("the de-linking term needs each proxy's prototype row (rows=)")
             rank_t = target_ranks(np.asarray(rows), view.n_ids, int(cfg.ipc), seed=cfg.seed).to(self.device)
+            jitter_t = rank_jitter(np.asarray(rows), view.n_ids, int(cfg.ipc), seed=cfg.seed).to(self.device)
         cf = None
         if self.cf is not None:
             if sources is None:
@@ -378,7 +379,7 @@ class ProxyDistiller:
             if public is not None:  # its value and gradient were taken first (delink_first), before the forward
                 comps["delink"] = delink_value[0]
             if insider is not None:  # the same ranks, in the adapted model's own space: no extra forward
-                l_in = insider.loss_of(emb.float(), src_t, rank_t)
+                l_in = insider.loss_of(emb.float(), src_t, rank_t, jitter_t)
                 total = total + cfg.lambda_insider * l_in
                 comps["insider"] = l_in.detach()
             if not checked:  # the first step: no term may drown eq. 10 (checked before anything is kept)
@@ -402,7 +403,7 @@ class ProxyDistiller:
         def delink_first(x: torch.Tensor) -> torch.Tensor:
             """λ_dl · L_dl through the public model, differentiated before the adapted model's forward
             (:meth:`ImageInversion.invert`'s ``first``): one network's activations at a time."""
-            l_dl = public.loss(x, src_t, rank_t)  # type: ignore[union-attr]
+            l_dl = public.loss(x, src_t, rank_t, jitter_t)  # type: ignore[union-attr]
             delink_value[:] = [l_dl.detach()]
             return cfg.lambda_delink * l_dl
 

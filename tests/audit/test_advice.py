@@ -35,3 +35,11 @@ def test_a_test_and_an_unresolved_rate_get_their_own_words():
     assert "not placed at random (p = 1e-05)" in advice(t)["gain"]
     assert wide["family"] == "unresolved" and "--ipc" in advice(wide)["remedy"]
     assert refusal_advice([_rate("public", 2, 400)]) == []  # nothing refuses: nothing to explain
+
+
+def test_a_class_level_refusal_counts_classes_and_names_the_attack():
+    row = summary_row("Class-level linking, best of 7 (classes)", "insider", 20 / 24, 1 / 24, None, "score",
+                      test_p=5e-5, p_floor=1 / 20001, count=20, n=24, best="spread_most_cos", null95=0.125)
+    decide([row])
+    gain = advice(row)["gain"]
+    assert "names the source person of 20 of 24 classes (spread most cos; chance 1 in 24, p = 5e-05)" in gain

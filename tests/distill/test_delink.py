@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from pfd.attacks.linkability.matching import rank1_reid, visual_matching
 from pfd.config import RTAConfig
-from pfd.distill.delink import PublicView, delink_loss, identity_scores, rank_target, target_ranks
+from pfd.distill.delink import PublicView, class_spread, delink_loss, identity_scores, rank_jitter, rank_target, target_ranks
 from pfd.distill.rta import ProxyDistiller
 from pfd.errors import PfdError
 from tests.distill_stubs import CosineHead, calibrated_net, one_thread  # noqa: F401 (fixture)
@@ -40,16 +40,40 @@ def test_the_rank_target_puts_the_source_at_its_rank():
     assert torch.allclose(top, torch.nan_to_num(others, nan=-9).max(1).values + 0.025)
 
 
-def test_target_ranks_are_balanced_and_a_pure_function_of_the_row():
+def test_target_ranks_give_each_class_one_rank_each_rank_k_times_and_are_a_pure_function_of_the_row():
     n_ids, k = 24, 10
     rows = np.arange(n_ids * k)
     r = target_ranks(rows, n_ids, k, seed=3).numpy()
     assert np.array_equal(np.bincount(r, minlength=n_ids), np.full(n_ids, k))  # each rank exactly K times
-    # Per identity the K targets are independent permutations' values, not one repeated rank.
-    assert np.mean([np.unique(r[c * k:(c + 1) * k]).size for c in range(n_ids)]) > 5
+    # One rank per class: its K proxies share it, as they share every other identity's rank.
+    assert all(np.unique(r[c * k:(c + 1) * k]).size == 1 for c in range(n_ids))
     halves = np.concatenate([target_ranks(rows[:100], n_ids, k, seed=3), target_ranks(rows[100:], n_ids, k, seed=3)])
     assert np.array_equal(halves, r)  # batches and shards see the same targets
     assert not np.array_equal(target_ranks(rows, n_ids, k, seed=4).numpy(), r)
+
+
+def test_rank_jitter_is_a_standard_normal_draw_per_row_and_a_pure_function_of_the_row():
+    n_ids, k = 100, 100
+    rows = np.arange(n_ids * k)
+    z = rank_jitter(rows, n_ids, k, seed=0).numpy()
+    assert abs(z.mean()) < 0.05 and abs(z.std() - 1) < 0.05
+    assert np.array_equal(rank_jitter(rows[5:9], n_ids, k, seed=0).numpy(), z[5:9])
+    assert not np.array_equal(rank_jitter(rows, n_ids, k, seed=1).numpy(), z)
+
+
+def test_class_spread_is_the_median_spread_of_the_other_identities_across_the_class():
+    g = torch.Generator().manual_seed(4)
+    scores = torch.randn(7, 5, generator=g, dtype=torch.float64)
+    source = torch.tensor([0, 0, 0, 2, 2, 2, 3])  # class 3 has one row in the batch
+    got = class_spread(scores, source)
+    a = float(scores[:3, 1:].std(0).median())
+    b = float(scores[3:6][:, [0, 1, 3, 4]].std(0).median())
+    assert torch.allclose(got[:3], torch.full((3,), a, dtype=torch.float64))
+    assert torch.allclose(got[3:6], torch.full((3,), b, dtype=torch.float64))
+    assert float(got[6]) == pytest.approx(float(torch.tensor([a, b]).median()))  # the batch's other classes
+    # The jittered target moves by jitter x spread from the exact rank's midpoint.
+    rank, z = torch.tensor([1, 1, 1, 3, 3, 3, 0]), torch.linspace(-1, 1, 7)
+    assert torch.allclose(rank_target(scores, source, rank, z) - rank_target(scores, source, rank), z.double() * got)
 
 
 def test_identity_scores_are_the_attacks_own():
@@ -101,20 +125,29 @@ def test_rta_with_the_delink_term_moves_the_source_to_its_target_rank():
     base = RTAConfig(iterations=80, batch_size=24, lr=0.05, lambda_rta=1.0, lambda_bn=0.0, shift=0, flip=False,
                      crop_scale=(1.0, 1.0), ipc=k, seed=0)
 
-    def ranks(cfg):
+    def scores(cfg):
         res = ProxyDistiller(teacher, head, P, size=s, cfg=cfg, public=view).distill_batch(
             rows, src, batch_index=0, sources=src)
         with torch.no_grad():
             e = F.normalize(public(res.proxies), dim=1)
         reid, _ = identity_scores(e, gal, y, n_ids)
-        return res, _rank(reid, torch.as_tensor(src)).numpy()
+        return res, reid
 
-    target = target_ranks(rows, n_ids, k, seed=0).numpy()
-    on, r_on = ranks(dataclasses.replace(base, lambda_delink=20.0))
-    off, r_off = ranks(base)
+    src_t = torch.as_tensor(src)
+    target = target_ranks(rows, n_ids, k, seed=0)
+    jitter = rank_jitter(rows, n_ids, k, seed=0)
+    on, s_on = scores(dataclasses.replace(base, lambda_delink=20.0))
+    off, s_off = scores(base)
     assert on.last("delink") < 0.3 * on.first("delink")
-    assert np.mean(r_on == target) > 0.7, (r_on, target)
-    assert np.mean(r_off == target) < 0.5
+
+    def miss(sc):  # how far each source's score is from its jittered target, and its class's mean rank from r_c
+        gap = (sc[torch.arange(len(src)), src_t] - rank_target(sc, src_t, target, jitter)).abs().mean()
+        mean_rank = _rank(sc, src_t).double().view(n_ids, k).mean(1)
+        return float(gap), float((mean_rank - target.view(n_ids, k)[:, 0]).abs().mean())
+
+    (gap_on, rank_on), (gap_off, rank_off) = miss(s_on), miss(s_off)
+    assert gap_on < 0.5 * gap_off, (gap_on, gap_off)
+    assert rank_on < 0.8 * rank_off, (rank_on, rank_off)
     plain = ProxyDistiller(teacher, head, P, size=s, cfg=base).distill_batch(rows, src, batch_index=0)
     assert torch.equal(plain.proxies, off.proxies) and "delink" not in off.history
 
@@ -151,3 +184,38 @@ def test_uniform_source_ranks_put_each_prototype_s_source_at_its_target_rank():
     assert torch.allclose(X.norm(dim=1), torch.ones(n * k), atol=1e-5)
     before = (P.double() @ T.double().T)
     assert ((before > before[torch.arange(n * k), pid][:, None]).sum(1) == got).float().mean() < 0.5
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_uniform_source_ranks_leave_no_class_level_pattern(seed):
+    """Tight classes of K prototypes (as pfd's are): eq. 3's prototypes as they are, K independent ranks
+    per identity and one exact rank per identity are all linked by a class-level attack; one rank per
+    class jittered as other identities vary is not."""
+    from pfd.attacks.linkability.classes import class_link_test
+    from pfd.distill.prototypes import uniform_source_ranks
+
+    torch.manual_seed(seed)
+    n, k, d = 24, 10, 64
+    T = F.normalize(torch.randn(n, d), dim=1)
+    pid = torch.arange(n).repeat_interleave(k)
+    P = F.normalize(F.normalize(torch.randn(n, d), dim=1)[pid] + 0.05 * torch.randn(n * k, d), dim=1)
+    P = F.normalize(P - (P * T[pid]).sum(1, keepdim=True) * T[pid], dim=1)  # eq. 3: cos 0 to its source
+    rows = np.arange(n * k)
+    rng = np.random.default_rng(seed)
+    independent = torch.from_numpy(np.stack([rng.permutation(n) for _ in range(k)], 1).ravel())  # (n*k,) row c*k+j
+    ranks, jitter = target_ranks(rows, n, k, seed=seed), rank_jitter(rows, n, k, seed=seed)
+
+    def p(X):
+        return class_link_test(X, pid.numpy(), T, np.arange(n), permutations=4000, seed=seed)["p"]
+
+    assert p(P) < 1e-3  # the most orthogonal identity
+    assert p(uniform_source_ranks(P, pid, T, independent)) < 1e-3  # the most-varying rank
+    assert p(uniform_source_ranks(P, pid, T, ranks)) < 1e-3  # the least-varying rank
+    X = uniform_source_ranks(P, pid, T, ranks, jitter)
+    assert p(X) > 0.05
+    # ... and each class's source sits at its class's rank on average (the ranks stay balanced).
+    cos = X.double() @ T.double().T
+    own = cos[torch.arange(n * k), pid]
+    mean_rank = (cos > own[:, None]).sum(1).double().view(n, k).mean(1)
+    r = ranks.view(n, k)[:, 0].double()
+    assert (mean_rank - r).abs().mean() <= 1.5 and np.corrcoef(mean_rank.numpy(), r.numpy())[0, 1] > 0.9

@@ -6,10 +6,13 @@
   :mod:`pfd.attacks.linkability.hubness`), the attacker a cross-domain gallery calls for;
 * ``source_rank``: the rank-last attack and the test that the source's rank is uniform
   (:mod:`pfd.attacks.linkability.ranks`): a proxy reliably *far* from its source links too;
+* ``class_link``: each released class read as a whole (its centroid, the spread of each identity's
+  rank across its proxies; :mod:`pfd.attacks.linkability.classes`), one jointly tested figure;
 * ``reconstruction``: each proxy's public-model embedding turned back into an image
   (:mod:`pfd.attacks.linkability.reconstruction`), then linked like the proxies.
 
-Each row is a rate with the gallery's chance and an interval clustered by source identity.
+Each rate row has the gallery's chance and an interval clustered by source identity; each test row
+(the source's rank, class-level linking) an exact permutation p-value.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ if TYPE_CHECKING:
 # The attacks' maths (torch) is imported where they run: this module, with its configs, is read by
 # the CLI at start-up to make pfd attack's options.
 
-__all__ = ["LinkabilityConfig", "LinkabilityAttack", "HubnessAttack", "SourceRankAttack", "ReconstructionConfig",
+__all__ = ["LinkabilityConfig", "LinkabilityAttack", "HubnessAttack", "SourceRankAttack", "ClassLinkAttack",
+           "ClassLinkConfig", "ReconstructionConfig",
            "ReconstructionAttack", "LinkRows"]
 
 _NAMES = {"vismatch": "VisMatch", "reid": "Rank-1 Re-ID", "vismatch_csls": "VisMatch, hubness-corrected",
@@ -246,6 +250,79 @@ class SourceRankAttack(Check):
                     seed=inputs.cfg.seed, by=by))
                 tests.append({"attacker": a.role, **t})
         return SourceRankResult(tests)
+
+
+@dataclass
+class ClassLinkResult(CheckResult):
+    """The class-level attacks, per attacker (:func:`pfd.attacks.linkability.classes.class_link_test`)."""
+
+    tests: list[dict[str, Any]]
+
+    def sections(self) -> dict[str, Any]:
+        return {"class_link": self.tests}
+
+    def rows(self) -> list[dict[str, Any]]:
+        # One figure per attacker: the best of the seven attacks, tested with the max-statistic's
+        # exact permutation null (its interval would ignore the selection, so the row shows the
+        # null's 95th percentile instead).
+        return [summary_row(f"Class-level linking, best of {len(t['attacks'])} (classes)", t["attacker"], t["rate"],
+                            t["chance"], None, "score", test_p=t["p"], p_floor=t["p_floor"], data_floor=t["data_floor"],
+                            null95=t["null95"], count=t["count"], n=t["classes"], best=t["best"],
+                            setting=f"[{outer_key('attack.class_link')}] permutations") for t in self.tests]
+
+    def markdown(self) -> list[str]:
+        from pfd.attacks.linkability.classes import CLASS_ATTACKS
+
+        out = ["", "## Class-level linking", "",
+               "An attacker who reads each released class as a whole (its proxies share one source) names one identity "
+               "per class: " + "; ".join(f"`{k}`, {v}" for k, v in CLASS_ATTACKS.items()) + ". The figure is the best "
+               "attack's share of classes linked; its p-value is the permutation test of the largest count (classes "
+               "moved to random identities), so the seven attacks are one figure.", "",
+               "| attacker | " + " | ".join(CLASS_ATTACKS) + " |", "|---|" + "---|" * len(CLASS_ATTACKS)]
+        for t in self.tests:
+            out.append(f"| {t['attacker']} | " + " | ".join(
+                f"{a['count']}/{t['classes']}" for a in t["attacks"].values()) + " |")
+        return out
+
+
+@dataclass
+class ClassLinkConfig:
+    """``class_link``: the class-level attacks and their joint permutation test.
+
+    Attributes:
+        permutations: Permutation draws (its smallest p-value is ``1 / (permutations + 1)``, which
+            must reach the audit's per-figure level).
+    """
+
+    permutations: int = option(20000, help="Permutation draws of the class-level linking test.", cli=False)
+
+    def check(self) -> None:
+        Checker(self, "attack.class_link.", flags=False).at_least("permutations", 1)
+
+
+@register_check
+class ClassLinkAttack(Check):
+    """Each released class read as a whole: its centroid's nearest, farthest and most orthogonal identity,
+    and the identity whose rank varies most or least across its proxies, by every cosine attacker."""
+
+    name, title, config = "class_link", "Class-level linking", ClassLinkConfig
+
+    def applicable(self, inputs: AuditInputs) -> str | None:
+        return None
+
+    def run(self, inputs: AuditInputs) -> ClassLinkResult:
+        from pfd.attacks.linkability.classes import class_link_test
+
+        tests = []
+        for a in inputs.attackers:
+            if a.distance != "cosine":
+                continue
+            e = inputs.embeddings(a)
+            t = inputs.clock.run("linkability", lambda e=e: class_link_test(
+                e["proxies"], inputs.source, e["private"], inputs.labels, permutations=self.cfg.permutations,
+                seed=inputs.cfg.seed))
+            tests.append({"attacker": a.role, **t})
+        return ClassLinkResult(tests)
 
 
 @dataclass

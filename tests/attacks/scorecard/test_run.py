@@ -112,8 +112,9 @@ def test_pfd_attack_writes_json_markdown_and_plots(world, tmp_path):
             continue
         chance = f"{row['chance']:.3f}" if row["kind"] == "auc" else f"{100 * row['chance']:.1f}%"
         assert cells[3] == chance and cells[5].strip("*") == row["verdict"]
-        if row["ci95"] is None:  # the membership test: p instead of an interval
-            assert row["attacker"] == "downstream" and 0 < row["p"] <= 1 and f"p = {row['p']:.3g}" in cells[4]
+        if row["ci95"] is None:  # the membership and class-level tests: p instead of an interval
+            assert row["attacker"] == "downstream" or row["attack"].startswith("Class-level linking")
+            assert 0 < row["p"] <= 1 and f"p = {row['p']:.3g}" in cells[4]
         else:
             assert row["ci95"][0] <= row["value"] <= row["ci95"][1] or row["kind"] == "score"
     assert "| VisMatch (proxies) | insider | 100.0% (40/40) | 5.0% |" in md

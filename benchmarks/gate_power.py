@@ -86,25 +86,27 @@ def main(argv: list[str] | None = None) -> int:
 def whole_gate(args: argparse.Namespace) -> int:
     """Print the one verdict's refusal rate for each (N, K) and planted leak (0: at chance).
 
-    Each row is :func:`pfd.audit.null.simulate`: the registered linkability, hubness and source-rank
-    attacks of three models (insider, public, judge) on simulated embeddings, decided by
+    Each row is :func:`pfd.audit.null.simulate`: the registered linkability, hubness, source-rank
+    and class-level attacks of three models (insider, public, judge) on simulated embeddings, decided by
     :func:`pfd.audit.verdict.decide` at its family-wise level. ``Re-ID / chance`` is what the
     planted pull amounts to (mean over audits and models), so rows near 2x and 3x read as power.
-    Resumable: each finished row is appended to ``--out`` (JSON lines) and skipped on a rerun.
+    Resumable: each finished row is appended to ``--out`` (JSON lines, with the audit's version) and
+    skipped on a rerun of the same audit version.
     """
     import json
     import time
 
     from pfd.attacks.metrics import clopper_pearson
     from pfd.audit.null import simulate
-    from pfd.audit.verdict import LEVEL
+    from pfd.audit.verdict import LEVEL, VERSION
 
     out = Path(args.out) if args.out else None
     done = {}
     if out is not None and out.is_file():
         for line in out.read_text().splitlines():
             r = json.loads(line)
-            done[(r["N"], r["K"], r["leak"], r["draws"])] = r
+            if r.get("audit_version", 1) == VERSION:  # rows of another audit are history, not this table
+                done[(r["N"], r["K"], r["leak"], r["draws"])] = r
     print(f"One verdict (family-wise {100 * LEVEL:g} %) on simulated audits ({args.draws} each; three models)")
     print("| N | K | leak | Re-ID / chance | refused | 95 % CI | through LEAKS / rule-out only | seconds |")
     print("|---|---|---|---|---|---|---|---|")
@@ -115,7 +117,8 @@ def whole_gate(args: argparse.Namespace) -> int:
                 if key not in done:
                     t0 = time.perf_counter()
                     r = simulate(n, k, draws=args.draws, seed=args.seed, leak=leak)
-                    done[key] = {"N": n, "K": k, "leak": leak, "draws": args.draws, "refused": r.refused,
+                    done[key] = {"N": n, "K": k, "leak": leak, "draws": args.draws, "audit_version": VERSION,
+                                 "refused": r.refused,
                                  "leaks": r.leaks, "unresolved": r.unresolved, "reid_ratio": r.reid_ratio,
                                  "by_row": r.by_row, "seconds": round(time.perf_counter() - t0, 1)}
                     if out is not None:

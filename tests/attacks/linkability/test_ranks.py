@@ -92,3 +92,24 @@ def test_the_data_floor_is_one_over_the_arrangements_of_sources_on_identities():
         t = source_rank_test(proxies, source, private, labels, permutations=200, seed=0)
         assert t["data_floor"] == pytest.approx(1 / arrangements)
         assert t["p"] >= t["data_floor"] - 1e-12
+
+
+def test_the_mean_rank_interval_covers_chance_in_null_audits():
+    """Releases at chance at the demo's size (24 sources x K = 10): the mean rank's 95 % interval
+    (Student's t over the source means) misses 0.5 in about 5 % of audits, by cos and by |cos|."""
+    n, imgs, k, d = 24, 20, 10, 64
+    miss = {"cos": 0, "abs": 0}
+    draws = 300
+    for s in range(draws):
+        g = torch.Generator().manual_seed(s)
+        c = F.normalize(torch.randn(n, d, generator=g), dim=1)
+        labels, source = np.repeat(np.arange(n), imgs), np.repeat(np.arange(n), k)
+        private = F.normalize(c[labels] + 0.5 * torch.randn(n * imgs, d, generator=g), dim=1)
+        own = F.normalize(torch.randn(n, d, generator=g), dim=1).repeat_interleave(k, 0)
+        proxies = F.normalize(own + 0.5 * torch.randn(n * k, d, generator=g), dim=1)
+        for by in miss:
+            lo, hi = source_rank_test(proxies, source, private, labels, permutations=1, seed=s, by=by)["mean_rank_ci95"]
+            miss[by] += lo > 0.5 or hi < 0.5
+    # binomial(300, 0.05): more than 27 misses (9 %) has probability < 0.5 %
+    assert miss["cos"] <= 27 and miss["abs"] <= 27, miss
+    assert miss["cos"] + miss["abs"] >= 6, miss  # and the interval is not so wide that it never misses

@@ -182,10 +182,7 @@ def rank_jitter(rows: np.ndarray | torch.Tensor, n_ids: int, k: int, *, seed: in
     """Each prototype row's standard normal jitter draw (:func:`rank_target`), a pure function of ``(seed, row)``.
 
     Args:
-        rows: ``(B,)`` prototype rows.
-        n_ids: N.
-        k: Proxies per identity K.
-        seed: The RTA seed.
+        rows: ``(B,)`` prototype rows; ``n_ids``, ``k``, ``seed`` as in :func:`target_ranks`.
 
     Returns:
         ``(B,)`` float32 draws.

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from pfd.distill.delink import rank_target
 from pfd.errors import PfdError
 
 __all__ = ["kmeans_prototypes", "lighting_prototypes", "uniform_source_ranks", "raw_selection"]
@@ -200,8 +201,6 @@ def uniform_source_ranks(
     Returns:
         ``(NK, D)`` float32 normalised prototypes.
     """
-    from pfd.distill.delink import rank_target
-
     T = torch.nn.functional.normalize(templates.double(), dim=1)  # (N, D)
     n_id = T.shape[0]
     X = torch.nn.functional.normalize(P.double(), dim=1).clone()  # (NK, D)

@@ -4,8 +4,8 @@
   renders its report rows) and the registry the scorecard iterates; :mod:`pfd.attacks.builtin`
   registers the built-in ones;
 * :mod:`pfd.attacks.linkability`: Visual Matching, Rank-1 Re-ID, their hubness-corrected forms,
-  the rank of the source and the reconstruction attack (PFD paper, "Source-Identity Linkability",
-  Fig. 3 and 5);
+  the rank of the source, class-level linking and the reconstruction attack (PFD paper,
+  "Source-Identity Linkability", Fig. 3 and 5);
 * :mod:`pfd.attacks.membership`: identity-level geometric MIA (PairCos, vMF κ, PenLogit, ProtoCE,
   their fusion; Öztürk & Marcel 2026), its permutation verdict and reference check, dataset-level
   MIA (Borsukiewicz et al. 2026), and the audits that run them on a model or a release;

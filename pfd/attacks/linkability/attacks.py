@@ -281,7 +281,7 @@ class ClassLinkResult(CheckResult):
                "| attacker | " + " | ".join(CLASS_ATTACKS) + " |", "|---|" + "---|" * len(CLASS_ATTACKS)]
         for t in self.tests:
             out.append(f"| {t['attacker']} | " + " | ".join(
-                f"{a['count']}/{t['classes']}" for a in t["attacks"].values()) + " |")
+                f"{t['attacks'][k]['count']}/{t['classes']}" for k in CLASS_ATTACKS) + " |")
         return out
 
 

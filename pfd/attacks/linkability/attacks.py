@@ -84,6 +84,11 @@ class LinkRows(CheckResult):
         return self.text
 
 
+def _cosine_attackers(inputs: AuditInputs) -> list[tuple[Any, dict[str, "torch.Tensor"]]]:
+    """The attackers that rank by cosine, with their embeddings (rank and CSLS attacks are cosine-only)."""
+    return [(a, inputs.embeddings(a)) for a in inputs.attackers if a.distance == "cosine"]
+
+
 def _link(inputs: AuditInputs, target: str, attacker: Any, query: "torch.Tensor", source: "np.ndarray",
           *, chunk: int = 4096) -> dict[str, Any]:
     """VisMatch and Re-ID of ``query`` against ``attacker``'s embeddings of the private gallery."""
@@ -165,10 +170,7 @@ class HubnessAttack(Check):
         from pfd.attacks.linkability.hubness import rank1_reid_csls, visual_matching_csls
 
         links = []
-        for a in inputs.attackers:
-            if a.distance != "cosine":  # CSLS is a cosine-similarity correction
-                continue
-            e = inputs.embeddings(a)
+        for a, e in _cosine_attackers(inputs):  # CSLS is a cosine-similarity correction
             links.append(inputs.clock.run("linkability", lambda e=e, a=a: {
                 "target": "proxies", "attacker": a.role,
                 "vismatch_csls": visual_matching_csls(e["proxies"], inputs.source, e["private"], inputs.labels, k=self.cfg.k),
@@ -240,10 +242,7 @@ class SourceRankAttack(Check):
         from pfd.attacks.linkability.ranks import source_rank_test
 
         tests = []
-        for a in inputs.attackers:
-            if a.distance != "cosine":
-                continue
-            e = inputs.embeddings(a)
+        for a, e in _cosine_attackers(inputs):
             for by in ("cos", "abs"):
                 t = inputs.clock.run("linkability", lambda e=e, by=by: source_rank_test(
                     e["proxies"], inputs.source, e["private"], inputs.labels, permutations=self.cfg.permutations,
@@ -314,10 +313,7 @@ class ClassLinkAttack(Check):
         from pfd.attacks.linkability.classes import class_link_test
 
         tests = []
-        for a in inputs.attackers:
-            if a.distance != "cosine":
-                continue
-            e = inputs.embeddings(a)
+        for a, e in _cosine_attackers(inputs):
             t = inputs.clock.run("linkability", lambda e=e: class_link_test(
                 e["proxies"], inputs.source, e["private"], inputs.labels, permutations=self.cfg.permutations,
                 seed=inputs.cfg.seed))

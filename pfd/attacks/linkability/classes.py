@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from pfd.attacks.linkability.matching import _as_tensor, _check_sources, _unit
-from pfd.attacks.linkability.ranks import identity_ranks
+from pfd.attacks.linkability.ranks import identity_ranks, identity_templates
 from pfd.errors import PfdError
 
 __all__ = ["CLASS_ATTACKS", "class_groups", "named_identities", "class_link_test"]
@@ -85,16 +85,14 @@ def named_identities(proxy_emb: Any, group: np.ndarray, private_emb: Any, privat
     """
     group = np.asarray(group).ravel()
     lab = np.asarray(private_labels).ravel()
-    e = _unit(_as_tensor(private_emb, "private embeddings").to(torch.float64))
-    uniq, inv = np.unique(lab, return_inverse=True)
-    templates = _unit(torch.zeros(len(uniq), e.shape[1], dtype=e.dtype).index_add_(0, torch.as_tensor(inv), e))  # (N, D)
+    templates, uniq = identity_templates(private_emb, lab)  # (N, D)
     q = _unit(_as_tensor(proxy_emb, "proxy embeddings").to(torch.float64))  # (q, D)
     n_groups = int(group.max()) + 1 if group.size else 0
     centroid = _unit(torch.zeros(n_groups, q.shape[1], dtype=q.dtype).index_add_(0, torch.as_tensor(group), q))  # (G, D)
     cos = (centroid @ templates.T).numpy()  # (G, N)
     spread = {}
     for by in ("cos", "abs"):
-        ranks, _ = identity_ranks(q, e, lab, by=by)  # (q, N)
+        ranks, _ = identity_ranks(q, private_emb, lab, by=by)  # (q, N)
         s = np.zeros((n_groups, len(uniq)))
         for g in range(n_groups):
             s[g] = ranks[group == g].astype(np.float64).std(0)

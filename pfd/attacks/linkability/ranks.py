@@ -30,12 +30,29 @@ from scipy.stats import t as student_t
 from pfd.attacks.linkability.matching import LinkabilityResult, _as_tensor, _check_sources, _result, _unit
 from pfd.errors import PfdError
 
-__all__ = ["RANKINGS", "identity_ranks", "source_ranks", "rank_last", "uniformity_test", "source_rank_test"]
+__all__ = ["RANKINGS", "identity_templates", "identity_ranks", "source_ranks", "rank_last", "uniformity_test", "source_rank_test"]
 
 
 #: How identities are ranked: by cosine to the template (0 = nearest), or by its absolute value
 #: (0 = the largest ``|cos|``; the last rank is the identity most orthogonal to the proxy).
 RANKINGS = ("cos", "abs")
+
+
+def identity_templates(private_emb: Any, private_labels: Any) -> tuple[torch.Tensor, np.ndarray]:
+    """Re-ID's identity templates ``t_c = norm(Σ_{i∈c} e_i)`` of unit private embeddings, in float64.
+
+    Returns:
+        ``(templates (N, D), identities (N,))``.
+
+    Raises:
+        PfdError: The embeddings and labels differ in number.
+    """
+    lab = np.asarray(private_labels).ravel()
+    e = _unit(_as_tensor(private_emb, "private embeddings").to(torch.float64))
+    if lab.shape[0] != e.shape[0]:
+        raise PfdError(f"{e.shape[0]} private embeddings but {lab.shape[0]} labels; pass one per image")
+    uniq, inv = np.unique(lab, return_inverse=True)
+    return _unit(torch.zeros(len(uniq), e.shape[1], dtype=e.dtype).index_add_(0, torch.as_tensor(inv), e)), uniq
 
 
 def identity_ranks(proxy_emb: Any, private_emb: Any, private_labels: Any, *, by: str = "cos") -> tuple[np.ndarray, np.ndarray]:
@@ -51,12 +68,7 @@ def identity_ranks(proxy_emb: Any, private_emb: Any, private_labels: Any, *, by:
         ``(ranks (q, N) int64, identities (N,))``: ``ranks[i, j]`` is identity ``identities[j]``'s
         rank for proxy ``i`` (0 = nearest template, or largest ``|cos|``; ties broken by identity order).
     """
-    lab = np.asarray(private_labels).ravel()
-    e = _unit(_as_tensor(private_emb, "private embeddings").to(torch.float64))
-    if lab.shape[0] != e.shape[0]:
-        raise PfdError(f"{e.shape[0]} private embeddings but {lab.shape[0]} labels; pass one per image")
-    uniq, inv = np.unique(lab, return_inverse=True)
-    templates = _unit(torch.zeros(len(uniq), e.shape[1], dtype=e.dtype).index_add_(0, torch.as_tensor(inv), e))  # (N, D)
+    templates, uniq = identity_templates(private_emb, private_labels)  # (N, D)
     q = _unit(_as_tensor(proxy_emb, "proxy embeddings").to(torch.float64))
     if by not in RANKINGS:
         raise ValueError(f"by must be one of {RANKINGS}, got {by!r}")
@@ -92,9 +104,7 @@ def rank_last(proxy_emb: Any, proxy_source: Any, private_emb: Any, private_label
     _check_sources(src, lab, len(proxy_emb))
     ranks, uniq = identity_ranks(proxy_emb, private_emb, private_labels, by=by)
     idx = ranks.argmax(1)  # (q,) the identity at rank N - 1
-    e = _unit(_as_tensor(private_emb, "private embeddings").to(torch.float64))
-    _, inv = np.unique(lab, return_inverse=True)
-    templates = _unit(torch.zeros(len(uniq), e.shape[1], dtype=e.dtype).index_add_(0, torch.as_tensor(inv), e))
+    templates, _ = identity_templates(private_emb, lab)
     q = _unit(_as_tensor(proxy_emb, "proxy embeddings").to(torch.float64))
     score = (q * templates[torch.as_tensor(idx)]).sum(1).numpy()
     return _result("reid_last" if by == "cos" else "reid_orthogonal", uniq[idx], src, idx, score, uniq)

@@ -54,3 +54,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
         if any(d and d[-1].scope == "module" for d in defs.values()):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--demo", action="store_true",
+                     help="also run the README's quick start end to end (tests marked demo: about 6 min on 2 idle cores)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # The full quick start is the acceptance check of the demo (issue 33), too long for CI's budget
+    # (a reduced-size pipeline does not show the gain); it runs by hand with --demo.
+    if item.get_closest_marker("demo") is not None and not item.config.getoption("--demo"):
+        pytest.skip("the README's quick start end to end (about 6 min): run pytest --demo tests/cli/test_quickstart.py")

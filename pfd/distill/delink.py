@@ -20,14 +20,19 @@ rank is the target of exactly ``K`` proxies and top-1 is at exactly chance, ``1/
 
 .. math::
     L_{dl} = \\frac{1}{B} \\sum_i \\sum_{a \\in \\{\\text{Re-ID}, \\text{VisMatch}\\}}
-             (s^a_{i, y_i} - \\tau^a_i - z_i \\sigma^a_i)^2,
+             (s^a_{i, y_i} - \\tau^a_i)^2,
 
 where ``s^a_{i, c}`` is attack ``a``'s score of identity ``c`` for proxy ``i`` in the public model
-(Re-ID: cosine to the identity's template; VisMatch: the largest cosine to one of its images),
-``τ^a_i`` (no gradient) is the middle of the gap between the ``r_c``-th and ``(r_c+1)``-th largest
-score of the *other* identities (the value that puts the source at rank ``r_c``), and ``σ^a_i``
-(no gradient) the spread other identities' scores show across the proxies of ``i``'s class in the
-batch (:func:`class_spread`): the source then moves across its class as another identity does.
+(Re-ID: cosine to the identity's template; VisMatch: the largest cosine to one of its images) and
+``τ^a_i`` (no gradient) the middle of the gap between the ``ρ_i``-th and ``(ρ_i+1)``-th largest
+score of the *other* identities, the value that puts the source at rank ``ρ_i``. The proxy's rank
+``ρ_i`` is the class rank moved by the jitter in *rank* units, reflected at the ends
+(:func:`jittered_rank`): ``ρ_i = reflect(r_c + z_i σ_c)``, where ``σ_c`` is the spread other
+identities' ranks show across the proxies of the class in the batch (:func:`rank_spread`). The
+source then moves across its class as another identity does, and every proxy's rank stays uniform:
+a jitter in *score* units (the design of 2026-12-04) put every draw beyond the best or worst other
+identity on the first or last rank, which an attacker's top-1 and rank-last then found (the
+72-person CelebA screen with the de-linking term: public VisMatch 13 %, chance 1.4 %).
 
 The same term in the adapted model's own space (``rta.lambda_insider``, :class:`PublicView` over
 the adapted model's private gallery; it reads the embeddings eq. 9 computes anyway) puts the
@@ -47,38 +52,70 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["PublicView", "rank_target", "class_spread", "identity_scores", "delink_loss", "target_ranks", "rank_jitter"]
+__all__ = ["PublicView", "rank_target", "rank_spread", "jittered_rank", "identity_scores", "delink_loss", "target_ranks", "rank_jitter"]
 
 #: How far above the best (below the worst) other score the extreme ranks aim, in cosine.
 EDGE_GAP = 0.05
 
 
-def class_spread(scores: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
-    """How much other identities' scores vary across the proxies of each row's class (detached).
+def _other_ranks(scores: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """``(B, N)`` each identity's rank (0 = the highest score) among the row's *other* identities (the source's column: N-1)."""
+    b, n = scores.shape
+    s = scores.detach().clone()
+    s[torch.arange(b), source] = float("-inf")  # the source never counts above another identity
+    return s.argsort(dim=1, descending=True).argsort(dim=1)  # (B, N): the source is last, the others 0..N-2
+
+
+def rank_spread(scores: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """How much other identities' *ranks* vary across the proxies of each row's class (detached).
 
     For each class (the rows sharing a source) the standard deviation over its rows of each other
-    identity's score, and their median over the other identities. A class with a single row in
-    the batch takes the median over the batch's other classes (0 if none has two rows).
+    identity's rank among the other identities, and their median over the other identities. A
+    class with a single row in the batch takes the median over the batch's other classes (0 if
+    none has two rows).
 
     Args:
         scores: ``(B, N)`` identity scores.
         source: ``(B,)`` the source identity of each row (its class).
 
     Returns:
-        ``(B,)`` the spread of each row's class.
+        ``(B,)`` float spread, in ranks, of each row's class.
     """
-    s = scores.detach()
-    out = torch.full((s.shape[0],), float("nan"), dtype=s.dtype, device=s.device)
+    ranks = _other_ranks(scores, source).to(torch.float64)  # (B, N)
+    out = torch.full((ranks.shape[0],), float("nan"), dtype=torch.float64, device=ranks.device)
     for c in torch.unique(source):
         rows = source == c
         if int(rows.sum()) < 2:
             continue
-        keep = torch.ones(s.shape[1], dtype=torch.bool, device=s.device)
+        keep = torch.ones(ranks.shape[1], dtype=torch.bool, device=ranks.device)
         keep[c] = False
-        out[rows] = s[rows][:, keep].std(0).median()
+        out[rows] = ranks[rows][:, keep].std(0).median()
     known = out[~torch.isnan(out)]
-    fill = known.median() if known.numel() else s.new_zeros(())
+    fill = known.median() if known.numel() else ranks.new_zeros(())
     return torch.where(torch.isnan(out), fill, out)
+
+
+def jittered_rank(rank: torch.Tensor, jitter: torch.Tensor, spread: torch.Tensor, n_ids: int) -> torch.Tensor:
+    """``r + z σ`` reflected into the ``N`` ranks, rounded: a uniform rank stays uniform.
+
+    Reflection at ``-1/2`` and ``N - 1/2`` keeps the uniform distribution of the class ranks
+    uniform per proxy (a symmetric step from a uniform start, reflected, is uniform); a jitter
+    added to the *score* instead lets every draw beyond the best or worst other identity land on
+    the first or last rank, which then hold far more than ``1/N`` of the proxies.
+
+    Args:
+        rank: ``(B,)`` class ranks in ``[0, N)``.
+        jitter: ``(B,)`` standard normal draws.
+        spread: ``(B,)`` the class's :func:`rank_spread`, in ranks.
+        n_ids: N.
+
+    Returns:
+        ``(B,)`` int64 ranks in ``[0, N)``.
+    """
+    x = rank.to(torch.float64) + jitter.to(torch.float64) * spread.to(torch.float64) + 0.5
+    y = torch.remainder(x, 2.0 * n_ids)
+    y = torch.where(y > n_ids, 2.0 * n_ids - y, y)  # (B,) in [0, N]
+    return (y - 0.5).round().clamp(0, n_ids - 1).to(torch.int64)
 
 
 def rank_target(scores: torch.Tensor, source: torch.Tensor, rank: torch.Tensor,
@@ -92,9 +129,9 @@ def rank_target(scores: torch.Tensor, source: torch.Tensor, rank: torch.Tensor,
         jitter: ``(B,)`` standard normal draws (:func:`rank_jitter`), or ``None`` for the exact rank.
 
     Returns:
-        ``(B,)`` the midpoint of the gap between the other identities' ``rank``-th and
-        ``(rank+1)``-th highest scores (:data:`EDGE_GAP` beyond the extremes), plus ``jitter`` times
-        the row's :func:`class_spread`; detached.
+        ``(B,)`` the midpoint of the gap between the other identities' ``r``-th and ``(r+1)``-th
+        highest scores (:data:`EDGE_GAP` beyond the extremes), where ``r`` is ``rank`` or, with
+        ``jitter``, :func:`jittered_rank` with the class's :func:`rank_spread`; detached.
     """
     b, n = scores.shape
     s = scores.detach()
@@ -103,11 +140,10 @@ def rank_target(scores: torch.Tensor, source: torch.Tensor, rank: torch.Tensor,
     others = s[keep].view(b, n - 1).sort(dim=1, descending=True).values  # (B, N-1)
     above = torch.cat([others[:, :1] + EDGE_GAP, others], dim=1)  # (B, N): the score just above rank r
     below = torch.cat([others, others[:, -1:] - EDGE_GAP], dim=1)  # (B, N): the score just below it
-    r = rank.view(-1, 1)
-    target = 0.5 * (above.gather(1, r) + below.gather(1, r)).squeeze(1)
     if jitter is not None:
-        target = target + jitter.to(s.dtype) * class_spread(s, source)
-    return target
+        rank = jittered_rank(rank, jitter.to(s.device), rank_spread(s, source), n)
+    r = rank.view(-1, 1).to(s.device)
+    return 0.5 * (above.gather(1, r) + below.gather(1, r)).squeeze(1)
 
 
 def identity_scores(emb: torch.Tensor, gallery: torch.Tensor, gallery_id: torch.Tensor, n_ids: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -177,9 +177,10 @@ def uniform_source_ranks(
     and the source's rank is not uniform). Here each prototype row ``p`` (identity ``i``) gets
     its class's target rank ``r`` (the de-linking term's design, :func:`pfd.distill.delink.target_ranks`:
     one rank per identity, each rank K times) and a jitter draw ``z``; its cosine to ``i``'s template
-    ``t_i`` is set to :func:`pfd.distill.delink.rank_target`'s value (between the ``r``-th and
-    ``(r+1)``-th largest of its cosines to the other ``N − 1`` templates, plus ``z`` times the
-    spread other identities' cosines show across ``i``'s K prototypes) by moving ``p`` along
+    ``t_i`` is set to :func:`pfd.distill.delink.rank_target`'s value (between the ``ρ``-th and
+    ``(ρ+1)``-th largest of its cosines to the other ``N − 1`` templates, where ``ρ`` is ``r``
+    moved by ``z`` times the spread other identities' ranks show across ``i``'s K prototypes,
+    reflected at the ends: :func:`pfd.distill.delink.jittered_rank`) by moving ``p`` along
     ``t_i`` and renormalising (repeated ``iterations`` times, as templates are not orthogonal).
     The own cosine then *is* a draw from the other identities' cosines, signed and absolute: the
     source ranks near ``r``, uniform on ``{0, …, N − 1}`` over the identities, and varies across

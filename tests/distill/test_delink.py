@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from pfd.attacks.linkability.matching import rank1_reid, visual_matching
 from pfd.config import RTAConfig
-from pfd.distill.delink import PublicView, class_spread, delink_loss, identity_scores, rank_jitter, rank_target, target_ranks
+from pfd.distill.delink import (PublicView, delink_loss, identity_scores, jittered_rank, rank_jitter, rank_spread,
+                                rank_target, target_ranks)
 from pfd.distill.rta import ProxyDistiller
 from pfd.errors import PfdError
 from tests.distill_stubs import CosineHead, calibrated_net, one_thread  # noqa: F401 (fixture)
@@ -61,19 +62,64 @@ def test_rank_jitter_is_a_standard_normal_draw_per_row_and_a_pure_function_of_th
     assert not np.array_equal(rank_jitter(rows, n_ids, k, seed=1).numpy(), z)
 
 
-def test_class_spread_is_the_median_spread_of_the_other_identities_across_the_class():
+def test_rank_spread_is_the_median_spread_of_the_other_identities_ranks_across_the_class():
     g = torch.Generator().manual_seed(4)
     scores = torch.randn(7, 5, generator=g, dtype=torch.float64)
     source = torch.tensor([0, 0, 0, 2, 2, 2, 3])  # class 3 has one row in the batch
-    got = class_spread(scores, source)
-    a = float(scores[:3, 1:].std(0).median())
-    b = float(scores[3:6][:, [0, 1, 3, 4]].std(0).median())
+    got = rank_spread(scores, source)
+
+    def ranks(rows, others):  # each other identity's rank among the others, by hand
+        s = scores[rows][:, others]
+        return torch.tensor([[int((s[i] > s[i, j]).sum()) for j in range(len(others))] for i in range(len(rows))],
+                            dtype=torch.float64)
+
+    a = float(ranks([0, 1, 2], [1, 2, 3, 4]).std(0).median())
+    b = float(ranks([3, 4, 5], [0, 1, 3, 4]).std(0).median())
     assert torch.allclose(got[:3], torch.full((3,), a, dtype=torch.float64))
     assert torch.allclose(got[3:6], torch.full((3,), b, dtype=torch.float64))
     assert float(got[6]) == pytest.approx(float(torch.tensor([a, b]).median()))  # the batch's other classes
-    # The jittered target moves by jitter x spread from the exact rank's midpoint.
+    # The jittered target is the exact target of the jittered rank.
     rank, z = torch.tensor([1, 1, 1, 3, 3, 3, 0]), torch.linspace(-1, 1, 7)
-    assert torch.allclose(rank_target(scores, source, rank, z) - rank_target(scores, source, rank), z.double() * got)
+    assert torch.equal(rank_target(scores, source, rank, z), rank_target(scores, source, jittered_rank(rank, z, got, 5)))
+
+
+@pytest.mark.parametrize("spread", [0.5, 3.0, 40.0])
+def test_jittered_ranks_stay_uniform_per_proxy_with_any_spread(spread):
+    """Every rank, the first and the last included, holds 1/N of the proxies (a score-space jitter
+    put every draw past the best or worst other identity on rank 0 or N-1: top-1 at many times chance)."""
+    n_ids, k = 24, 400
+    rows = np.arange(n_ids * k)
+    r = target_ranks(rows, n_ids, k, seed=0)
+    z = rank_jitter(rows, n_ids, k, seed=0)
+    got = jittered_rank(r, z, torch.full((len(rows),), spread), n_ids).numpy()
+    assert got.min() >= 0 and got.max() <= n_ids - 1
+    counts = np.bincount(got, minlength=n_ids)
+    expected = len(rows) / n_ids
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 49.7, (chi2, counts)  # the chi-square 99.9 % point at 23 degrees of freedom
+    assert counts[0] < 1.3 * expected and counts[-1] < 1.3 * expected
+    # The class still sits at its rank: the mean over its proxies moves less than the spread.
+    if spread < 5:
+        cls = got.reshape(n_ids, k).mean(1)
+        assert np.abs(cls - r.numpy().reshape(n_ids, k)[:, 0]).max() < max(1.0, spread)
+
+
+def test_the_score_targets_of_jittered_ranks_put_sources_at_chance_on_top_and_last():
+    """End to end on scores whose classes spread widely: the share of sources moved to rank 0 and to
+    rank N-1 is 1/N each (within a binomial band), not the pile-up of a score-space jitter."""
+    g = torch.Generator().manual_seed(5)
+    n_ids, k = 30, 40
+    base = torch.randn(n_ids, n_ids, generator=g, dtype=torch.float64)  # (class, identity) mean scores
+    source = torch.arange(n_ids).repeat_interleave(k)
+    scores = base[source] + 0.8 * torch.randn(n_ids * k, n_ids, generator=g, dtype=torch.float64)  # wide spread
+    rows = np.arange(n_ids * k)
+    tau = rank_target(scores, source, target_ranks(rows, n_ids, k, seed=1), rank_jitter(rows, n_ids, k, seed=1))
+    moved = scores.clone()
+    moved[torch.arange(len(rows)), source] = tau
+    final = _rank(moved, source).numpy()
+    n = len(rows)
+    band = 1 / n_ids + 3.3 * np.sqrt((1 / n_ids) * (1 - 1 / n_ids) / n)
+    assert (final == 0).mean() < band and (final == n_ids - 1).mean() < band, ((final == 0).mean(), band)
 
 
 def test_identity_scores_are_the_attacks_own():

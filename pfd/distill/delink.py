@@ -60,9 +60,8 @@ EDGE_GAP = 0.05
 
 def _other_ranks(scores: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
     """``(B, N)`` each identity's rank (0 = the highest score) among the row's *other* identities (the source's column: N-1)."""
-    b, n = scores.shape
     s = scores.detach().clone()
-    s[torch.arange(b), source] = float("-inf")  # the source never counts above another identity
+    s[torch.arange(s.shape[0]), source] = float("-inf")  # the source never counts above another identity
     return s.argsort(dim=1, descending=True).argsort(dim=1)  # (B, N): the source is last, the others 0..N-2
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from benchmarks.pu.data import TARGET_CONTROLS
+from benchmarks.pu.data import TARGET_CONTROLS, TARGET_SCENARIOS
+from benchmarks.pu.settings import MIA_STATS
 
 __all__ = ["markdown_v2"]
 
@@ -93,7 +94,9 @@ def _scenario(name: str, sdoc: Mapping[str, Any], order: list[str], settings: Ma
             cells.append(f"{g['passed']}/{g['of']}" if g else "–")
             cells.append(f"{a['publishable']}/{a['of']}" if a else "–")
             lines.append(f"| {r['row']} | " + " | ".join(cells) + " |")
-    stats = list(rows[0].get("membership", {}))
+    # The benchmark's order, not the JSON's (a results file written with sorted keys would reorder the columns).
+    present = rows[0].get("membership", {})
+    stats = [m for m in MIA_STATS if m in present] + [m for m in present if m not in MIA_STATS]
     if stats:
         verdict = any(r.get("membership_verdict") for r in rows)
         lines += ["", "Membership (a-priori AUC, higher = member; chance 0.5): row AUC (mean over seeds) and row − base "
@@ -188,7 +191,8 @@ def markdown_v2(doc: Mapping[str, Any]) -> str:
     lines: list[str] = []
     for name, sdoc in doc.get("scenarios", {}).items():
         lines += _scenario(name, sdoc, order, doc.get("settings", {}))
-    if (doc.get("settings") or {}).get("protocol") == "target":
+    # Issue 35's goals are about the preset scenarios: a run on custom data (``--private``) has none.
+    if (doc.get("settings") or {}).get("protocol") == "target" and set(doc.get("scenarios", {})) & set(TARGET_SCENARIOS):
         from benchmarks.pu.goals import format_goals, method_goals
 
         rec = doc.get("goal_records") or {}

@@ -381,6 +381,9 @@ def test_the_no_shift_control_is_not_judged_by_the_goals():
     blocks = {b.split("\n", 1)[0]: b for b in text.split("### ")[1:]}
     assert "Goals (issue 19):" in blocks["surveillance"] and "(a) MISSED" in blocks["surveillance"]
     assert "Goals (issue 19)" not in blocks["celeba"] and "no-shift control" in blocks["celeba"]
+    assert "### Goals (issue 35)" in text  # the preset scenarios carry issue 35's goals
+    custom = markdown_v2(dict(doc, scenarios={"surveillance-custom": sdoc}))  # --private DIR: none of them
+    assert "Goals (issue 19):" in custom and "Goals (issue 35)" not in custom
 
 
 def test_release_dir_depends_on_the_distillation_not_the_downstream(tmp_path):

@@ -195,6 +195,11 @@ def summarise(bench: Bench, unit: dict[str, Any], ref: dict[str, Any], scores: n
         out["membership"][st] = auc_difference([(np.asarray(sc["members"]), np.asarray(sc["nonmembers"]))],
                                                (np.asarray(base[st]["members"]), np.asarray(base[st]["nonmembers"])),
                                                replicates=e["bootstrap"], seed=e["seed"])
+    v = (unit.get("audit") or {}).get("verdict")
+    if v:  # the one audit's verdict on this release (issue 33), what decides whether a variant may go on
+        out["audit"] = {"publishable": v["publishable"], "leaks": v.get("leaks", []),
+                        "failed_checks": v.get("failed_checks", []), "version": v.get("version"),
+                        "largest_rate_over_chance": v.get("largest_rate_over_chance")}
     d = unit.get("distill", {})
     out["below_margin"] = (d.get("rates") or {}).get("below_margin")
     out["own_prototype"] = (d.get("rates") or {}).get("own_prototype")
@@ -258,7 +263,9 @@ def markdown(doc: dict[str, Any]) -> str:
     scenario = doc.get("scenario", scenario)
     screen = bool(doc.get("screen"))
     head = ("| variant | change | Δacc vs public-ft (95 % CI) | " + ("Δacc vs pfd default, paired (95 % CI) | " if screen else "")
-            + "ΔTAR@1e-2 | links above chance | largest link rate (chance) | ΔAUC vs base, max of 4 | below margin | s |")
+            + "ΔTAR@1e-2 | links above chance | largest link rate (chance) | "
+            # a screen runs no membership audit: its column is the one audit's verdict instead
+            + ("audit | " if screen else "ΔAUC vs base, max of 4 | ") + "below margin | s |")
     lines = [f"# pfd ablations on {scenario} ({protocol} protocol; one seed each{'; a screen' if screen else ''}; "
              f"{doc.get('date', '')})", "",
              "Utility differences are against `public-ft` seed 0; the main table's seed sd for pfd is the yardstick "
@@ -278,13 +285,19 @@ def markdown(doc: dict[str, Any]) -> str:
         above = str(sum(x["above_chance"] for x in links.values())) if links else "– (same release)"
         top = max(links.items(), key=lambda kv: kv[1]["rate"] - kv[1]["chance"]) if links else None
         top_s = f"{100 * top[1]['rate']:.1f} ({100 * top[1]['chance']:.1f}) {top[0]}" if top else "–"
-        dauc = max((m["diff"] for m in s["membership"].values()), default=float("nan"))
+        if screen:
+            au = s.get("audit")
+            fails = (au or {}).get("failed_checks", []) + (au or {}).get("leaks", [])
+            last = ("publishable" if au["publishable"] else f"refused: {'; '.join(fails[:2])}"
+                    + (f" and {len(fails) - 2} more" if len(fails) > 2 else "")) if au else "–"
+        else:
+            last = f"{max((m['diff'] for m in s['membership'].values()), default=float('nan')):+.3f}"
         bm = s.get("below_margin")
         vd = (s.get("vs_default") or {}).get("accuracy")
         paired = ("" if not screen else "– (the reference) | " if vd is None else
                   f"{100 * vd['diff']:+.1f} ({100 * vd['ci95'][0]:+.1f}, {100 * vd['ci95'][1]:+.1f}) | ")
         lines.append(f"| {name} | {variants[name][0]} | {100 * a['diff']:+.1f} ({100 * a['ci95'][0]:+.1f}, "
-                     f"{100 * a['ci95'][1]:+.1f}) | {paired}{100 * t['diff']:+.1f} | {above} | {top_s} | {dauc:+.3f} | "
+                     f"{100 * a['ci95'][1]:+.1f}) | {paired}{100 * t['diff']:+.1f} | {above} | {top_s} | {last} | "
                      f"{'–' if bm is None else f'{bm:.3f}'} | {s['seconds']:.0f} |")
     return "\n".join(lines) + "\n"
 

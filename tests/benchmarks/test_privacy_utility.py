@@ -251,6 +251,14 @@ def test_a_screen_pairs_each_variant_with_the_pfd_default_and_leaves_out_members
     doc = {"protocol": "target", "screen": True, "variants": {"delink": {"summary": {**out, "links": {}, "seconds": 3.0}}}}
     row = next(ln for ln in abl.markdown(doc).splitlines() if ln.startswith("| delink"))
     assert f"{100 * v['diff']:+.1f} ({100 * v['ci95'][0]:+.1f}, {100 * v['ci95'][1]:+.1f})" in row and "a screen" in abl.markdown(doc)
+    # The screen's verdict column is the one audit's (a screen has no membership audit to show).
+    audited = {**unit, "audit": {"verdict": {"publishable": False, "leaks": ["VisMatch (proxies) by public"],
+                                             "failed_checks": [], "version": 2, "largest_rate_over_chance": 9.4}}}
+    out = abl.summarise(bench, audited, ref, better)
+    assert out["audit"]["publishable"] is False and out["audit"]["leaks"] == ["VisMatch (proxies) by public"]
+    doc["variants"]["delink"]["summary"] = {**out, "links": {}, "seconds": 3.0}
+    text = abl.markdown(doc)
+    assert "| audit |" in text and "ΔAUC" not in text and "refused: VisMatch (proxies) by public |" in text
 
 
 def test_finished_units_and_their_scores_are_committed_so_a_fresh_machine_continues_without_rerunning(bench_modules, tmp_path, capsys):

@@ -120,6 +120,7 @@ from benchmarks.pu.settings import (
     protocol_settings,
     row_seeds,
     settings_hash,
+    unit_current,
     unit_hash,
     shared_root,
     slug,
@@ -320,7 +321,8 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             if part.get("data") is not None:
                 sdoc.setdefault("data", part["data"])
     todo = {sc.name: [(name, seed) for name, _, _ in rows for seed in row_seeds(name, settings)
-                      if args.force or unit_key(name, seed) not in doc["scenarios"].get(sc.name, {}).get("units", {})]
+                      if args.force or not unit_current(doc["scenarios"].get(sc.name, {}).get("units", {})
+                                                        .get(unit_key(name, seed)), settings)]
             for sc in scenarios}
     if args.summarise or (recovered and not any(todo.values())):
         # Nothing to run (or only to re-summarise): no model is trained or loaded, the units and their

@@ -36,7 +36,8 @@ import torch
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
 from benchmarks.pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario
 from benchmarks.pu.runner import make_resolver, read_shards, scores_root, train_judge, train_public, units_dir
-from benchmarks.pu.settings import MIA_STATS, REPO, ROWS, merge_settings, protocol_settings, settings_hash, shared_root, unit_hash
+from benchmarks.pu.settings import (MIA_STATS, REPO, ROWS, merge_settings, protocol_settings, row_view, settings_hash,
+                                    shared_root, unit_current, unit_hash)
 from pfd.card.stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
 from benchmarks.pu.units import Bench
 
@@ -130,9 +131,11 @@ def variant_settings(name: str, protocol: str = "trained", *, screen: bool = Fal
     """The benchmark's settings with variant ``name``'s overrides (one seed; ``screen``: :data:`SCREEN`)."""
     variants = PROTOCOLS[protocol][0]
     over = dict(variants[name][1])
-    over.pop("method", None)
+    method = over.pop("method", "pfd")
     over.pop("reuse", None)
-    s = merge_settings(protocol_settings(protocol), over)
+    # The variant changes the table's row as that row runs (its own settings merged in): the variant's
+    # overrides win over the row's, so "paper" can take away a term the pfd row adds.
+    s = merge_settings(row_view(protocol_settings(protocol), method), over)
     if screen:
         s = merge_settings(s, SCREEN)
     s["seeds"] = 1
@@ -384,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         bench = Bench(s, scenario, resolver=resolver, work=work / f"{sc_name}-ablation" / name, public=public,
                       progress=False, judge=judge, ogp_cache=work / f"{sc_name}-ablation" / "ogp-pfd")
         main_pfd = ref["pfd"]
-        main_same = unit_hash(s) == unit_hash(main_doc["settings"])
+        main_same = (unit_hash(s) == unit_hash(row_view(main_doc["settings"], "pfd"))
+                     and unit_current(main_pfd, main_doc["settings"]))
         if args.screen and name != "default":
             d = doc["variants"].get("default") or {}
             ref = {**ref, "default_scores": np.asarray(d["scores"]) if d.get("scores") else None}

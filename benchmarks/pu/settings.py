@@ -169,11 +169,43 @@ def settings_hash(settings: dict[str, Any]) -> str:
 #: Settings that choose which units run, not what any unit computes.
 RUN_KEYS = ("seeds", "row_seeds")
 
+#: Settings one row changes for itself, ``{row: {"rta": {...}, "ogp": {...}}}`` (e.g. the pfd row's
+#: de-linking term): outside the unit hash, so that the other rows' units stay, and recorded in each
+#: unit of that row (``row_settings``), whose unit runs again when its record differs (:func:`unit_current`).
+ROW_KEY = "row_settings"
+#: The sections a row may change: what its distillation depends on, not the shared data or downstream.
+ROW_SECTIONS = ("rta", "ogp")
+
 
 def unit_hash(settings: dict[str, Any]) -> str:
-    """The hash of what a unit's figures depend on: ``settings`` without the seed counts, so that
-    a row's added seed joins the units already measured instead of starting the table afresh."""
-    return settings_hash({k: v for k, v in settings.items() if k not in RUN_KEYS})
+    """The hash of what every unit's figures depend on: ``settings`` without the seed counts (a row's
+    added seed joins the units already measured) and without the per-row settings (:data:`ROW_KEY`)."""
+    return settings_hash({k: v for k, v in settings.items() if k not in (*RUN_KEYS, ROW_KEY)})
+
+
+def row_overrides(settings: dict[str, Any], name: str) -> dict[str, Any]:
+    """Row ``name``'s own settings (:data:`ROW_KEY`; ``{}`` for a row with none).
+
+    Raises:
+        ValueError: When a row changes a section other than :data:`ROW_SECTIONS`.
+    """
+    over = copy.deepcopy((settings.get(ROW_KEY) or {}).get(name, {}))
+    bad = sorted(set(over) - set(ROW_SECTIONS))
+    if bad:
+        raise ValueError(f"row {name!r} changes {bad}: a row may change only {list(ROW_SECTIONS)} "
+                         "(a change of the shared data or downstream is a new table)")
+    return over
+
+
+def row_view(settings: dict[str, Any], name: str) -> dict[str, Any]:
+    """``settings`` as row ``name``'s units run them: its own settings merged in, the per-row table dropped."""
+    return merge_settings({k: v for k, v in settings.items() if k != ROW_KEY}, row_overrides(settings, name))
+
+
+def unit_current(unit: dict[str, Any] | None, settings: dict[str, Any]) -> bool:
+    """Whether a stored unit exists and was made with its row's current settings (a unit from before
+    rows had settings of their own records none, i.e. ``{}``)."""
+    return unit is not None and unit.get("row_settings", {}) == row_overrides(settings, unit.get("row", ""))
 
 
 def load_average() -> list[float]:
@@ -231,7 +263,8 @@ def finished_seeds(name: str, settings: dict[str, Any], units: dict[str, Any]) -
     whose unit is already finished. A ``--seeds 1`` run of some rows must not shrink the summary of
     the rows whose second seed landed earlier (issue 35's illumination table read 1 seed of 2)."""
     prefix = f"{name}/seed"
-    done = {int(k[len(prefix):]) for k in units if k.startswith(prefix) and k[len(prefix):].isdigit()}
+    done = {int(k[len(prefix):]) for k in units
+            if k.startswith(prefix) and k[len(prefix):].isdigit() and unit_current(units[k], settings)}
     return sorted(set(row_seeds(name, settings)) | done)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from benchmarks.pu.data import TARGET_CONTROLS, TARGET_SCENARIOS
-from benchmarks.pu.settings import MIA_STATS
+from benchmarks.pu.settings import MIA_STATS, ROW_KEY
 
 __all__ = ["markdown_v2"]
 
@@ -199,6 +199,11 @@ def markdown_v2(doc: Mapping[str, Any]) -> str:
         goals = method_goals(doc, screen=rec.get("screen"), paper=rec.get("paper"), card_s=rec.get("card_s"),
                              plan=tuple(rec["plan"]) if rec.get("plan") else None)
         lines += ["### Goals (issue 35)", "", *format_goals(goals), ""]
+    own = (doc.get("settings") or {}).get(ROW_KEY) or {}
+    if own:  # settings one row adds to the table's (benchmarks.pu.settings.ROW_KEY)
+        lines += ["Rows' own settings: " + "; ".join(
+            f"{row}: " + ", ".join(f"{sec}.{k} = {v}" for sec, kv in over.items() for k, v in kv.items())
+            for row, over in own.items()) + "."]
     p = doc.get("public_model") or {}
     curve = ", ".join(f"{c['step']}: {c['loss']:.2f}" for c in p.get("curve", []))
     m = doc.get("machine", {})

@@ -5,6 +5,7 @@ Part of the privacy-utility benchmark (``benchmarks/privacy_utility.py``; :mod:`
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import shutil
@@ -34,7 +35,8 @@ from pfd.nn.checkpoints import load_backbone, load_checkpoint
 from pfd.verify import tar_at_far, verification_metrics
 from benchmarks.pu.data import Scenario, SpecResolver
 from pfd.card.pairs import adaptive_pairs, pair_identities
-from benchmarks.pu.settings import PLAIN_FINETUNE, MIA_STATS, finished_seeds, load_average, unit_key, slug
+from benchmarks.pu.settings import (PLAIN_FINETUNE, MIA_STATS, ROW_KEY, finished_seeds, load_average, row_overrides,
+                                    row_view, unit_key, slug)
 from pfd.card.downstream import downstream_config, finetune, pair_scores, sample_images, utility_gain, verification
 from pfd.card.stats import auc_difference, identity_bootstrap_weights
 from benchmarks.pu.yale import moderate_light
@@ -299,6 +301,16 @@ class Bench:
     # -- one (row, seed) unit ---------------------------------------------------------------
     def unit(self, name: str, method: str | None, baseline: dict[str, Any], seed: int,
              plain: tuple[Path, float] | None) -> dict[str, Any]:
+        """Every figure of row ``name`` at ``seed``, with the row's own settings (:func:`row_view`),
+        which the unit records (``row_settings``) so that a later change of them runs it again."""
+        if ROW_KEY not in self.s:
+            return self._unit(name, method, baseline, seed, plain)
+        bench = copy.copy(self)  # shares the loaded data and pairs: a row changes only rta/ogp (ROW_SECTIONS)
+        bench.s = row_view(self.s, name)
+        return {**bench._unit(name, method, baseline, seed, plain), "row_settings": row_overrides(self.s, name)}
+
+    def _unit(self, name: str, method: str | None, baseline: dict[str, Any], seed: int,
+              plain: tuple[Path, float] | None) -> dict[str, Any]:
         root = self.work / "rows" / slug(name) / f"seed{seed}"
         shutil.rmtree(root, ignore_errors=True)  # an unfinished unit starts over
         root.mkdir(parents=True)

@@ -188,6 +188,58 @@ def test_unit_hash_ignores_the_seed_counts_only():
     assert pu_settings.unit_hash({}) != key
 
 
+def test_a_rows_own_settings_run_its_units_again_and_leave_the_other_rows_units(monkeypatch):
+    """The pfd row may carry a term (e.g. de-linking) that the RTA baselines must not: per-row settings."""
+    from types import SimpleNamespace
+
+    from benchmarks.pu import ablation
+    from benchmarks.pu.data import TARGET_SCENARIOS
+    from benchmarks.pu.units import Bench
+
+    s = copy.deepcopy(pu_settings.TARGET)
+    s.pop(pu_settings.ROW_KEY, None)
+    row = dict(s, row_settings={"pfd": {"rta": {"lambda_delink": 10.0}}})
+    assert pu_settings.unit_hash(row) == pu_settings.unit_hash(s)  # base, raw, ... keep their units
+    view = pu_settings.row_view(row, "pfd")
+    assert view["rta"]["lambda_delink"] == 10.0 and view["rta"]["ipc"] == s["rta"]["ipc"] and "row_settings" not in view
+    assert pu_settings.row_view(row, "rta-only")["rta"] == s["rta"]
+    assert "lambda_delink" not in s["rta"]  # merged into a copy
+    with pytest.raises(ValueError, match="row 'pfd' changes \\['downstream'\\]"):
+        pu_settings.row_overrides(dict(s, row_settings={"pfd": {"downstream": {"epochs": 3}}}), "pfd")
+    old = {"row": "pfd", "seed": 0}  # made before the row had settings of its own
+    assert pu_settings.unit_current(old, s) and not pu_settings.unit_current(old, row)
+    assert pu_settings.unit_current({"row": "pfd", "row_settings": {"rta": {"lambda_delink": 10.0}}}, row)
+    assert pu_settings.unit_current({"row": "raw"}, row) and not pu_settings.unit_current(None, row)
+    # A stale extra seed is not read into the row's summary; the seeds the run asks for are.
+    units = {"pfd/seed0": old, "pfd/seed5": old}
+    assert pu_settings.finished_seeds("pfd", row, units) == [0, 1]
+    assert pu_settings.finished_seeds("pfd", s, units) == [0, 1, 5]
+
+    # Bench.unit runs the row with its view and records its settings; the release moves with them.
+    b = object.__new__(Bench)
+    b.s, b.sc, b.work = row, TARGET_SCENARIOS["surveillance"], Path("/nonexistent")
+    seen = {}
+
+    def fake(self, name, method, baseline, seed, plain):
+        seen[name] = (self.s, self.release_dir(method or name, baseline, seed))
+        return {"row": name}
+
+    monkeypatch.setattr(Bench, "_unit", fake)
+    assert b.unit("pfd", "pfd", {}, 0, None)["row_settings"] == {"rta": {"lambda_delink": 10.0}}
+    assert b.unit("rta-only", "rta-only", {}, 0, None)["row_settings"] == {}
+    assert seen["pfd"][0]["rta"]["lambda_delink"] == 10.0 and "lambda_delink" not in seen["rta-only"][0]["rta"]
+    plain = object.__new__(Bench)
+    plain.s, plain.sc, plain.work = s, b.sc, b.work
+    assert seen["pfd"][1] != Bench.release_dir(plain, "pfd", {}, 0)
+    assert b.s is row  # the bench itself is untouched
+
+    # An ablation variant starts from the row as it runs, and its own overrides win over the row's.
+    monkeypatch.setattr(ablation, "protocol_settings", lambda protocol, quick=False: copy.deepcopy(row))
+    monkeypatch.setitem(ablation.TARGET_VARIANTS, "_off", ("test", {"rta": {"lambda_delink": 0.0}}))
+    assert ablation.variant_settings("default", "target")["rta"]["lambda_delink"] == 10.0
+    assert ablation.variant_settings("_off", "target")["rta"]["lambda_delink"] == 0.0
+
+
 def test_shared_folders_of_specs():
     from benchmarks.pu.data import shared_folders
 
@@ -384,6 +436,8 @@ def test_the_no_shift_control_is_not_judged_by_the_goals():
     assert "### Goals (issue 35)" in text  # the preset scenarios carry issue 35's goals
     custom = markdown_v2(dict(doc, scenarios={"surveillance-custom": sdoc}))  # --private DIR: none of them
     assert "Goals (issue 19):" in custom and "Goals (issue 35)" not in custom
+    own = markdown_v2(dict(doc, settings={"protocol": "target", "row_settings": {"pfd": {"rta": {"lambda_delink": 10.0}}}}))
+    assert "Rows' own settings: pfd: rta.lambda_delink = 10.0." in own and "Rows' own" not in text
 
 
 def test_release_dir_depends_on_the_distillation_not_the_downstream(tmp_path):

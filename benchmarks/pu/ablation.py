@@ -100,7 +100,8 @@ TARGET_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "init-yalea": ("proxies start from public faces: Yale A (15 people the downstream never trains on)",
                    {"rta": {"init": "public", "init_data": "yale-a"}}),
     "spatial": ("spatial feature statistics, λ_sp 0.1 (4 x 4 regions per BN layer)", {"rta": {"lambda_spatial": 0.1}}),
-    "delink": ("de-linking term against the public model, λ_dl 10", {"rta": {"lambda_delink": 10.0}}),
+    "no-delink": ("the pfd row without its de-linking term (λ_dl 0: the row before 2026-12-05)",
+                  {"rta": {"lambda_delink": 0.0}}),
     "lr0.25": ("RTA lr 0.25 (the paper's, as SRe2L; not 0.05)", {"rta": {"lr": 0.25}}),
     "combo": ("public-face start (CelebA public) + spatial statistics + de-linking term",
               {"rta": {"init": "public", "init_data": "celeba:public", "lambda_spatial": 0.1, "lambda_delink": 10.0}}),
@@ -116,8 +117,8 @@ TARGET_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                     {"rta": {"init": "public", "init_data": "celeba:public", "lambda_delink": 10.0, "iterations": 240}}),
     # Issue 35 goal (e): the paper's method, one recipe away from today's defaults (eq. 8's K-means
     # prototypes as they are, no insider term), against the committed table's pfd figures.
-    "paper": ("the paper's method: eq. 8 prototypes as they are, eq. 10 alone (no source ranks, no insider term)",
-              {"rta": {"source_ranks": "kmeans", "lambda_insider": 0.0}}),
+    "paper": ("the paper's method: eq. 8 prototypes as they are, eq. 10 alone (no source ranks, no insider or "
+              "de-linking term)", {"rta": {"source_ranks": "kmeans", "lambda_insider": 0.0, "lambda_delink": 0.0}}),
 }
 
 #: What each protocol's ablation runs on: (variants, the main run's results file, scenario).

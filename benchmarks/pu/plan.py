@@ -10,7 +10,7 @@ from typing import Any
 
 from pfd.distill.methods import get_method
 from benchmarks.pu.data import Scenario, SpecResolver
-from benchmarks.pu.settings import ROWS, PLAIN_FINETUNE, row_seeds
+from benchmarks.pu.settings import ROWS, PLAIN_FINETUNE, row_seeds, row_view
 from benchmarks.pu.yale import moderate_light
 
 #: Assumed throughputs (images/s) of the recipe's network (IResNet-18 w0.5, 64 px, batch 64) on the
@@ -46,6 +46,12 @@ def rates(settings: dict[str, Any]) -> dict[str, float]:
     return THROUGHPUT_TARGET if settings.get("protocol") == "target" else THROUGHPUT
 
 
+def rta_passes(rta: dict[str, Any]) -> int:
+    """Input-gradient passes of one RTA run per private identity: ``ipc × iterations``, twice with the
+    de-linking term (one more model's forward and backward through the proxies each iteration)."""
+    return rta["ipc"] * rta["iterations"] * (2 if rta.get("lambda_delink", 0.0) > 0 else 1)
+
+
 def plan_passes(settings: dict[str, Any], *, private_ids: int, private_images: int, test_images: int,
                 rows: list[str], public_images: int = 0, extra_test_images: int = 0) -> dict[str, dict[str, float]]:
     """Image passes of one scenario by stage, ``{stage: {kind: passes}}`` (``kind`` in
@@ -72,7 +78,7 @@ def plan_passes(settings: dict[str, Any], *, private_ids: int, private_images: i
     per_unit_eval = flip * (private_images + test_images + extra_test_images)
     return {
         "fine-tune (OGP / plain)": {"train": plain_seeds * ogp + n.get("pfd", 0) * ogp * extension},
-        "RTA": {"invert": sum(n[x] for x in rta_rows) * rta["ipc"] * private_ids * rta["iterations"],
+        "RTA": {"invert": sum(n[x] * rta_passes(row_view(settings, x)["rta"]) for x in rta_rows) * private_ids,
                 "forward": sum(n[x] for x in distilled) * private_images},
         "downstream": {"train": sum(n[x] for x in rows if x != "base") * per_run},
         "evaluation": {"forward": sum(n.values()) * per_unit_eval + sum(n[x] for x in distilled) * private_images},

@@ -328,6 +328,11 @@ def test_plan_counts_image_passes_by_stage():
     assert q["RTA"]["invert"] == (1 + 1 + 2) * 10 * 72 * 60
     assert q["downstream"]["train"] == (2 + 2 + 1 + 1 + 2) * (2387 + 720)
     assert q["reconstruction"]["invert"] == 4 * 72 * 50
+    # A row's own de-linking term (the pfd row's): one more model's pass per RTA iteration, that row only.
+    d = pu_plan.plan_passes(dict(t, row_settings={"pfd": {"rta": {"lambda_delink": 10.0}}}), private_ids=72,
+                            private_images=1589, test_images=1567, public_images=2387,
+                            rows=["base", "public-ft", "raw", "sre2l", "rta-only", "pfd"])
+    assert d["RTA"]["invert"] == (1 + 1 + 2 * 2) * 10 * 72 * 60
 
 
 def test_groups_that_base_already_separates_make_the_leaks_count_inconclusive():

@@ -298,7 +298,7 @@ def markdown(doc: dict[str, Any]) -> str:
             last = f"{max((m['diff'] for m in s['membership'].values()), default=float('nan')):+.3f}"
         bm = s.get("below_margin")
         vd = (s.get("vs_default") or {}).get("accuracy")
-        paired = ("" if not screen else "– (the reference) | " if vd is None else
+        paired = ("" if not screen else ("– (the reference) | " if name == "default" else "– | ") if vd is None else
                   f"{100 * vd['diff']:+.1f} ({100 * vd['ci95'][0]:+.1f}, {100 * vd['ci95'][1]:+.1f}) | ")
         lines.append(f"| {name} | {variants[name][0]} | {100 * a['diff']:+.1f} ({100 * a['ci95'][0]:+.1f}, "
                      f"{100 * a['ci95'][1]:+.1f}) | {paired}{100 * t['diff']:+.1f} | {above} | {top_s} | {last} | "

@@ -6,6 +6,7 @@ Part of the privacy-utility benchmark (``benchmarks/privacy_utility.py``; :mod:`
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -213,6 +214,19 @@ def unit_current(unit: dict[str, Any] | None, settings: dict[str, Any]) -> bool:
     """Whether a stored unit exists and was made with its row's current settings (a unit from before
     rows had settings of their own records none, i.e. ``{}``)."""
     return unit is not None and unit.get("row_settings", {}) == row_overrides(settings, unit.get("row", ""))
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """SHA-256 (12 hex digits) of the ``pfd`` package's Python sources: part of the key of every cached
+    release and fine-tune (:meth:`benchmarks.pu.units.Bench.release_dir`), so that a change of the
+    code that distils is never answered by a release an older version made (a fix of the rank jitter
+    was once measured on a release cached before it)."""
+    root = REPO / "pfd"
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
 
 
 def load_average() -> list[float]:

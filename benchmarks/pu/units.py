@@ -35,8 +35,8 @@ from pfd.nn.checkpoints import load_backbone, load_checkpoint
 from pfd.verify import tar_at_far, verification_metrics
 from benchmarks.pu.data import Scenario, SpecResolver
 from pfd.card.pairs import adaptive_pairs, pair_identities
-from benchmarks.pu.settings import (PLAIN_FINETUNE, MIA_STATS, ROW_KEY, finished_seeds, load_average, row_overrides,
-                                    row_view, unit_key, slug)
+from benchmarks.pu.settings import (PLAIN_FINETUNE, MIA_STATS, ROW_KEY, code_digest, finished_seeds, load_average,
+                                    row_overrides, row_view, unit_key, slug)
 from pfd.card.downstream import downstream_config, finetune, pair_scores, sample_images, utility_gain, verification
 from pfd.card.stats import auc_difference, identity_bootstrap_weights
 from benchmarks.pu.yale import moderate_light
@@ -117,13 +117,13 @@ class Bench:
 
     def release_dir(self, method: str, baseline: dict[str, Any], seed: int) -> Path:
         """Where a distillation's release and state dir live: keyed by everything the release
-        depends on (method, seed, OGP/RTA/baseline settings, public model, split, private spec),
-        not by the downstream or evaluation settings, so a change of those reuses the releases."""
+        depends on (method, seed, OGP/RTA/baseline settings, public model, split, private spec, and
+        the pfd code that distils it: :func:`code_digest`), not by the downstream or evaluation settings, so a change of those reuses the releases."""
         s = self.s
         key = hashlib.sha256(json.dumps({
             "method": method, "baseline": baseline, "seed": seed, "ogp": s["ogp"], "rta": s["rta"],
             "public_model": s["public_model"], "split": s["split"], "private": self.sc.private,
-            "shared_finetune": method in PLAIN_FINETUNE,
+            "shared_finetune": method in PLAIN_FINETUNE, "code": code_digest(),
             # The judge decides the gate's verdict stored with the release (older runs had none).
             **({"judge_model": s["judge_model"]} if s.get("judge_model") else {}),
         }, sort_keys=True).encode()).hexdigest()[:12]  # fmt: skip
@@ -131,7 +131,7 @@ class Bench:
 
     def plain_finetune(self, seed: int) -> tuple[Path, float]:
         """The fine-tuning shared by the non-rotating methods (identical runs), once per seed."""
-        root = self.work / "finetune-plain" / f"seed{seed}"
+        root = self.work / "finetune-plain" / f"seed{seed}-{code_digest()}"  # another pfd: another fine-tune
         cfg = self.distill_config("raw", {}, root=root, seed=seed, resume=False)
         st = StateDir.at(root / "state")
         if st.adapted.is_file() and st.config.is_file():
@@ -148,12 +148,13 @@ class Bench:
         """pfd's OGP stage (adapted model + rotation), once per seed and OGP settings, shared by every
         pfd row and ablation variant that changes only what comes after it (issue 35: a variant that
         changes only RTA pays only RTA). Keyed by what OGP depends on: its settings, the public model's
-        recipe and bytes, the split, the private spec, the image size and the seed.
+        recipe and bytes, the split, the private spec, the image size, the seed and the pfd code.
 
         Returns:
             ``(adapted.pt, seconds spent)``, 0 when reused.
         """
         key_doc = {"ogp": self.s["ogp"], "public_model": self.s["public_model"], "public_sha": sha256_file(self.public),
+                   "code": code_digest(),
                    "split": self.s["split"], "private": self.sc.private, "size": self.size, "seed": seed}
         key = hashlib.sha256(json.dumps(key_doc, sort_keys=True, default=str).encode()).hexdigest()[:12]
         root = self.ogp_cache / f"seed{seed}-{key}"

@@ -445,7 +445,7 @@ def test_the_no_shift_control_is_not_judged_by_the_goals():
     assert "Rows' own settings: pfd: rta.lambda_delink = 10.0." in own and "Rows' own" not in text
 
 
-def test_release_dir_depends_on_the_distillation_not_the_downstream(tmp_path):
+def test_release_dir_depends_on_the_distillation_not_the_downstream(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from benchmarks.pu.data import TARGET_SCENARIOS
@@ -462,3 +462,7 @@ def test_release_dir_depends_on_the_distillation_not_the_downstream(tmp_path):
     assert where(pu_settings.merge_settings(s, {"ogp": {"lr": 0.01}})) != here
     assert where(s, seed=1) != here and where(s, method="raw") != here
     assert where(s, scenario="celeba") != here  # other private people
+    # Another version of the code that distils: never the release an older one cached.
+    assert len(pu_settings.code_digest()) == 12 and where(s) == here
+    monkeypatch.setattr(pu_units, "code_digest", lambda: "0" * 12)
+    assert where(s) != here

@@ -100,8 +100,8 @@ TARGET_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "init-yalea": ("proxies start from public faces: Yale A (15 people the downstream never trains on)",
                    {"rta": {"init": "public", "init_data": "yale-a"}}),
     "spatial": ("spatial feature statistics, λ_sp 0.1 (4 x 4 regions per BN layer)", {"rta": {"lambda_spatial": 0.1}}),
-    "no-delink": ("the pfd row without its de-linking term (λ_dl 0: the row before 2026-12-05)",
-                  {"rta": {"lambda_delink": 0.0}}),
+    "delink": ("de-linking term against the public model, λ_dl 10 (refused on celeba and surveillance as the pfd "
+               "row: target-v5/pfd_delink_units.json)", {"rta": {"lambda_delink": 10.0}}),
     "lr0.25": ("RTA lr 0.25 (the paper's, as SRe2L; not 0.05)", {"rta": {"lr": 0.25}}),
     "combo": ("public-face start (CelebA public) + spatial statistics + de-linking term",
               {"rta": {"init": "public", "init_data": "celeba:public", "lambda_spatial": 0.1, "lambda_delink": 10.0}}),

@@ -126,13 +126,14 @@ JUDGE: dict[str, Any] = {
     "augment": {},
 }
 TARGET["judge_model"] = JUDGE
-#: The pfd row's own settings (:data:`ROW_KEY`): the de-linking term against the public model, as
-#: the demo's recipe has it. Without it, on CelebA people the public model recognises at full
-#: resolution (the no-shift control), the proxies stay nearer their sources than chance in the
-#: public model's space: the celeba screen's default, 2026-12-05, public source rank p = 5e-05 and
-#: hubness-corrected Re-ID 4.0 % at chance 1.4 %, refused by the audit. The RTA baselines
-#: (rta-only, sre2l) stay the papers' methods: the term is pfd's, so it is the pfd row's alone.
-TARGET[ROW_KEY] = {"pfd": {"rta": {"lambda_delink": 10.0}}}
+#: The rows' own settings (:data:`ROW_KEY`): none. The pfd row carried the de-linking term against
+#: the public model (lambda_delink 10, the demo's) for one seed per scenario on 2026-12-05, and the
+#: one audit refused both releases (``target-v5/pfd_delink_units.json``): on celeba the public
+#: model's hubness-corrected VisMatch linked 7.2 % (chance 1.4 %) with every source rank uniform; on
+#: surveillance, where the public model is weak, the term could not pull proxies towards their
+#: sources and the public source rank was skewed far (mean 0.576, p 5e-05). Without it the celeba
+#: control is refused by the public model (source rank p 5e-05), surveillance is not.
+TARGET[ROW_KEY] = {}
 
 
 #: --quick of the target protocol: a tiny random MobileFaceNet trained for one epoch on synthetic

@@ -230,11 +230,9 @@ def test_a_screen_pairs_each_variant_with_the_pfd_default_and_leaves_out_members
     from pfd.card.stats import identity_bootstrap_weights
 
     abl = importlib.import_module("benchmarks.pu.ablation")
-    s = abl.variant_settings("no-delink", "target", screen=True)
-    assert s["mia"]["enabled"] is False and s["recon"]["seeds"] == 0 and s["rta"]["lambda_delink"] == 0.0
-    assert abl.variant_settings("no-delink", "target")["mia"].get("enabled", True)  # the full unit keeps them
-    # The default is the table's pfd row as it runs, its own de-linking term included; the paper's method drops it.
-    assert abl.variant_settings("default", "target")["rta"]["lambda_delink"] == 10.0
+    s = abl.variant_settings("delink", "target", screen=True)
+    assert s["mia"]["enabled"] is False and s["recon"]["seeds"] == 0 and s["rta"]["lambda_delink"] == 10.0
+    assert abl.variant_settings("delink", "target")["mia"].get("enabled", True)  # the full unit keeps them
     assert abl.variant_settings("paper", "target")["rta"]["lambda_delink"] == 0.0
     rng = np.random.default_rng(0)
     ids = np.repeat(np.arange(40), 10)  # 400 pairs of 40 people
@@ -251,15 +249,15 @@ def test_a_screen_pairs_each_variant_with_the_pfd_default_and_leaves_out_members
     assert v["diff"] > 0 and v["ci95"][0] > 0 and out["membership"] == {}
     same = abl.summarise(bench, unit, ref, default)["vs_default"]["accuracy"]
     assert same["diff"] == 0 and same["ci95"] == [0.0, 0.0]
-    doc = {"protocol": "target", "screen": True, "variants": {"no-delink": {"summary": {**out, "links": {}, "seconds": 3.0}}}}
-    row = next(ln for ln in abl.markdown(doc).splitlines() if ln.startswith("| no-delink"))
+    doc = {"protocol": "target", "screen": True, "variants": {"delink": {"summary": {**out, "links": {}, "seconds": 3.0}}}}
+    row = next(ln for ln in abl.markdown(doc).splitlines() if ln.startswith("| delink"))
     assert f"{100 * v['diff']:+.1f} ({100 * v['ci95'][0]:+.1f}, {100 * v['ci95'][1]:+.1f})" in row and "a screen" in abl.markdown(doc)
     # The screen's verdict column is the one audit's (a screen has no membership audit to show).
     audited = {**unit, "audit": {"verdict": {"publishable": False, "leaks": ["VisMatch (proxies) by public"],
                                              "failed_checks": [], "version": 2, "largest_rate_over_chance": 9.4}}}
     out = abl.summarise(bench, audited, ref, better)
     assert out["audit"]["publishable"] is False and out["audit"]["leaks"] == ["VisMatch (proxies) by public"]
-    doc["variants"]["no-delink"]["summary"] = {**out, "links": {}, "seconds": 3.0}
+    doc["variants"]["delink"]["summary"] = {**out, "links": {}, "seconds": 3.0}
     text = abl.markdown(doc)
     assert "| audit |" in text and "ΔAUC" not in text and "refused: VisMatch (proxies) by public |" in text
 

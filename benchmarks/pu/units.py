@@ -118,7 +118,8 @@ class Bench:
     def release_dir(self, method: str, baseline: dict[str, Any], seed: int) -> Path:
         """Where a distillation's release and state dir live: keyed by everything the release
         depends on (method, seed, OGP/RTA/baseline settings, public model, split, private spec, and
-        the pfd code that distils it: :func:`code_digest`), not by the downstream or evaluation settings, so a change of those reuses the releases."""
+        the pfd code that distils it: :func:`code_digest`), not by the downstream or evaluation
+        settings, so a change of those reuses the releases."""
         s = self.s
         key = hashlib.sha256(json.dumps({
             "method": method, "baseline": baseline, "seed": seed, "ogp": s["ogp"], "rta": s["rta"],

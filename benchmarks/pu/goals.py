@@ -67,11 +67,11 @@ def _audit(row: Mapping[str, Any]) -> tuple[bool, str] | None:
 
 
 def _rank_tests(row: Mapping[str, Any]) -> list[tuple[str, float]] | None:
-    """The source-rank uniformity tests of a row's proxies: ``(role, p)`` per seed, or ``None``."""
+    """The source-rank uniformity tests of a row's proxies: ``("<role> seed <k>", p)`` per seed, or ``None``."""
     tests = ((row.get("linkability") or {}).get("rank_uniformity") or {}).get("proxies")
     if not tests:
         return None
-    return [(role, float(p)) for role, t in sorted(tests.items()) for p in t["p_per_seed"]]
+    return [(f"{role} seed {k}", float(p)) for role, t in sorted(tests.items()) for k, p in enumerate(t["p_per_seed"])]
 
 
 def holm(ps: Sequence[float], *, level: float) -> list[bool]:

@@ -47,7 +47,7 @@ def test_each_goal_fails_on_its_own_evidence():
     assert g["a"][0] == "MISSED" and "above: proxies public reid" in g["a"][1]
     assert method_goals(_doc(publishable=False))["a"][0] == "MISSED"
     d = method_goals(_doc(rank_p=(0.4, 1e-5)))["d"]
-    assert d[0] == "MISSED" and "NOT uniform: celeba insider p = 1e-05" in d[1]
+    assert d[0] == "MISSED" and "NOT uniform: celeba insider seed 1 p = 1e-05" in d[1]
     doc = _doc()
     doc["scenarios"]["illumination"]["rows"]["pfd"] = _pfd(0.029, 0.001, 0.05)  # +2.9 < +3.0
     assert method_goals(doc)["b"][0] == "MISSED"

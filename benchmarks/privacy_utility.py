@@ -9,7 +9,8 @@ on: ``surveillance`` (CelebA's private and test people at 16 x 19 pixels and bac
 ``+lowres`` spec option), ``illumination`` (Extended Yale B) and the ``celeba`` control (no shift).
 Releases at K = 10 per identity; the downstream is the pretrained model fine-tuned for one epoch on
 the public people + the release (head at the class means); public-ft, raw and pfd run on two seeds,
-the other rows on one (``row_seeds``). Results: ``benchmarks/results/privacy_utility_target.json``.
+the other rows on one (``row_seeds``). Results: ``benchmarks/results/target-v5/privacy_utility_target.json``
+(the protocol's folder, :data:`benchmarks.pu.settings.RESULTS`).
 ``trained`` (``--protocol trained``; the v2 table, ``privacy_utility.json``) is described next.
 
 A **scenario** (:mod:`benchmarks.pu.data`) names the public data, the private identities and the held-out test
@@ -46,9 +47,9 @@ fine-tuned on public data + the release). Every row but ``base`` runs for ``seed
 
 Units run in ``--jobs`` worker processes (default one per core), one (scenario, seed) group at a
 time, longest first; the public model trains before them on every core. Each finished unit goes
-at once to its group's shard in the committed units folder, ``benchmarks/results/units/<table>-<settings
+at once to its group's shard in the committed units folder, ``<results>/units/<table>-<settings
 hash>/`` (its per-pair scores beside it, :func:`benchmarks.pu.runner.units_dir`), and into
-``benchmarks/results/privacy_utility_target.json`` (and a markdown table beside it) when its group
+``<results>/privacy_utility_target.json`` (and a markdown table beside it) when its group
 ends. Commit the units folder as units land: a rerun, on this machine or a fresh clone elsewhere,
 skips every unit already there with the same settings and re-summarises the table from them
 without training anything (``--force`` recomputes). Models, releases and state dirs live in
@@ -113,6 +114,7 @@ from benchmarks.pu.runner import (
 from benchmarks.pu.settings import (
     QUICK_SCENARIO,
     REPO,
+    RESULTS,
     ROWS,
     load_average,
     machine_info,
@@ -172,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models-root", help="folder holding the target protocol's pretrained model (default: "
                     "../shared/models next to the repo, then /work/shared/models)")
     ap.add_argument("--work", help="folder for models, releases, state dirs and scores (outside the repo)")
-    ap.add_argument("--results", default=str(REPO / "benchmarks" / "results"), help="where the .json and .md go")
+    ap.add_argument("--results", help="where the .json, the .md and the units go (default: the protocol's committed "
+                    "table, benchmarks/results/target-v5 for target, benchmarks/results for trained; --quick: the work dir)")
     ap.add_argument("--rows", nargs="+", help="only these rows (names as in the table)")
     ap.add_argument("--seeds", type=int, help="seeds per row except base, at most (the target protocol's default: "
                     "2 for pfd; its row_seeds give public-ft and raw 3 and the baselines 1, each capped at --seeds: "
@@ -264,7 +267,7 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     cache = Path(os.environ.get("PFD_CACHE_DIR", Path.home() / ".cache" / "pfd")).expanduser()
     stem = "privacy_utility" + ("_target" if args.protocol == "target" else "")
     work = Path(args.work).expanduser() if args.work else cache / "bench" / (stem + ("_quick" if args.quick else ""))
-    results = work / "results" if args.quick and args.results == str(REPO / "benchmarks" / "results") else Path(args.results)
+    results = Path(args.results) if args.results else work / "results" if args.quick else RESULTS[args.protocol]
     json_path, md_path = results / f"{stem}.json", results / f"{stem}.md"
     for folder, option in ((work, "--work"), (results, "--results")):  # before any work, not after it
         check_writable(folder, option)

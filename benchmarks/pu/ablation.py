@@ -36,7 +36,7 @@ import torch
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
 from benchmarks.pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario
 from benchmarks.pu.runner import make_resolver, read_shards, scores_root, train_judge, train_public, units_dir
-from benchmarks.pu.settings import (MIA_STATS, REPO, ROWS, merge_settings, protocol_settings, row_view, settings_hash,
+from benchmarks.pu.settings import (MIA_STATS, RESULTS, ROWS, merge_settings, protocol_settings, row_view, settings_hash,
                                     shared_root, unit_current, unit_hash)
 from pfd.card.stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
 from benchmarks.pu.units import Bench
@@ -314,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", help="the main run's scenario to ablate (default: celeba for trained, surveillance "
                     "for target); results go to pu_ablation[_target][_SCENARIO].json")
     ap.add_argument("--work", help="the main run's --work folder (its base and public-ft units)")
-    ap.add_argument("--results", default=str(REPO / "benchmarks" / "results"))
+    ap.add_argument("--results", help="the main run's results folder, where the ablation's go too (default: the "
+                    "protocol's committed table, benchmarks/results/target-v5 for target)")
     ap.add_argument("--data-root", default=None)
     ap.add_argument("--models-root", default=None, help="folder of the target protocol's pretrained model")
     ap.add_argument("--variants", nargs="+", help="subset of the protocol's variants (--list)")
@@ -342,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown variant(s) {unknown}")
     torch.set_num_threads(args.threads)
-    work, results = Path(args.work).expanduser(), Path(args.results)
+    work, results = Path(args.work).expanduser(), Path(args.results) if args.results else RESULTS[args.protocol]
     data_root, models_root = shared_root("data", args.data_root), shared_root("models", args.models_root)
     if data_root is None:
         ap.error("no shared data folder; pass --data-root DIR")

@@ -188,6 +188,21 @@ def test_unit_hash_ignores_the_seed_counts_only():
     assert pu_settings.unit_hash({}) != key
 
 
+@pytest.mark.parametrize("protocol, stem", [("target", "privacy_utility_target"), ("trained", "privacy_utility")])
+def test_each_protocols_default_results_hold_a_table_of_todays_settings(protocol, stem):
+    # --results' default is where the documented commands continue the committed table: a change of
+    # settings that changes what a unit means must start a new folder (pu.settings.RESULTS), or the
+    # README's "resumable" command would silently start a table beside the one it documents.
+    import json
+
+    doc = json.loads((pu_settings.RESULTS[protocol] / f"{stem}.json").read_text())
+    assert pu_settings.unit_hash(doc["settings"]) == pu_settings.unit_hash(pu_settings.protocol_settings(protocol))
+    if protocol == "target":  # the table that accrues unit by unit (issue 35): its units sit beside it
+        from benchmarks.pu.runner import units_dir
+
+        assert any(units_dir(pu_settings.RESULTS[protocol], stem, pu_settings.unit_hash(doc["settings"])).glob("*-seed0.json"))
+
+
 def test_a_rows_own_settings_run_its_units_again_and_leave_the_other_rows_units(monkeypatch):
     """The pfd row may carry a term (e.g. de-linking) that the RTA baselines must not: per-row settings."""
     from types import SimpleNamespace

@@ -206,7 +206,8 @@ def summarise(bench: Bench, unit: dict[str, Any], ref: dict[str, Any], scores: n
     v = (unit.get("audit") or {}).get("verdict")
     if v:  # the one audit's verdict on this release (issue 33), what decides whether a variant may go on
         out["audit"] = {"publishable": v["publishable"], "leaks": v.get("leaks", []),
-                        "failed_checks": v.get("failed_checks", []), "version": v.get("version"),
+                        "failed_checks": v.get("failed_checks", []), "unresolved": v.get("unresolved", []),
+                        "version": v.get("version"),
                         "largest_rate_over_chance": v.get("largest_rate_over_chance")}
     d = unit.get("distill", {})
     out["below_margin"] = (d.get("rates") or {}).get("below_margin")
@@ -295,7 +296,8 @@ def markdown(doc: dict[str, Any]) -> str:
         top_s = f"{100 * top[1]['rate']:.1f} ({100 * top[1]['chance']:.1f}) {top[0]}" if top else "–"
         if screen:
             au = s.get("audit")
-            fails = (au or {}).get("failed_checks", []) + (au or {}).get("leaks", [])
+            fails = ((au or {}).get("failed_checks", []) + (au or {}).get("leaks", [])
+                     + [f"{u} (unresolved)" for u in (au or {}).get("unresolved", [])])
             last = ("publishable" if au["publishable"] else f"refused: {'; '.join(fails[:2])}"
                     + (f" and {len(fails) - 2} more" if len(fails) > 2 else "")) if au else "–"
         else:

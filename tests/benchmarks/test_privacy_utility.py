@@ -260,6 +260,11 @@ def test_a_screen_pairs_each_variant_with_the_pfd_default_and_leaves_out_members
     doc["variants"]["delink"]["summary"] = {**out, "links": {}, "seconds": 3.0}
     text = abl.markdown(doc)
     assert "| audit |" in text and "ΔAUC" not in text and "refused: VisMatch (proxies) by public |" in text
+    # A refusal through the rule-out alone names its rows too (it printed "refused: " and nothing).
+    unresolved = {**unit, "audit": {"verdict": {"publishable": False, "leaks": [], "failed_checks": [], "version": 2,
+                                                "unresolved": ["Rank-last Re-ID (proxies) by public"]}}}
+    doc["variants"]["delink"]["summary"] = {**abl.summarise(bench, unresolved, ref, better), "links": {}, "seconds": 3.0}
+    assert "refused: Rank-last Re-ID (proxies) by public (unresolved) |" in abl.markdown(doc)
 
 
 def test_finished_units_and_their_scores_are_committed_so_a_fresh_machine_continues_without_rerunning(bench_modules, tmp_path, capsys):

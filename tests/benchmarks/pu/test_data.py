@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import benchmarks.pu.settings as pu_settings
 import benchmarks.pu.units as pu_units
 from tests.conftest import REPO
 from benchmarks.pu.data import SpecResolver, celeba_split
+from benchmarks.pu.runner import units_dir
 
 from pfd.data.faceset import TensorFaces
 from pfd.errors import PfdError
@@ -193,13 +195,9 @@ def test_each_protocols_default_results_hold_a_table_of_todays_settings(protocol
     # --results' default is where the documented commands continue the committed table: a change of
     # settings that changes what a unit means must start a new folder (pu.settings.RESULTS), or the
     # README's "resumable" command would silently start a table beside the one it documents.
-    import json
-
     doc = json.loads((pu_settings.RESULTS[protocol] / f"{stem}.json").read_text())
     assert pu_settings.unit_hash(doc["settings"]) == pu_settings.unit_hash(pu_settings.protocol_settings(protocol))
     if protocol == "target":  # the table that accrues unit by unit (issue 35): its units sit beside it
-        from benchmarks.pu.runner import units_dir
-
         assert any(units_dir(pu_settings.RESULTS[protocol], stem, pu_settings.unit_hash(doc["settings"])).glob("*-seed0.json"))
 
 

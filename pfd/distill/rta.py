@@ -23,6 +23,7 @@ OGP trained. :func:`distill_loss` takes logits, so a caller can pass plain scale
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -42,6 +43,10 @@ __all__ = [
     "rta_loss",
     "rta_loss_full",
     "distill_loss",
+    "DOMINANCE",
+    "class_scale",
+    "term_ratios",
+    "dominant_term",
     "proxy_batches",
     "ProxyBatch",
     "ProxyDistiller",
@@ -128,7 +133,10 @@ def distill_loss(
 
 #: A weighted term larger than this many times eq. 10's class terms at the first step drowns them: the
 #: proxies then follow that term alone (issue 34: ``--lambda-spatial 1e30`` left every loss unchanged and
-#: released noise). Measured on the demo at the first step: λ_bn·L_bn 0.24×, de-linking 0.06×, insider 0.06×.
+#: released noise). The guard is for absurd weights, so it sits far above every shipped default: measured at
+#: the first step of every batch, the demo's λ_bn·L_bn is 0.24× (de-linking 0.06×, insider 0.06×), and the
+#: largest of any registered method in the test world is sre2l's λ_bn·L_bn, 4.6-4.8× on every kernel path
+#: (``tests/distill/test_methods.py`` asserts every method and recipe at least 10× below this bar).
 DOMINANCE = 1000.0
 
 #: Each weighted term: its setting and the flag that sets it.
@@ -137,27 +145,60 @@ TERM_SETTINGS = {"bn": ("rta.lambda_bn", "--lambda-bn"), "spatial": ("rta.lambda
                  "tv": ("rta.lambda_tv", "--lambda-tv")}
 
 
-def dominant_term(comps: dict[str, float], weights: dict[str, float], *, lambda_rta: float) -> tuple[str, float] | None:
+def class_scale(comps: dict[str, float], *, lambda_rta: float, num_classes: int = 0) -> float:
+    """The size of eq. 10's class terms that a weighted term is compared with.
+
+    ``L_cls + λ_RTA · L_RTA`` at the first step, but never below the cross-entropy of a prediction at
+    chance, ``ln C``: a noise image that the head already puts in its class makes ``L_cls`` near 0,
+    and a bare ratio then calls any weight "dominant" (issue 55: sre2l's own λ_bn 0.01 was 1.2e3×
+    eq. 10 on one CPU's kernels and 11× on another's, because one batch's ``L_cls`` was 0.008).
+
+    Args:
+        comps: Unweighted terms of one step (``"cls"``, ``"rta"``, ...).
+        lambda_rta: λ_RTA.
+        num_classes: Classes of the head (0 without one: no floor).
+
+    Returns:
+        The scale (> 0).
+    """
+    main = abs(float(comps.get("cls", 0.0))) + abs(lambda_rta * float(comps.get("rta", 0.0)))
+    chance = math.log(num_classes) if num_classes > 1 else 0.0
+    return max(main, chance, 1e-12)
+
+
+def term_ratios(comps: dict[str, float], weights: dict[str, float], *, lambda_rta: float,
+                num_classes: int = 0) -> dict[str, float]:
+    """Each weighted term over eq. 10's class terms (:func:`class_scale`): ``weight · term / scale``.
+
+    Args:
+        comps: Unweighted terms of one step.
+        weights: Each other term's weight; terms absent from ``comps`` or weighted 0 are left out.
+        lambda_rta: λ_RTA.
+        num_classes: Classes of the head (the floor ``ln C`` of :func:`class_scale`).
+
+    Returns:
+        ``{term: ratio}``.
+    """
+    scale = class_scale(comps, lambda_rta=lambda_rta, num_classes=num_classes)
+    return {name: abs(w * float(comps[name])) / scale for name, w in weights.items() if name in comps and w}
+
+
+def dominant_term(comps: dict[str, float], weights: dict[str, float], *, lambda_rta: float,
+                  num_classes: int = 0) -> tuple[str, float] | None:
     """The weighted term that dwarfs eq. 10's class terms, and by how much (``None`` when none does).
 
     Args:
         comps: Unweighted terms of one step (``"cls"``, ``"rta"`` and any of :data:`TERM_SETTINGS`).
         weights: Each other term's weight.
         lambda_rta: λ_RTA.
+        num_classes: Classes of the head (see :func:`class_scale`).
 
     Returns:
-        ``(term, ratio)`` of the largest ratio ``weight · term / (L_cls + λ_RTA · L_RTA)`` above
-        :data:`DOMINANCE`, or ``None``.
+        ``(term, ratio)`` of the largest ratio of :func:`term_ratios` above :data:`DOMINANCE`, or ``None``.
     """
-    main = abs(float(comps.get("cls", 0.0))) + abs(lambda_rta * float(comps.get("rta", 0.0)))
-    worst = None
-    for name, w in weights.items():
-        if name not in comps or not w:
-            continue
-        ratio = abs(w * float(comps[name])) / max(main, 1e-12)
-        if ratio > DOMINANCE and (worst is None or ratio > worst[1]):
-            worst = (name, ratio)
-    return worst
+    ratios = term_ratios(comps, weights, lambda_rta=lambda_rta, num_classes=num_classes)
+    name = max(ratios, key=ratios.__getitem__, default=None)
+    return (name, ratios[name]) if name is not None and ratios[name] > DOMINANCE else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -385,7 +426,10 @@ class ProxyDistiller:
             if not checked:  # the first step: no term may drown eq. 10 (checked before anything is kept)
                 checked.append(True)
                 weights = {k: float(getattr(cfg, TERM_SETTINGS[k][0].split(".")[1], 0.0) or 0.0) for k in TERM_SETTINGS}
-                worst = dominant_term({k: float(v) for k, v in comps.items()}, weights, lambda_rta=float(cfg.lambda_rta))
+                first = {k: float(v) for k, v in comps.items()}
+                ratios = term_ratios(first, weights, lambda_rta=float(cfg.lambda_rta), num_classes=n_classes)
+                dominance[:] = [max(ratios.values(), default=0.0)]  # kept in the history: how far from the bar
+                worst = dominant_term(first, weights, lambda_rta=float(cfg.lambda_rta), num_classes=n_classes)
                 if worst is not None:
                     name, ratio = worst
                     setting, flag = TERM_SETTINGS[name]
@@ -398,6 +442,8 @@ class ProxyDistiller:
 
         cfg_tv = float(getattr(cfg, "lambda_tv", 0.0) or 0.0)
         checked: list[bool] = []
+        dominance: list[float] = []
+        n_classes = int(getattr(self.head, "num_classes", 0) or 0) if self.head is not None else 0
         delink_value: list[torch.Tensor] = []
 
         def delink_first(x: torch.Tensor) -> torch.Tensor:
@@ -426,6 +472,7 @@ class ProxyDistiller:
         h = engine.history
         history = {k: h.get(k, []) for k in ("cls", "rta", "bn", "total")} | {k: v for k, v in h.items() if k not in
                                                                               ("cls", "rta", "bn", "total")}
+        history["dominance"] = list(dominance)  # the largest weighted term over eq. 10 at the first step
         return ProxyBatch(s.detach().cpu().float(), history)
 
     @torch.no_grad()

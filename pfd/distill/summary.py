@@ -95,6 +95,9 @@ def build_summary(
     cos_rot = protos["cos_rotated"].abs()
     keys = sorted({k for d in docs for k in d["history"]})
     rta = {k: float(np.mean([d["history"][k] for d in docs if k in d["history"]])) for k in keys}
+    firsts = [d["history"]["dominance_first"] for d in docs if "dominance_first" in d["history"]]
+    if firsts:  # the guard's margin is the worst batch's, not the mean's
+        rta["dominance_max"] = float(max(firsts))
     n_id = len(protos["identities"])
     return {
         "method": cfg.method,

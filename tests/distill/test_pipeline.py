@@ -146,7 +146,10 @@ def test_gate_refuses_a_release_below_the_margin_target_and_resume_with_more_ogp
     assert not (tmp_path / "release").exists() and not (st / "proxy_map.json").exists()
     first = json.loads((st / "summary.json").read_text())
     assert first["counts"]["ogp_steps"] == 24 and not first["gate"]["published"]
-    assert [c["attack"] for c in first["gate"]["checks"] if c.get("family") in ("failed", "leaks", "unresolved")] == ["OGP margin (eq. 3)"]
+    # The margin refuses (what this test is about); other checks may refuse a half-rotated model too
+    # (issue 55: on an AVX-512 Xeon the orthogonal Re-ID did at 24 steps), and pass once OGP reaches it.
+    margin = [c for c in first["gate"]["checks"] if c["attack"] == "OGP margin (eq. 3)"]
+    assert len(margin) == 1 and margin[0]["family"] == "failed", margin
     old_protos = torch.load(st / "prototypes.pt", weights_only=True)["P"]
     # --resume with a longer schedule continues OGP from step 24 and redoes what follows it.
     more = tiny_distill_config(public, tmp_path, resume=True, ogp={"max_steps": 48, "target_below_margin": 0.5, "step_cap": 0})

@@ -50,9 +50,13 @@ def advice(row: Mapping[str, Any]) -> dict[str, str]:
                 "remedy": "fix what the check names, then distill or audit again (the detail says how)"}
     remedy = REMEDIES.get(who, _OUTSIDE)
     if row.get("family") == "unresolved":
-        gain = "too few proxies or identities to tell: the interval cannot exclude a strong attack"
+        from pfd.audit.verdict import people_needed
+
+        gain = (f"too few people to tell: even at chance the audit cannot rule out that an attacker names "
+                f"{100 * float(row['design_share']):.0f} % of the {row['people']} people")
+        need = people_needed(float(row.get("bound_required", 0.3)), float(row.get("rule_out_multiple", 5.0)))
         return {"row": label(row), "gain": gain,
-                "remedy": "audit more private identities or more proxies per identity (--ipc), so the interval narrows"}
+                "remedy": f"audit at least {need} private identities; more proxies per identity do not narrow it"}
     value, chance = float(row.get("value", 0.0)), float(row.get("chance") or 0.0)
     if row.get("kind") == "rate" and row.get("n"):
         times = f", {value / chance:.1f}× chance" if chance > 0 else ""

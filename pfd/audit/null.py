@@ -4,8 +4,10 @@ A release at chance is one whose proxies no model links to their sources: for ev
 audit consults (insider, public and the judge) the proxies' embeddings are independent of their
 source identities. :func:`simulate` draws such audits at a release's size, runs the *registered*
 embedding attacks on them (linkability, hubness, the source's rank, class-level linking; the same
-classes ``pfd attack`` runs) and takes :func:`pfd.audit.verdict.decide`'s verdict. ``leak`` plants a signal:
-each proxy is pulled towards its source's centre in every model (``leak = 0`` is the null).
+classes ``pfd attack`` runs) and takes :func:`pfd.audit.verdict.decide`'s verdict. Two planted signals:
+``leak`` pulls each proxy towards its source's centre in every model (``leak = 0`` is the null), and
+``linked`` places the proxies of that share of the people among their source's own photos (a leak
+that links some people fully and the rest not at all, the form a publisher's bound speaks of).
 
 The simulated embeddings (per model, independent across models): private images of ``N``
 identities × ``imgs`` around a random unit centre each, spread ``sigma``; the ``K`` proxies of a
@@ -34,7 +36,7 @@ class NullAudits:
         draws: Simulated audits.
         refused: Audits the verdict refused.
         leaks: Audits refused through a LEAKS row.
-        unresolved: Audits refused only because a rate could not rule out ``RULE_OUT`` × chance.
+        unresolved: Audits refused only because the design could not rule out the verdict's bound.
         by_row: Refusals per row label.
         reid_ratio: Mean over audits and attackers of the Rank-1 Re-ID rate over its chance (about
             1 at the null; what a planted ``leak`` amounts to).
@@ -57,16 +59,19 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=1, keepdim=True)
 
 
-def _view(gen: torch.Generator, n_ids: int, k: int, imgs: int, dim: int, sigma: float, leak: float) -> dict[str, torch.Tensor]:
+def _view(gen: torch.Generator, n_ids: int, k: int, imgs: int, dim: int, sigma: float, leak: float,
+          linked: torch.Tensor) -> dict[str, torch.Tensor]:
     centres = _unit(torch.randn(n_ids, dim, generator=gen))
     private = _unit(centres.repeat_interleave(imgs, 0) + sigma * torch.randn(n_ids * imgs, dim, generator=gen))
     own = _unit(torch.randn(n_ids, dim, generator=gen) + leak * centres)  # (N, D): each source's proxies share a centre
+    own[linked] = centres[linked]  # a linked person's proxies sit among their own photos
     proxies = _unit(own.repeat_interleave(k, 0) + sigma * torch.randn(n_ids * k, dim, generator=gen))
     return {"private": private, "proxies": proxies}
 
 
 def simulate(n_ids: int, k: int, *, draws: int = 100, imgs: int = 20, attackers: int = 3, dim: int = 64,
-             sigma: float = 0.5, leak: float = 0.0, seed: int = 0, permutations: int | None = None) -> NullAudits:
+             sigma: float = 0.5, leak: float = 0.0, linked: float = 0.0, seed: int = 0,
+             permutations: int | None = None) -> NullAudits:
     """The verdicts of ``draws`` simulated audits of a release of ``n_ids`` identities × ``k`` proxies.
 
     Args:
@@ -78,6 +83,8 @@ def simulate(n_ids: int, k: int, *, draws: int = 100, imgs: int = 20, attackers:
         dim: Embedding dimension.
         sigma: Spread of images around their identity centre (and of proxies around theirs).
         leak: Pull of each source's proxies towards its centre (0: a release at chance).
+        linked: Share of the people whose proxies sit at their own centre in every model (the same
+            people in every model; 0: none).
         seed: Seed of the simulation.
         permutations: Draws of each source-rank test (default: the fewest that can reach the
             per-figure level, with a margin).
@@ -103,8 +110,10 @@ def simulate(n_ids: int, k: int, *, draws: int = 100, imgs: int = 20, attackers:
     for d in range(draws):
         inputs = AuditInputs(cfg=SimpleNamespace(seed=int(seed) * 100_003 + d), state=None, sets=None, attackers=models,
                              source=source, labels=labels, private_spec="simulated", progress=False)
+        chosen = torch.zeros(n_ids, dtype=torch.bool)
+        chosen[torch.randperm(n_ids, generator=gen)[: int(round(linked * n_ids))]] = True
         for role in roles:
-            inputs._emb[role] = _view(gen, n_ids, k, imgs, dim, sigma, leak)
+            inputs._emb[role] = _view(gen, n_ids, k, imgs, dim, sigma, leak, chosen)
         rows: list[dict[str, Any]] = [row for c in checks for row in c.run(inputs).rows()]
         v = decide(rows)
         reid = [float(r["value"]) / float(r["chance"]) for r in rows if label(r).startswith("Rank-1 Re-ID (proxies)")]

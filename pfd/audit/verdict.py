@@ -16,11 +16,21 @@ three ways:
   confidence ``1 − LEVEL / m`` lies above chance; a test whose p-value is at most ``LEVEL / m``.
   Under the null (no figure has any signal) a release is refused this way in at most
   :data:`LEVEL` of audits (tested by simulation, ``tests/audit/test_verdict.py``);
-* **unresolved**: a rate on the proxies (``rule_out``) whose 95 % interval cannot exclude
-  :data:`RULE_OUT` × chance: the audit is too small to call the release unlinkable. A plain
-  attack that fails only this because of a *hub* (one private identity the nearest match of most
-  proxies, ``hub``) takes the verdict of its hubness-corrected partner (``partner``), which ranks
-  without the hub. LEAKS is never deferred.
+* **unresolved**: the audit's *design* is too small to say anything (below).
+
+Two questions are answered apart (verdict version 3, issue 57). Whether the release **leaks** is
+decided on the realised figures, as above. What the audit **rules out** is a property of its design,
+not of which class happened to hit: for every rate on the proxies (``rule_out``), the 95 % upper end
+of the share of the ``people`` (source identities) an attacker names when the attack is exactly at
+chance and each person's K proxies move as one (the tightest classes possible, so the statement
+holds whatever the class tightness in any model): :func:`design_share`, ``CP⁺(chance · N; N)``. It
+is about 5.6/N for a balanced gallery (chance 1/N): 21 % of 24 people, 7.5 % of 72, 0.56 % of 1,000.
+A design is *resolved* when it rules out :data:`BOUND` of the people or :data:`RULE_OUT` × chance
+(the multiple binds below about 17 people, the share above); otherwise every such row is
+"unresolved" and the advice is more identities (:func:`people_needed`), never more proxies per
+identity. Version 2 required each *realised* 95 % interval to exclude 5× chance: with tight classes
+one class in N hits at chance and puts the upper end at about 5.6× chance whatever N is, so it
+refused 70-80 % of releases at chance (docs/distill.md, "A limit found on real releases").
 
 A test that cannot reach ``LEVEL / m`` (a permutation test with too few draws: ``p_floor``) is a
 setting error, not a pass: :func:`decide` refuses it, naming the setting and the smallest value
@@ -38,17 +48,21 @@ from typing import Any, Mapping, Sequence
 
 from pfd.errors import PfdError
 
-__all__ = ["LEVEL", "RULE_OUT", "VERSION", "REFUSING", "Verdict", "decide", "label", "failure"]
+__all__ = ["LEVEL", "RULE_OUT", "BOUND", "VERSION", "REFUSING", "Verdict", "decide", "label", "failure", "design_share",
+           "people_needed"]
 
 #: The family-wise level: a release at chance is refused through LEAKS in at most this share of audits.
 LEVEL = 0.01
-#: A rate on the proxies must have a 95 % interval that excludes this multiple of chance.
+#: A design is resolved when, at chance, it rules out this multiple of chance ... (:func:`design_share`)
 RULE_OUT = 5.0
+#: ... or this share of the people being named by an attacker.
+BOUND = 0.3
 #: The ``family`` of a row that refuses publication, in the order :attr:`Verdict.refusals` lists them
 #: ("too few to test" rows, family ``untestable``, refuse nothing).
 REFUSING: tuple[str, ...] = ("failed", "leaks", "unresolved")
-#: The audit's version, recorded in the manifest of every release it passed (2: class-level linking added).
-VERSION = 2
+#: The audit's version, recorded in the manifest of every release it passed (2: class-level linking added;
+#: 3: what the audit rules out is a property of its design, not of the realised intervals).
+VERSION = 3
 
 
 def label(row: Mapping[str, Any]) -> str:
@@ -64,14 +78,18 @@ class Verdict:
     Attributes:
         publishable: Whether every gating row passed.
         level: The family-wise level.
-        rule_out: The multiple of chance each proxy rate must exclude.
+        rule_out: The multiple of chance a resolved design rules out.
+        bound: The share of the people a resolved design rules out (either suffices).
         figures: ``m``: gating figures tested family-wise (rates and tests).
         checks: Gating pass/fail checks.
         leaks: Rows that leak at the family-wise level.
-        unresolved: Rows whose interval cannot rule out ``rule_out`` × chance.
+        unresolved: Rows whose design cannot rule out ``bound`` of the people nor ``rule_out`` × chance.
         failed: Pass/fail checks that failed.
         largest: The largest rate / chance over the gating rate rows (``nan`` without one).
-        bound: The largest 95 % upper end / chance over them: the linkage no figure excludes.
+        design_share: What the design rules out: the largest :func:`design_share` over the proxy
+            rates (``nan`` without one): no attacker names the source of more than this share of ...
+        people: ... this many people (the source identities of that row).
+        design_multiple: ``design_share`` over that row's chance.
         skipped: Checks that did not run and why.
     """
 
@@ -84,7 +102,10 @@ class Verdict:
     unresolved: list[dict[str, Any]] = field(default_factory=list)
     failed: list[dict[str, Any]] = field(default_factory=list)
     largest: float = float("nan")
-    bound: float = float("nan")
+    bound: float = BOUND
+    design_share: float = float("nan")
+    design_multiple: float = float("nan")
+    people: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
     untestable: list[dict[str, Any]] = field(default_factory=list)
     not_audited: dict[str, str] = field(default_factory=dict)
@@ -104,13 +125,17 @@ class Verdict:
         """One line: the verdict and its evidence."""
         head = (f"family-wise {100 * self.level:g} % over {self.figures} figures and {self.checks} checks")
         if self.publishable:
-            out = f"publishable: no figure leaks ({head})"
-            if math.isfinite(self.bound):
-                out += f", every linkage rate rules out {self.bound:.1f}× chance"
-            return out + self._not_run()
+            return f"publishable: no figure leaks ({head})" + self._rules_out() + self._not_run()
         parts = [failure(r, self) for r in self.refusals]
         return f"not publishable: {len(self.refusals)} of {self.figures + self.checks} fail ({head}); " + "; ".join(parts[:4]) + (
-            f"; and {len(parts) - 4} more" if len(parts) > 4 else "") + self._not_run()
+            f"; and {len(parts) - 4} more" if len(parts) > 4 else "") + self._rules_out() + self._not_run()
+
+    def _rules_out(self) -> str:
+        """What the design rules out, in people and in multiples of chance (empty without a proxy rate)."""
+        if not math.isfinite(self.design_share):
+            return ""
+        return (f"; by design the audit rules out that any attacker names the source of more than "
+                f"{100 * self.design_share:.1f} % of the {self.people} people ({self.design_multiple:.1f}× chance)")
 
     def _not_run(self) -> str:
         # Said in the verdict itself, refused or not (issue 34: only the page's foot said it).
@@ -124,9 +149,10 @@ class Verdict:
 
     def summary(self) -> dict[str, Any]:
         """Aggregates only (nothing about any person): what a release's manifest records."""
-        return {"version": VERSION, "level": self.level, "rule_out": self.rule_out, "figures": self.figures,
-                "checks": self.checks, "publishable": self.publishable,
-                "largest_rate_over_chance": _finite(self.largest), "bound_over_chance": _finite(self.bound),
+        return {"version": VERSION, "level": self.level, "rule_out": self.rule_out, "bound": self.bound,
+                "figures": self.figures, "checks": self.checks, "publishable": self.publishable,
+                "largest_rate_over_chance": _finite(self.largest), "rules_out_share": _finite(self.design_share),
+                "rules_out_multiple": _finite(self.design_multiple), "people": int(self.people),
                 "failed": len(self.refusals)}
 
     def as_dict(self) -> dict[str, Any]:
@@ -150,9 +176,10 @@ def failure(row: Mapping[str, Any], v: Verdict | None = None) -> str:
             at = f" (at most {v.per_figure:.2g} needed)" if v is not None else ""
             return f"{label(row)} leaks: p = {row['p']:.2g}{at}"
         return f"{label(row)} leaks: {_pct(row['value'])} linked, chance {_pct(row['chance'])}"
-    hi = row["ci95"][1]
-    return (f"{label(row)} cannot rule out {_pct(hi)} ({hi / row['chance']:.1f}× chance {_pct(row['chance'])}, "
-            f"more than {row.get('rule_out_multiple', RULE_OUT):g}×)")
+    share, people = float(row["design_share"]), int(row["people"])
+    need = people_needed(float(row.get("bound_required", BOUND)), float(row.get("rule_out_multiple", RULE_OUT)))
+    return (f"{label(row)} cannot, by design, rule out that an attacker names {_pct(share)} of the {people} people "
+            f"({share / float(row['chance']):.1f}× chance {_pct(row['chance'])}): audit at least {need} private identities")
 
 
 def _pct(x: float) -> str:
@@ -169,12 +196,55 @@ def _rate_leaks(row: Mapping[str, Any], a: float) -> bool:
     return lo > float(row["chance"])
 
 
-def _unresolved(row: Mapping[str, Any], rule_out: float) -> bool:
-    ci, chance = row.get("ci95"), float(row.get("chance") or 0)
-    return bool(rule_out) and bool(row.get("rule_out")) and ci is not None and chance > 0 and ci[1] / chance > rule_out
+def design_share(chance: float, people: int, *, alpha: float = 0.05) -> float:
+    """What an audit at chance can rule out: the share of ``people`` an attacker might name (module docstring).
+
+    The exact (Clopper-Pearson) upper end at confidence ``1 − alpha`` of a share of ``people``
+    trials with ``chance · people`` successes: the audit's design when each person's proxies succeed
+    or fail together. Deterministic for a given design.
+
+    Args:
+        chance: The attack's chance level.
+        people: Source identities audited (N).
+        alpha: 1 − confidence.
+
+    Returns:
+        The share in (0, 1].
+    """
+    from pfd.attacks.metrics import clopper_pearson
+
+    n = max(int(people), 1)
+    return clopper_pearson(min(float(chance) * n, n), n, alpha=alpha)[1]
 
 
-def decide(rows: Sequence[dict[str, Any]], *, level: float = LEVEL, rule_out: float = RULE_OUT,
+def _resolved(share: float, chance: float, *, rule_out: float, bound: float) -> bool:
+    return share <= bound or (rule_out > 0 and share <= rule_out * chance)
+
+
+def people_needed(bound: float = BOUND, rule_out: float = RULE_OUT) -> int:
+    """The fewest people of a balanced gallery (chance 1/N) whose design from there on is resolved.
+
+    Args:
+        bound: :data:`BOUND`.
+        rule_out: :data:`RULE_OUT`.
+
+    Returns:
+        N (capped at 10^7).
+    """
+    last_bad = 0
+    for n in range(2, 4096):  # the multiple binds at small N and the share at large N: scan the gap
+        if not _resolved(design_share(1.0 / n, n), 1.0 / n, rule_out=rule_out, bound=bound):
+            last_bad = n
+    if last_bad < 4095:
+        return last_bad + 1
+    lo, hi = 4095, 10**7  # the share alone from here: design_share(1/N, N) falls with N
+    while lo + 1 < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if design_share(1.0 / mid, mid) > bound else (lo, mid)
+    return hi
+
+
+def decide(rows: Sequence[dict[str, Any]], *, level: float = LEVEL, rule_out: float = RULE_OUT, bound: float = BOUND,
            skipped: Mapping[str, str] | None = None, not_audited: Mapping[str, str] | None = None) -> Verdict:
     """The audit's one verdict over its rows (module docstring), and each row's verdict at that level.
 
@@ -185,7 +255,8 @@ def decide(rows: Sequence[dict[str, Any]], *, level: float = LEVEL, rule_out: fl
     Args:
         rows: The audit's rows (modified in place as above).
         level: Family-wise level.
-        rule_out: Multiple of chance each proxy rate's 95 % interval must exclude (0: none).
+        rule_out: Multiple of chance a resolved design rules out (0: only ``bound`` counts).
+        bound: Share of the people a resolved design rules out (1: every design is resolved).
         skipped: Checks that did not run, and why.
         not_audited: Attacks whose inputs were not given (membership without a holdout, attributes
             without labels): they refuse nothing, and the verdict's text names them.
@@ -217,41 +288,42 @@ def decide(rows: Sequence[dict[str, Any]], *, level: float = LEVEL, rule_out: fl
             raise PfdError(f"{label(r)}: its test cannot reach the audit's per-figure level {a:.2g} ({level:g} over {m} "
                            f"figures) with {r.get('setting', 'these settings')} = {round(1 / float(floor)) - 1}; "
                            f"use at least {need}")
-    v = Verdict(publishable=True, level=level, rule_out=rule_out, figures=len(figures), checks=len(checks),
+    v = Verdict(publishable=True, level=level, rule_out=rule_out, bound=bound, figures=len(figures), checks=len(checks),
                 skipped=dict(skipped or {}), untestable=untestable, not_audited=dict(not_audited or {}))
-    by_label = {label(r): r for r in figures}
     for r in checks:
         r["family"] = "passed" if r.get("passed") else "failed"
         r["verdict"] = "passed" if r.get("passed") else "FAILED"
         if not r.get("passed"):
             v.failed.append(r)
+    worst: dict[str, Any] | None = None
     for r in figures:
         r.setdefault("verdict_95", r.get("verdict"))
         leak = float(r["p"]) <= a if r.get("p") is not None else (
             _rate_leaks(r, a) if r.get("kind") == "rate" else r.get("verdict_95") == "LEAKS")
+        chance = float(r.get("chance") or 0)
+        if r.get("kind") == "rate" and r.get("rule_out") and chance > 0:
+            # The design's statement: the people behind the row (a row without them counts its trials).
+            r["people"] = int(r.get("people") or r.get("n") or 1)
+            r["design_share"] = design_share(chance, r["people"])
+            if worst is None or r["design_share"] > worst["design_share"]:
+                worst = r
         if leak:
             r["family"], r["verdict"] = "leaks", "LEAKS"
             v.leaks.append(r)
             continue
-        if _unresolved(r, rule_out):
-            partner = by_label.get(f"{r['partner']} by {r.get('attacker')}") if r.get("partner") else None
-            if r.get("hub") and partner is not None and not _unresolved(partner, rule_out):
-                r["family"], r["deferred_to"] = "passed", label(partner)
-            else:
-                r["family"], r["verdict"], r["rule_out_multiple"] = "unresolved", "unresolved", rule_out
-                v.unresolved.append(r)
-                continue
-        else:
-            r["family"] = "passed"
+        if "design_share" in r and not _resolved(r["design_share"], chance, rule_out=rule_out, bound=bound):
+            r["family"], r["verdict"] = "unresolved", "unresolved"
+            r["rule_out_multiple"], r["bound_required"] = rule_out, bound
+            v.unresolved.append(r)
+            continue
+        r["family"] = "passed"
         if r["verdict"] == "LEAKS":  # at its own 95 % only: not a leak at the audit's level
             r["verdict"] = "≈ chance"
     rates = [r for r in figures if r.get("kind") == "rate" and float(r.get("chance") or 0) > 0]
     if rates:
         v.largest = max(float(r["value"]) / float(r["chance"]) for r in rates)
-        # A hub row deferred to its hubness-corrected partner is decided by the partner: its own wider
-        # interval is not what the verdict rules out (the 30-person CelebA unit read "5.1x" from one).
-        bounded = [float(r["ci95"][1]) / float(r["chance"]) for r in rates
-                   if r.get("ci95") and r.get("rule_out") and not r.get("deferred_to")]
-        v.bound = max(bounded, default=float("nan"))
+    if worst is not None:
+        v.design_share, v.people = float(worst["design_share"]), int(worst["people"])
+        v.design_multiple = v.design_share / float(worst["chance"])
     v.publishable = not (v.failed or v.leaks or v.unresolved)
     return v

@@ -17,10 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from pfd.errors import PfdError
 
-__all__ = ["PublicationRefused", "audit_config", "format_checks", "refusal_message", "CLUSTERED_DEFF"]
-
-#: A design effect from this on says the links cluster by source (the K proxies of a linked source link together).
-CLUSTERED_DEFF = 2.0
+__all__ = ["PublicationRefused", "audit_config", "format_checks", "refusal_message"]
 
 
 class PublicationRefused(PfdError):
@@ -63,8 +60,7 @@ def format_checks(rows: Sequence[Mapping[str, Any]]) -> str:
         elif r.get("kind") == "rate":
             lo, hi = r["ci95"]
             lines.append(f"{name:<58} {100 * r['value']:.1f}% (CI {100 * lo:.1f}-{100 * hi:.1f}%, chance "
-                         f"{100 * r['chance']:.1f}%) {r['verdict']}" + (f" (deferred to {r['deferred_to']})"
-                                                                          if r.get("deferred_to") else ""))
+                         f"{100 * r['chance']:.1f}%) {r['verdict']}")
         else:
             p = f", p = {r['p']:.2g}" if r.get("p") is not None else ""
             lines.append(f"{name:<58} {r['value']:.3f} (chance {r['chance']:.3f}{p}) {r['verdict']}")
@@ -95,18 +91,11 @@ def refusal_message(verdict: Any, cfg: Any, state_dir: Path) -> str:
         fix = (f"--method {cfg.method} does not decouple the proxies from their sources (it is an ablation or "
                "baseline row): use --method pfd, or pass --resume --allow-linkable to publish it anyway")
     elif verdict.unresolved and not verdict.leaks:
-        clustered = any(float(r.get("n", 0) or 0) / max(float(r.get("n_eff") or 1), 1e-9) >= CLUSTERED_DEFF
-                        for r in verdict.unresolved)
-        if any(r.get("hub") for r in verdict.unresolved):
-            fix = ("one private identity draws most matches (a hub, docs/distill.md#hubs): check it for duplicates "
-                   "or a broken image, or pass --resume --allow-linkable to publish anyway")
-        elif clustered:
-            fix = ("the links cluster by source, a residual link rather than too small an audit: distill again into a "
-                   "new --state-dir with the de-linking term (--lambda-delink 10 --judge CKPT), or pass --resume "
-                   "--allow-linkable to publish anyway")
-        else:
-            fix = (f"distill again into a new --state-dir with more proxies per identity (--ipc; K = {cfg.rta.ipc} now, "
-                   "the power table in docs/distill.md wants K >= 3), or pass --resume --allow-linkable to publish anyway")
+        from pfd.audit.verdict import people_needed
+
+        fix = (f"the audit's design is too small to rule out a strong attack, whatever the proxies: distill a private "
+               f"set of at least {people_needed(verdict.bound, verdict.rule_out)} identities (more proxies per identity "
+               "do not help), or pass --resume --allow-linkable to publish anyway")
     else:
         public_leak = any(r.get("attacker") == "public" for r in verdict.leaks)
         fix = ("rerun with --resume and a longer OGP schedule (--ogp-steps), or pass --allow-linkable to publish anyway")

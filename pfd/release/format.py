@@ -48,8 +48,8 @@ TMP_NAME_RE = re.compile(r"^\..+\.tmp$")
 
 #: The keys of the manifest's ``audit`` table: the verdict the release passed, in aggregates only
 #: (:meth:`pfd.audit.verdict.Verdict.summary`; nothing about any person), each a number, a bool or null.
-AUDIT_KEYS = frozenset({"version", "level", "rule_out", "figures", "checks", "publishable", "largest_rate_over_chance",
-                        "bound_over_chance", "failed"})
+AUDIT_KEYS = frozenset({"version", "level", "rule_out", "bound", "figures", "checks", "publishable",
+                        "largest_rate_over_chance", "rules_out_share", "rules_out_multiple", "people", "failed"})
 
 #: Every key a manifest may hold (the documented schema).
 MANIFEST_KEYS = frozenset(

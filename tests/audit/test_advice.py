@@ -30,10 +30,11 @@ def test_each_refusal_says_what_an_attacker_gains_and_what_to_do_by_who_attacks(
 
 def test_a_test_and_an_unresolved_rate_get_their_own_words():
     t = summary_row("Source rank uniform (proxies): mean rank", "insider", 0.7, 0.5, (0.66, 0.74), "score", test_p=1e-5)
-    wide = _rate("public", 1, 8)
-    decide([t, wide])
+    wide = {**_rate("public", 1, 80, chance=1 / 8), "people": 8}  # 8 people: at chance 1 of 8 named, CP+ 53 %
+    decide([t, wide], bound=0.3, rule_out=0)
     assert "not placed at random (p = 1e-05)" in advice(t)["gain"]
-    assert wide["family"] == "unresolved" and "--ipc" in advice(wide)["remedy"]
+    assert wide["family"] == "unresolved" and "names 53 % of the 8 people" in advice(wide)["gain"]
+    assert "--ipc" not in advice(wide)["remedy"] and "at least 17 private identities" in advice(wide)["remedy"]
     assert refusal_advice([_rate("public", 2, 400)]) == []  # nothing refuses: nothing to explain
 
 

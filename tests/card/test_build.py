@@ -253,8 +253,9 @@ def test_verdict_text_reads_the_interval():
     privacy = {"summary": rows, "verdict": decide(rows).as_dict()}  # the card reads the audit's verdict, not the rows
     gain = lambda d, lo, hi: {"gain": {"accuracy": {"diff": d, "ci95": [lo, hi]}}}  # noqa: E731
     v = verdict(privacy, gain(0.044, 0.021, 0.067))
-    assert v["publishable"] and v["text"] == ("publishable: no figure leaks (family-wise 1 % over 1 figures and 0 checks), "
-                                              "every linkage rate rules out 3.0× chance; worth +4.4 (+2.1, +6.7) points "
+    assert v["publishable"] and v["text"] == ("publishable: no figure leaks (family-wise 1 % over 1 figures and 0 checks); "
+                                              "by design the audit rules out that any attacker names the source of more than "
+                                              "11.3 % of the 100 people (2.3× chance); worth +4.4 (+2.1, +6.7) points "
                                               "of verification accuracy on your test people")
     assert "not distinguishable from no gain" in verdict(privacy, gain(0.01, -0.01, 0.03))["text"]
     assert "(a loss)" in verdict(privacy, gain(-0.03, -0.05, -0.01))["text"]

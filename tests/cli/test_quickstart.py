@@ -42,11 +42,11 @@ def test_the_quick_start_publishes_what_its_card_calls_publishable_and_is_worth_
     assert (verdict["figures"], verdict["level"], verdict["version"]) == (gate["figures"], gate["level"], gate["version"])
 
     # With margin, so that another CPU's float order cannot flip it: every p at least 10x the
-    # per-figure level, every linkage rate within 2.5x chance, every rate's bound below the rule-out.
+    # per-figure level, every linkage rate within 2.5x chance; the design rules out a share of the 24 people.
     ps = [f["p"] for f in doc["privacy"]["summary"] if f.get("p") is not None]
     assert ps and min(ps) >= 10 * verdict["per_figure"], min(ps)
     assert verdict["largest_rate_over_chance"] <= 2.5
-    assert verdict["bound_over_chance"] < verdict["rule_out"]
+    assert verdict["people"] == 24 and verdict["rules_out_share"] == pytest.approx(0.211, abs=0.002)
 
     # What pfd is for: the release is worth a gain on held-out people of the private domain.
     gain = doc["utility"]["gain"]["accuracy"]

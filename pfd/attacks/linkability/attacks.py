@@ -39,8 +39,8 @@ __all__ = ["LinkabilityConfig", "LinkabilityAttack", "HubnessAttack", "SourceRan
 _NAMES = {"vismatch": "VisMatch", "reid": "Rank-1 Re-ID", "vismatch_csls": "VisMatch, hubness-corrected",
           "reid_csls": "Rank-1 Re-ID, hubness-corrected", "reid_last": "Rank-last Re-ID",
           "reid_orthogonal": "Orthogonal Re-ID"}
-#: Each plain attack's hubness-corrected partner (the verdict defers a hub's rule-out to it).
-_PARTNER = {"vismatch": "vismatch_csls", "reid": "reid_csls"}
+#: The plain attacks whose links a hub (one private identity nearest to most proxies) may draw.
+_HUBBED = ("vismatch", "reid")
 
 
 @dataclass
@@ -70,12 +70,12 @@ class LinkRows(CheckResult):
         for link in self.links:
             for a in self.attacks:
                 r = link[a]
-                # Rates on the proxies must also rule out 5x chance (pfd.audit.verdict); a plain attack
-                # whose links a hub draws defers that to its hubness-corrected partner.
-                extra: dict[str, Any] = {"rule_out": link["target"] == "proxies"}
-                if a in _PARTNER:
+                # Rates on the proxies state what the audit's design rules out, over the people behind them
+                # (pfd.audit.verdict.design_share); a hub is named for the pages and the gate's advice.
+                extra: dict[str, Any] = {"rule_out": link["target"] == "proxies", "people": r.clusters}
+                if a in _HUBBED:
                     share, hub = hub_share(r)
-                    extra.update(hub=hub, hub_share=share, partner=f"{_NAMES[_PARTNER[a]]} ({link['target']})")
+                    extra.update(hub=hub, hub_share=share)
                 out.append(summary_row(f"{_NAMES[a]} ({link['target']})", link["attacker"], r.rate, r.chance, r.ci95,
                                        "rate", count=r.count, n=r.n, n_eff=r.n_eff, **extra))
         return out
@@ -198,7 +198,8 @@ class SourceRankResult(CheckResult):
             name = "Rank-last Re-ID" if by == "cos" else "Orthogonal Re-ID"
             test = "Source rank uniform (proxies): mean rank" if by == "cos" else "Source rank by absolute cosine uniform (proxies): mean rank"
             out.append(summary_row(f"{name} (proxies)", t["attacker"], last["rate"], last["chance"], last["ci95"],
-                                   "rate", count=last["count"], n=last["n"], n_eff=last.get("n_eff"), rule_out=True))
+                                   "rate", count=last["count"], n=last["n"], n_eff=last.get("n_eff"), rule_out=True,
+                                   people=last.get("clusters")))
             out.append(summary_row(test, t["attacker"], t["mean_rank"], t["chance_mean_rank"], t["mean_rank_ci95"], "score",
                                    test_p=t["p"], p_floor=t.get("p_floor"), data_floor=t.get("data_floor"),
                                    setting=f"[{outer_key('attack.source_rank')}] permutations"))

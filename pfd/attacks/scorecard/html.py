@@ -253,8 +253,9 @@ def privacy_sections(data: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     """The privacy half's sections (summary, bars, ranks, membership, per-identity risk, grid, setup)."""
     parts = ["<h2>Linkage</h2>", summary_html(rows), link_bars(rows),
              '<p class="muted">Verdicts are the audit\'s, family-wise (pfd.audit.verdict): LEAKS: a rate lies above '
-             "chance, or a test\'s p-value is small, at the audit\'s level split over every figure; unresolved: a "
-             "proxy rate\'s 95% interval cannot rule out 5× chance. Intervals shown are 95%, clustered by source "
+             "chance, or a test\'s p-value is small, at the audit\'s level split over every figure; unresolved: the "
+             "audit\'s design (its number of people) cannot rule out 30 % of the people nor 5× chance, whatever the "
+             "proxies. Intervals shown are 95%, clustered by source "
              "identity; chance comes from the gallery's composition.</p>"]
     hints = advice_html(rows)
     if hints:

@@ -117,8 +117,9 @@ def format_markdown(data: Mapping[str, Any], rows: list[dict[str, Any]], plots: 
     out += ["", f"Verdicts are the audit's, family-wise at {100 * v.get('level', 0.01):g} % over {v.get('figures', 'm')} "
             f"figures (pfd.audit.verdict): LEAKS: a rate's exact interval at confidence 1 − {per} (clustered by source "
             f"identity) lies above chance, or a test (attributes, the source's rank, membership) gives p <= {per}; "
-            "unresolved: a proxy rate's 95% interval cannot rule out "
-            f"{v.get('rule_out', 5):g}× chance; ≈ chance: neither. The intervals shown are 95%. "
+            "unresolved: the audit's design (its number of people) cannot rule out "
+            f"{100 * v.get('bound', 0.3):g} % of the people nor {v.get('rule_out', 5):g}× chance; ≈ chance: neither. "
+            "The intervals shown are 95%. "
             "* TPR at FPR 0: fewer non-members than 1/FPR.", ""]
     out += _setup_section(data) + list(sections)
     if data.get("skipped"):

@@ -1,0 +1,234 @@
+"""Is the one verdict calibrated at every size and class tightness? Simulated audits through the registered checks.
+
+Each cell of the grid is a number of simulated audits (:func:`pfd.audit.null.simulate`: every
+registered embedding attack of the insider, the public model and the judge on simulated
+embeddings, decided by :func:`pfd.audit.verdict.decide`) of a release of ``n_ids`` people × ``k``
+proxies whose classes have spread ``sigma`` (0.02: the K proxies of a source nearly one point, as
+real pfd proxies in the adapted model; 0.5: classes barely tighter than identities), either at
+chance (``leak = "null"``) or with a planted leak: ``linked-5`` / ``linked-10`` link 5 % / 10 % of
+the people (their proxies sit among their own photos in every model), ``times-2`` / ``times-3``
+link (r − 1) people beyond the one that chance links (a rate of r × chance when classes are tight).
+
+The grid (issue 57): N ∈ {24, 72, 300, 1000, 10000}, K ∈ {5, 10} (K 5 only at N ≤ 72), sigma ∈
+{0.02, 0.05, 0.1, 0.5}; null draws ≥ 200 at N ≤ 72, ≥ 50 at 300, ≥ 20 at 1000, ≥ 5 at 10^4, and
+fewer for the planted leaks (power is far from its bar or far below it). Each finished cell is
+appended to ``<out>.jsonl`` (resumable: a cell already there is not run again), and the summary
+``<out>.json`` (a list ``cells`` with ``n_ids, k, sigma, leak, draws, refused``, the refusal
+rate's exact 95 % interval, the audits refused through LEAKS and through an unresolved design, the
+seconds), ``<out>.md`` and ``<out>.png`` are rewritten from it.
+
+Goals (issue 57): null refusals ≤ 1 % (point estimate) in every cell and no cell of ≥ 200 draws
+whose interval's upper end exceeds 3 %; power ≥ 90 % against ``linked-10`` at N = 72 and
+``linked-5`` at N ≥ 300, in every sigma.
+
+Usage:
+    python -m benchmarks.verdict_calibration                  # the whole grid, resumable (~10 core-hours)
+    python -m benchmarks.verdict_calibration --quick --out /tmp/cal   # minutes: N 24 and 72, few draws
+    python -m benchmarks.verdict_calibration --max-ids 1000   # the grid up to N = 1000
+    python -m benchmarks.verdict_calibration --summarise      # rewrite json/md/png from the jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from pfd.attacks.metrics import clopper_pearson
+from pfd.audit.null import simulate
+from pfd.audit.verdict import BOUND, LEVEL, RULE_OUT, VERSION, design_share
+from pfd.io import atomic_write_json, atomic_write_text
+
+OUT = Path(__file__).parent / "results" / "verdict_calibration"
+SIZES = (24, 72, 300, 1000, 10_000)
+SIGMAS = (0.02, 0.05, 0.1, 0.5)
+LEAKS = ("null", "linked-5", "linked-10", "times-2", "times-3")
+#: Draws per cell: (null, planted leak) by the largest N they apply to.
+DRAWS = ((72, 200, 50), (300, 50, 20), (1000, 20, 10), (10_000, 5, 3))
+QUICK_DRAWS = ((72, 20, 4),)
+
+
+def grid(*, max_ids: int = 10_000, quick: bool = False) -> list[dict[str, Any]]:
+    """The cells, cheapest first: ``{"n_ids", "k", "sigma", "leak", "draws"}``."""
+    table = QUICK_DRAWS if quick else DRAWS
+    cells = []
+    for n in SIZES:
+        if n > max_ids or (quick and n > 72):
+            continue
+        null_draws, leak_draws = next((d0, d1) for top, d0, d1 in table if n <= top)
+        for k in ((5, 10) if n <= 72 else (10,)):
+            for sigma in SIGMAS:
+                for leak in LEAKS:
+                    cells.append({"n_ids": n, "k": k, "sigma": sigma, "leak": leak,
+                                  "draws": null_draws if leak == "null" else leak_draws})
+    return cells
+
+
+def _key(cell: dict[str, Any]) -> tuple:
+    return cell["n_ids"], cell["k"], cell["sigma"], cell["leak"]
+
+
+def planted(leak: str, n_ids: int) -> float:
+    """The share of the people a leak links (``simulate``'s ``linked``)."""
+    if leak == "null":
+        return 0.0
+    kind, amount = leak.split("-")
+    if kind == "linked":
+        return int(amount) / 100
+    return max(int(amount) - 1, 1) / n_ids  # r x chance with tight classes: r - 1 people beyond chance's one
+
+
+def run_cell(cell: dict[str, Any], *, seed: int = 0) -> dict[str, Any]:
+    """Simulate one cell; the record that the jsonl holds."""
+    t0 = time.perf_counter()
+    cell_seed = _seed(cell, seed)
+    r = simulate(cell["n_ids"], cell["k"], draws=cell["draws"], sigma=cell["sigma"],
+                 linked=planted(cell["leak"], cell["n_ids"]), seed=cell_seed)
+    lo, hi = clopper_pearson(r.refused, r.draws, alpha=0.05)
+    return {**cell, "refused": r.refused, "rate": r.rate, "ci95": [lo, hi], "leaks": r.leaks,
+            "unresolved": r.unresolved, "by_row": r.by_row, "reid_ratio": r.reid_ratio,
+            "linked": planted(cell["leak"], cell["n_ids"]), "seed": cell_seed, "verdict_version": VERSION,
+            "rules_out_share": design_share(1 / cell["n_ids"], cell["n_ids"]),
+            "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def _seed(cell: dict[str, Any], seed: int) -> int:
+    """A seed per cell that does not depend on Python's hash salt."""
+    n, k, sigma, leak = _key(cell)
+    return (seed * 7919 + n * 131 + k * 17 + int(sigma * 1000) * 3 + LEAKS.index(leak)) % (2**31)
+
+
+def load(jsonl: Path) -> list[dict[str, Any]]:
+    """The finished cells of the current verdict version (later lines replace earlier ones)."""
+    if not jsonl.is_file():
+        return []
+    done: dict[tuple, dict[str, Any]] = {}
+    for line in jsonl.read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            if rec.get("verdict_version") == VERSION:
+                done[_key(rec)] = rec
+    return list(done.values())
+
+
+def goals(cells: list[dict[str, Any]]) -> list[str]:
+    """Each goal of issue 57 that the finished cells can speak to, met or missed."""
+    null = [c for c in cells if c["leak"] == "null"]
+    out = []
+    if null:
+        worst = max(null, key=lambda c: (c["rate"], c["ci95"][1]))
+        big = [c for c in null if c["draws"] >= 200]
+        worst_hi = max((c["ci95"][1] for c in big), default=0.0)
+        ok = all(c["rate"] <= 0.01 for c in null) and worst_hi <= 0.03
+        out.append(f"- null refusals <= 1 % in every cell, upper end <= 3 % where draws >= 200: "
+                   f"{'met' if ok else 'MISSED'} (worst cell N {worst['n_ids']}, K {worst['k']}, sigma {worst['sigma']}: "
+                   f"{worst['refused']}/{worst['draws']}, CI {100 * worst['ci95'][0]:.1f}-{100 * worst['ci95'][1]:.1f} %; "
+                   f"largest upper end at >= 200 draws {100 * worst_hi:.1f} %)")
+    power = [c for c in cells if (c["leak"] == "linked-10" and c["n_ids"] == 72) or
+             (c["leak"] == "linked-5" and c["n_ids"] >= 300)]
+    if power:
+        weakest = min(power, key=lambda c: c["rate"])
+        ok = all(c["rate"] >= 0.9 for c in power)
+        out.append(f"- power >= 90 % (10 % of the people linked at N = 72, 5 % at N >= 300): {'met' if ok else 'MISSED'} "
+                   f"(weakest: N {weakest['n_ids']}, K {weakest['k']}, sigma {weakest['sigma']}, {weakest['leak']}: "
+                   f"{weakest['refused']}/{weakest['draws']})")
+    return out
+
+
+def markdown(cells: list[dict[str, Any]]) -> str:
+    """The table: one row per (N, K, sigma), the refusal rate per leak."""
+    rows = sorted({(c["n_ids"], c["k"], c["sigma"]) for c in cells})
+    by = {_key(c): c for c in cells}
+    lines = [f"# Verdict calibration (verdict version {VERSION})", "",
+             f"Simulated audits (`pfd.audit.null.simulate`, three attackers, D 64, 20 private images a person) decided "
+             f"by `pfd.audit.verdict.decide` at family-wise {100 * LEVEL:g} %; a design is resolved when it rules out "
+             f"{100 * BOUND:g} % of the people or {RULE_OUT:g}x chance. Each entry: audits refused / audits (rate, exact "
+             "95 % interval). null: at chance; linked-5/10: 5 %/10 % of the people linked; times-2/3: r - 1 people "
+             "linked beyond chance's one. Regenerate: `python -m benchmarks.verdict_calibration --summarise`.", "",
+             "| N | K | sigma | rules out (people) | " + " | ".join(LEAKS) + " |",
+             "|---|---|---|---|" + "---|" * len(LEAKS)]
+    for n, k, sigma in rows:
+        cellstr = []
+        for leak in LEAKS:
+            c = by.get((n, k, sigma, leak))
+            cellstr.append("" if c is None else f"{c['refused']}/{c['draws']} ({100 * c['rate']:.0f} %, "
+                           f"{100 * c['ci95'][0]:.1f}-{100 * c['ci95'][1]:.1f})")
+        lines.append(f"| {n} | {k} | {sigma:g} | {100 * design_share(1 / n, n):.2f} % | " + " | ".join(cellstr) + " |")
+    secs = sum(c["seconds"] for c in cells)
+    lines += ["", "## Goals (issue 57)", "", *goals(cells), "",
+              f"{len(cells)} cells, {secs / 3600:.1f} core-hours of simulation.", ""]
+    return "\n".join(lines)
+
+
+def plot(cells: list[dict[str, Any]], path: Path) -> None:
+    """Refusal rate against N, one line per (leak, sigma)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, leaks, title in ((axes[0], ("null",), "at chance (null)"),
+                             (axes[1], ("linked-5", "linked-10", "times-2", "times-3"), "planted leaks")):
+        for leak in leaks:
+            for sigma in SIGMAS:
+                pts = sorted((c["n_ids"], c["rate"]) for c in cells if c["leak"] == leak and c["sigma"] == sigma
+                             and c["k"] == 10)
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=f"{leak}, sigma {sigma:g}")
+        ax.set_xscale("log")
+        ax.set_xlabel("people N (K 10)")
+        ax.set_ylabel("audits refused")
+        ax.set_title(title)
+        ax.set_ylim(-0.02, 1.02)
+        if leaks == ("null",):
+            ax.axhline(LEVEL, color="grey", ls="--", lw=1)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def summarise(out: Path) -> list[dict[str, Any]]:
+    """Rewrite ``<out>.json``, ``.md`` and ``.png`` from ``<out>.jsonl``."""
+    cells = sorted(load(out.with_suffix(".jsonl")), key=lambda c: (c["n_ids"], c["k"], c["sigma"], LEAKS.index(c["leak"])))
+    atomic_write_json(out.with_suffix(".json"), {"verdict_version": VERSION, "level": LEVEL, "bound": BOUND,
+                                                 "rule_out": RULE_OUT, "cells": cells})
+    atomic_write_text(out.with_suffix(".md"), markdown(cells))
+    if cells:
+        plot(cells, out.with_suffix(".png"))
+    return cells
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=OUT, help="results stem (.jsonl, .json, .md, .png)")
+    p.add_argument("--quick", action="store_true", help="N 24 and 72 with few draws (minutes)")
+    p.add_argument("--max-ids", type=int, default=10_000, help="skip cells with more people")
+    p.add_argument("--summarise", action="store_true", help="only rewrite the summary from the jsonl")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if not args.summarise:
+        jsonl = args.out.with_suffix(".jsonl")
+        jsonl.parent.mkdir(parents=True, exist_ok=True)
+        done = {_key(c) for c in load(jsonl)}
+        todo = [c for c in grid(max_ids=args.max_ids, quick=args.quick) if _key(c) not in done]
+        print(f"{len(todo)} cells to run ({len(done)} done)", flush=True)
+        for i, cell in enumerate(todo, 1):
+            rec = run_cell(cell, seed=args.seed)
+            with jsonl.open("a") as f:  # one line per finished cell: a kill loses at most the cell in flight
+                f.write(json.dumps(rec) + "\n")
+            print(f"[{i}/{len(todo)}] N {rec['n_ids']} K {rec['k']} sigma {rec['sigma']:g} {rec['leak']}: "
+                  f"{rec['refused']}/{rec['draws']} refused ({rec['leaks']} leaks, {rec['unresolved']} unresolved), "
+                  f"{rec['seconds']:.0f} s", flush=True)
+            summarise(args.out)
+    for line in goals(summarise(args.out)):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

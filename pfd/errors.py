@@ -4,7 +4,9 @@ Every problem a user can fix (a corrupt image, a missing path, a checkpoint of a
 architecture, a NaN loss) is raised as :class:`PfdError` with a single line that names the
 file or identity and says what to do. The CLI turns it into ``Error: <message>`` and the
 error's :attr:`PfdError.exit_code` (2: bad input or usage; 3: the publication gate refused the
-release, :class:`pfd.distill.gate.PublicationRefused`), without a traceback.
+release, :class:`pfd.distill.gate.PublicationRefused`), without a traceback. ``pfd attack`` and
+``pfd card`` exit with the same :data:`REFUSED` when the audit's verdict is "not publishable" (their
+reports are written first), so that ``pfd attack ... && upload`` never uploads what pfd refuses.
 """
 
 from __future__ import annotations
@@ -12,7 +14,11 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["PfdError", "OS_FIXES", "os_error"]
+__all__ = ["PfdError", "OS_FIXES", "os_error", "REFUSED"]
+
+#: The exit status of every command whose audit refused the release: ``pfd distill`` (nothing
+#: published), ``pfd attack`` and ``pfd card`` (report written, verdict "not publishable").
+REFUSED = 3
 
 
 class PfdError(Exception):

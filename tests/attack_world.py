@@ -33,6 +33,10 @@ from pfd.release.state_dir import prepare_state_dir
 from pfd.release.writer import write_proxy_map, write_release
 from pfd.data.synthetic import SyntheticFaces
 from pfd.train import train
+from pfd.release.state_dir import write_marker
+
+#: The run id of every release these tests write with a state dir (pfd distill records one on both sides).
+RUN_ID = "5eed" * 8
 
 SIZE = 32
 PRIVATE = f"synthetic:private,ids=20,imgs=10,size={SIZE}"
@@ -98,5 +102,6 @@ def make_release(
 ) -> None:
     """Write a release of ``images`` (one class per source identity) and its proxy map."""
     prepare_state_dir(state, release=out)
-    written = write_release(out, images, sources, method=method, label_seed=5, state_dir=state)
+    write_marker(state, RUN_ID)  # as pfd distill: the state dir and the release name one run
+    written = write_release(out, images, sources, method=method, label_seed=5, state_dir=state, run_id=RUN_ID)
     write_proxy_map(state, written, proxy_source=sources, identities=identities, label_seed=5)

@@ -26,7 +26,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -118,6 +118,7 @@ def _inputs(cfg: CardConfig) -> dict[str, Any]:
         raise PfdError("pass --public DATA (the public training data of the people who will train on the release)")
     if not cfg.test:
         raise PfdError("pass --test SPEC (held-out people of the target domain, never in the private set)")
+    _attack_config(cfg, cfg.private or "", Path(cfg.public_model or "public_model.pt"))  # settings first, before any file
     state = open_release_state(cfg.release, cfg.state_dir)
     if state.adapted_model is None:  # the card always audits with the insider (pfd attack's --no-insider is not its)
         raise PfdError(f"{cfg.state_dir}: no adapted.pt; pass the state dir pfd distill wrote for this release (the "
@@ -161,7 +162,11 @@ def _attack_config(cfg: CardConfig, private: str, public_model: Path) -> Any:
     layers: dict[str, Any] = {"release": cfg.release, "state_dir": cfg.state_dir, "private": private,
                               "public_model": str(public_model), "report": str(Path(cfg.out).expanduser() / "privacy"),
                               "skip_bad": cfg.skip_bad}
-    attacks = {name: dict(cfg.attack.get(name, {})) for name in sorted(cfg.attack)}
+    for name in sorted(cfg.attack):  # issue 54: `[card.attack] linkability = "x"` was a ValueError traceback
+        if not isinstance(cfg.attack[name], Mapping):
+            raise PfdError(f"card.attack.{name} = {cfg.attack[name]!r}: expected a table of that attack's settings "
+                           f"([card.attack.{name}] followed by key = value lines)")
+    attacks = {name: dict(cfg.attack[name]) for name in sorted(cfg.attack)}
     if cfg.holdout:  # membership: a downstream model on the public data + the release, audited on the holdout
         attacks["membership"] = {**attacks.get("membership", {}), "holdout": cfg.holdout, "public": cfg.public[0]}
     acfg = build_config(AttackConfig, attacks, layers)

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from pfd.cli.group import flags, main
+from pfd.cli.group import flags, main, refused_exit
 from pfd.errors import PfdError
 
 
@@ -82,7 +82,8 @@ def _attack_options(fn: Any) -> Any:
 @_attack_options
 @click.option("--reconstructor", help="module:function mapping embeddings (n, D) to images (n, 3, H, W) in [0, 1], "
               "used instead of the BN-prior inversion.")
-@click.option("--downstream-steps", type=int, help="Training steps of the membership test's downstream model.")
+@click.option("--downstream-steps", type=click.IntRange(min=1),
+              help="Training steps of the membership test's downstream model (at least 1).")
 @click.option("--batch-size", type=int, help="Embedding batch size.")
 @click.option("--flip/--no-flip", default=None, help="Flip-fused embeddings.")
 @click.option("--seed", type=int)
@@ -142,6 +143,7 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
     for reason in card.data["skipped"].values():
         click.echo(f"skipped: {reason}")
     click.echo(f"report  {paths['markdown']}  ({paths['html']})")
+    refused_exit(ctx, card.verdict is not None and not card.verdict.publishable)
 
 
 @attack_group.command("mia")

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from pfd.cli.group import flags, main
+from pfd.cli.group import flags, main, refused_exit
 
 
 @main.command("card")
@@ -41,6 +41,9 @@ def card_command(recipe: str | None, progress: bool, epochs: float | None, batch
     interval, the source's rank, reconstruction, attributes, membership with --holdout). Writes
     card.json, card.md and card.html (one self-contained page: verdict first, then the evidence).
 
+    Exit status: 0 when the privacy verdict is "publishable", 3 when it is not (the card is written
+    either way), 2 for bad input.
+
     \b
     Examples:
       pfd card --release release --state-dir state --public synthetic:public --test synthetic:test
@@ -70,6 +73,7 @@ def card_command(recipe: str | None, progress: bool, epochs: float | None, batch
         click.echo(f"{key:<16} public-ft {_pct(g['ref_mean'], '5.1f')}  with release {_pct(g['row_mean'], '5.1f')}  "
                    f"gain {_pct(g['diff'])} ({_pct(lo)}, {_pct(hi)})")
     click.echo(f"card    {card.paths['html']}  ({card.paths['markdown']}, {card.paths['json']})")
+    refused_exit(click.get_current_context(), not card.data["verdict"]["publishable"])
 
 
 def _pct(v: Any, fmt: str = "+.1f") -> str:

@@ -16,7 +16,21 @@ import click
 from pfd import __version__
 from pfd.errors import PfdError, os_error
 
-__all__ = ["main", "flags", "checkpoint_size", "recipe_table"]
+__all__ = ["main", "flags", "checkpoint_size", "recipe_table", "refused_exit"]
+
+
+def refused_exit(ctx: click.Context, refused: bool) -> None:
+    """End a command whose outputs are written with :data:`pfd.errors.REFUSED` when its audit refused.
+
+    Args:
+        ctx: The command's context.
+        refused: Whether the verdict is "not publishable".
+    """
+    from pfd.errors import REFUSED
+
+    if refused:
+        click.echo(f"not publishable: exit status {REFUSED}", err=True)
+        ctx.exit(REFUSED)
 
 
 class _UserError(click.ClickException):

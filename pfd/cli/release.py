@@ -19,7 +19,7 @@ def release_group() -> None:
 @click.argument("directory", type=click.Path(file_okay=False, path_type=str))
 @click.option("--private", "private", default=None, metavar="SPEC",
               help="The private source set (identity folder, RecordIO, synthetic:...): its names must not appear "
-              "and no released image may be one of its photos.")
+              "and no released image may be one of its photos (default: the set --state-dir records).")
 @click.option("--state-dir", "state_dir", default=None, type=click.Path(file_okay=False, path_type=str),
               help="The publisher's state dir: also checks label order, the modes of its whole tree (0700/0600) "
               "and that it is outside the release.")
@@ -34,7 +34,9 @@ def release_lint(directory: str, private: str | None, state_dir: str | None, mod
     with nothing but pixel data; the manifest's schema and sha256 of every file; no source
     identity or file names; with --private, no released image that is a private photo (exact,
     perceptual hash, embedding cosine); with --state-dir, labels not in source order and a
-    private (0700/0600) state tree outside the release.
+    private (0700/0600) state tree outside the release, the same run on both sides (run ids), the
+    release's files exactly the proxy map's, and the private set the state dir records (unless
+    --private names another); a manifest that records a refusing audit fails.
 
     \b
     Examples:
@@ -45,10 +47,22 @@ def release_lint(directory: str, private: str | None, state_dir: str | None, mod
     from pfd.release.state_dir import StateDir
 
     faces = net = None
+    recorded = False
+    if not private and state_dir:  # issue 54: as pfd attack and pfd card, the private set the state dir records
+        from pfd.release.state_dir import recorded_private_spec
+
+        private = recorded_private_spec(state_dir)
+        recorded = private is not None
     if private:
         from pfd.data.sources import open_faces
 
-        faces = open_faces(private, skip_bad=skip_bad)
+        try:
+            faces = open_faces(private, skip_bad=skip_bad)
+        except PfdError as e:
+            if not recorded:
+                raise
+            raise PfdError(f"the state dir {state_dir} records the private set as {private!r}, which cannot be opened "
+                           f"here ({e}); pass --private with those images") from None
         public = StateDir.at(state_dir).public_model if state_dir else None
         ckpt = model or (str(public) if public is not None and public.is_file() else None)
         if ckpt:

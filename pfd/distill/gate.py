@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pfd.errors import PfdError
+from pfd.errors import REFUSED, PfdError
 
 __all__ = ["PublicationRefused", "audit_config", "format_checks", "refusal_message"]
 
@@ -26,7 +26,7 @@ class PublicationRefused(PfdError):
     ``pfd distill`` exits with status 3 for it (:attr:`exit_code`), not the 2 of a usage error.
     """
 
-    exit_code = 3
+    exit_code = REFUSED
 
     def __init__(self, message: str, summary: dict[str, Any] | None = None) -> None:
         super().__init__(message)

@@ -39,7 +39,7 @@ from pfd.release.format import (
     RELEASE_DIR_MODE,
     RELEASE_FILE_MODE,
 )
-from pfd.release.state_dir import check_same_run, check_separate, PROXY_MAP
+from pfd.release.state_dir import PROXY_MAP, check_same_run, check_separate, release_sources
 from pfd.data.shape import pil_size
 from pfd.errors import PfdError
 from pfd.io import sha256_file
@@ -76,8 +76,9 @@ class Finding:
         kind: ``state-file``, ``unexpected-file``, ``link``, ``png-metadata``, ``png-corrupt``,
             ``image-size``, ``checksum``, ``unlisted-file``, ``missing-file``, ``manifest``,
             ``empty`` (no image, or one identity), ``release-mode``, ``source-name``, ``private-image``, ``label-order``,
-            ``state-dir-inside``, ``state-dir-mode`` or ``other-run`` (the state dir's run id is not the
-            release's).
+            ``state-dir-inside``, ``state-dir-mode``, ``other-run`` (the state dir's run id is not the
+            release's, or either has none), ``proxy-map`` (the release's files are not the proxy map's)
+            or ``audit-refused`` (the manifest records an audit that refused the release).
         path: The offending path (relative to the release where possible).
         detail: What is wrong and what to do.
     """
@@ -403,6 +404,11 @@ def lint_release(
     if root.is_symlink():
         findings.append(Finding("link", "./", "the release folder is a symlink; publish the folder itself"))
     manifest = _check_manifest(root, findings)
+    if manifest is not None and isinstance(manifest.get("audit"), dict) and manifest["audit"].get("publishable") is False:
+        # Issue 54: a release published with --allow-linkable passed lint while attack and card refuse it.
+        findings.append(Finding("audit-refused", f"{MANIFEST}:audit", "the audit refused this release (publishable: "
+                                "false; it was published with --allow-linkable): pfd attack and pfd card refuse it too; "
+                                "distill again until the audit passes"))
     seen, images = _check_tree(root, manifest, findings)
     if not any(rel.endswith(".png") for rel in seen) or (manifest is not None and not manifest.get("files")):
         findings.append(Finding("empty", "./", "the release holds no images; write it with pfd distill"))
@@ -441,6 +447,10 @@ def lint_release(
         except PfdError as e:  # another run's state: its label order and modes say nothing about this release
             findings.append(Finding("other-run", str(sd), str(e)))
             return findings
+        try:  # the same check every reader of a release with its state runs (issue 54)
+            release_sources(root, sd, manifest=manifest)
+        except PfdError as e:
+            findings.append(Finding("proxy-map", str(sd / PROXY_MAP), str(e)))
         _check_state_tree(sd, findings)
         _check_label_order(sd, private, findings)
     return findings

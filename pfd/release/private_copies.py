@@ -154,6 +154,18 @@ def _uint8(x: torch.Tensor) -> np.ndarray:
     return np.clip(np.round(x.detach().cpu().float().numpy() * 255.0), 0, 255).astype(np.uint8).transpose(1, 2, 0)
 
 
+def _common_size(released: Sequence[tuple[str, np.ndarray]]) -> tuple[tuple[int, int], list[tuple[str, np.ndarray]]]:
+    """The release's size (the most common ``(H, W)``) and every image at it (others resized, area-averaged)."""
+    from collections import Counter
+
+    counts = Counter(tuple(int(v) for v in img.shape[:2]) for _, img in released)
+    size = max(counts, key=lambda hw: (counts[hw], hw))
+    out = [(f, img if tuple(img.shape[:2]) == size else
+            _uint8(_resize(torch.from_numpy(np.ascontiguousarray(img[..., :3])).permute(2, 0, 1).float().div(255.0), size)))
+           for f, img in released]
+    return size, out
+
+
 def _resize(x: torch.Tensor, size: Any) -> torch.Tensor:
     """``(3, h, w)`` -> ``(3, H, W)`` of ``size`` (bilinear, as the decoders resize)."""
     hw = image_hw(size)
@@ -186,7 +198,8 @@ def find_private_copies(
     """
     if not released or len(private) == 0:
         return []
-    size = tuple(int(s) for s in released[0][1].shape[:2])  # (H, W)
+    originals = list(released)
+    size, released = _common_size(released)  # (H, W); an image of another size is compared at this one
     grid = grid_for(min(size))
     limit = near_duplicate_bits(grid)
     rel_hash = np.stack([dhash(img, size=grid) for _, img in released])  # (n, grid² / 8)
@@ -210,8 +223,19 @@ def find_private_copies(
     idx = owner[idx]  # variant -> its private image
     names = private.names
     found: dict[int, PrivateCopy] = {}
+    native = {}  # a private photo at its own size, copied in as it is (issue 54: 112 px among 32 px proxies)
+    for k, (_, img) in enumerate(originals):
+        if img.shape[:2] != size:
+            native.setdefault(img.shape, {})[k] = img.tobytes()
+    for shape, wanted in native.items():
+        for i in range(len(private)):
+            px = _uint8(private.load(i))
+            if px.shape == shape:
+                for k, b in wanted.items():
+                    if b == px.tobytes():
+                        exact_index.setdefault(("native", k), i)
     for k, (f, img) in enumerate(released):
-        j = exact_index.get(img.tobytes())
+        j = exact_index.get(("native", k), exact_index.get(img.tobytes()))
         if j is not None:
             found[k] = PrivateCopy(f, names[j], "exact", 0.0, 0.0)
         elif dist[k] <= limit:

@@ -24,7 +24,7 @@ from pfd.data.faceset import FaceSet
 from pfd.errors import PfdError
 from pfd.io import atomic_write_json
 
-__all__ = ["private_set_record", "record_private_set", "check_private_set"]
+__all__ = ["private_set_record", "record_private_set", "check_private_set", "check_audited_private_set"]
 
 FORMAT = "pfd-private-set"
 
@@ -113,3 +113,34 @@ def check_private_set(path: Path, faces: FaceSet, *, spec: str) -> dict[str, Any
             "a new --state-dir"
         )
     return new
+
+
+def check_audited_private_set(path: Path, faces: FaceSet, *, spec: str) -> None:
+    """Refuse an audit whose private set is not, by content, the one the state dir was distilled from.
+
+    ``pfd attack`` and ``pfd card`` score each proxy against its source's photos: a ``--private``
+    with the same identity names but other photos (issue 54: each folder holding the next folder's
+    photos) gave "publishable" on meaningless figures. ``faces`` must be opened at the run's size
+    (``[distill] size`` of the state dir's config), where the record's pixel digests were taken.
+
+    Args:
+        path: ``state/private_set.json`` (a state dir without one is not checked: nothing to compare).
+        faces: The private set the audit opened, at the run's size.
+        spec: How it was given, for the message.
+
+    Raises:
+        PfdError: Naming the first difference (an identity renamed, added or removed; an image
+            changed, added or removed) and the fix.
+    """
+    if not path.is_file():
+        return
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+        if old.get("format") != FORMAT:
+            raise ValueError("not a private-set record")
+    except (OSError, ValueError, AttributeError) as e:
+        raise PfdError(f"{path}: unreadable private-set record ({e}); the state dir is damaged") from None
+    new = private_set_record(faces)
+    if old["sha256"] != new["sha256"]:
+        raise PfdError(f"{spec}: not the private set this release was distilled from ({_differences(old, new)}, by "
+                       f"the pixel digests in {path}); pass the private set the state dir records (--private)")

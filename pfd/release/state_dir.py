@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +59,7 @@ from pfd.release.format import MANIFEST, read_manifest
 
 __all__ = [
     "MARKER", "MARKER_FORMAT", "MARKER_VERSION", "LOCK", "PROXY_MAP", "STATE_FILE_MODE", "STATE_DIR_MODE",
-    "StateDir", "read_marker", "write_marker", "new_run_id", "check_same_run", "check_outside_release",
+    "StateDir", "read_marker", "write_marker", "new_run_id", "check_same_run", "release_sources", "recorded_private_spec", "check_outside_release",
     "check_separate", "check_apart_from_private", "prepare_state_dir", "secure_state_dir", "read_proxy_map", "StateLock", "check_outputs",
     "RunClaim", "claim_state_dir",
 ]
@@ -195,23 +196,82 @@ def write_marker(state_root: str | os.PathLike, run_id: str) -> Path:
 
 
 def check_same_run(release: str | os.PathLike, state_dir: str | os.PathLike, *, manifest: dict[str, Any] | None = None) -> None:
-    """Refuse a state dir written by another run than the release (their run ids differ).
+    """Refuse a state dir that is not provably the one of the run that wrote the release.
 
-    Scoring a release against another run's proxy -> source map gives meaningless figures, and a
-    lint against another run's state checks nothing about this release. A release or state dir
-    that carries no run id (written before run ids existed) is not refused here.
+    Both sides must name a run id and the two must agree: scoring a release against another run's
+    proxy -> source map gives meaningless figures, and a lint against another run's state checks
+    nothing about this release. A missing id on either side is a refusal, not a pass (issue 54: a
+    state dir without its marker beside another run's release read "publishable").
 
     Raises:
-        PfdError: Naming both run ids and what to pass instead.
+        PfdError: Naming the file without a run id, or both run ids, and what to pass instead.
     """
     manifest = read_manifest(release) if manifest is None else manifest
     marker = read_marker(state_dir)
     ours = manifest.get("run_id") if manifest else None
     theirs = marker.get("run_id") if marker else None
-    if ours and theirs and ours != theirs:
+    if not isinstance(ours, str) or not ours:
+        raise PfdError(f"{Path(release) / MANIFEST}: names no run id, so no state dir can be shown to be its own; "
+                       "publish releases with pfd distill, which records the run that wrote them")
+    if not isinstance(theirs, str) or not theirs:
+        raise PfdError(f"{Path(state_dir) / MARKER}: missing or names no run id, so this is not provably the state dir "
+                       f"of the run that wrote {release}; pass the --state-dir that pfd distill wrote with it")
+    if ours != theirs:
         raise PfdError(f"{state_dir}: the state dir of run {theirs[:12]}, but {release} was written by run {ours[:12]}; "
                        "pass the --state-dir of the run that wrote this release")
 
+
+def release_sources(release: str | os.PathLike, state_dir: str | os.PathLike, *,
+                    manifest: dict[str, Any] | None = None) -> dict[str, tuple[int, str | None]]:
+    """The one check that a release and a state dir belong together: same run, same files.
+
+    Used by ``pfd release lint`` (as a finding), the audit's integrity check through it, and every
+    reader of a release with its state (``pfd attack``, ``pfd card``, the benchmark): the run ids
+    (:func:`check_same_run`), then every released file (listed in the manifest or on disk) must have
+    a row in the proxy map and every row a file in the release (issue 54: a class of copied proxies,
+    a deleted file, a renamed label or a duplicated proxy, each with the manifest rewritten, passed
+    lint while the audit refused them).
+
+    Args:
+        release: The release folder.
+        state_dir: The state dir.
+        manifest: The release's manifest, if already read.
+
+    Returns:
+        ``{file: (source label, source name or None)}`` from the proxy map.
+
+    Raises:
+        PfdError: The first mismatch, naming the file and the count of such files.
+    """
+    r = Path(release)
+    manifest = read_manifest(r) if manifest is None else manifest
+    check_same_run(r, state_dir, manifest=manifest)
+    where = Path(state_dir) / PROXY_MAP
+    rows = read_proxy_map(state_dir).get("proxies")
+    if not isinstance(rows, list) or not rows:
+        raise PfdError(f"{where}: no 'proxies' list; the state dir is damaged, re-run pfd distill")
+    sources: dict[str, tuple[int, str | None]] = {}
+    for row in rows:
+        try:
+            f, src = str(row["file"]), int(row["source"])
+        except (KeyError, TypeError, ValueError):
+            raise PfdError(f"{where}: a proxy row without 'file' and integer 'source' ({row!r:.80}); "
+                           "the state dir is damaged") from None
+        if f in sources:
+            raise PfdError(f"{where}: {f} has two rows; the state dir is damaged")
+        name = row.get("source_name")
+        sources[f] = (src, str(name) if name is not None else None)
+    listed = set(manifest.get("files", {})) if manifest and isinstance(manifest.get("files"), dict) else set()
+    on_disk = {p.relative_to(r).as_posix() for p in r.glob("*/*") if p.is_file() or p.is_symlink()}
+    extra = sorted((listed | on_disk) - set(sources))
+    if extra:
+        raise PfdError(f"{r / extra[0]}: released file not in {where} ({len(extra)} such); the release holds files its "
+                       "run did not write (or the state dir is not this release's)")
+    missing = sorted(set(sources) - on_disk)
+    if missing:
+        raise PfdError(f"{r / missing[0]}: in {where} but not in the release ({len(missing)} such); the release is "
+                       "incomplete or edited: publish it again with pfd distill --resume")
+    return sources
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,6 +345,23 @@ def secure_state_dir(state_dir: str | os.PathLike) -> None:
             if not p.is_symlink():
                 os.chmod(p, STATE_FILE_MODE)
 
+
+
+def recorded_private_spec(state_dir: str | os.PathLike) -> str | None:
+    """The private set a state dir's run distilled (``[distill] private`` of its ``config.toml``), if recorded.
+
+    Raises:
+        PfdError: If the config is not valid TOML.
+    """
+    p = StateDir.at(state_dir).config
+    if not p.is_file():
+        return None
+    try:
+        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise PfdError(f"{p}: invalid TOML ({e}); the state dir is damaged") from None
+    spec = doc.get("distill", doc).get("private") if isinstance(doc.get("distill", doc), dict) else None
+    return spec if isinstance(spec, str) and spec else None
 
 
 def read_proxy_map(state_dir: str | os.PathLike) -> dict[str, Any]:

@@ -26,6 +26,10 @@ from pfd.release.format import encode_png, to_uint8
 from pfd.release.state_dir import prepare_state_dir
 from pfd.release.writer import write_proxy_map, write_release
 from tests.attack_world import PRIVATE, SIZE, build_world, render
+from pfd.release.state_dir import write_marker
+
+#: The run id of every release these tests write with a state dir (pfd distill records one on both sides).
+RUN_ID = "5eed" * 8
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("audit-world")]
 
@@ -86,7 +90,8 @@ def _audit_both(world, root: Path, images: torch.Tensor, source: np.ndarray):
     pixels = to_uint8(images).transpose(0, 3, 1, 2)  # (n, 3, H, W) uint8, what the gate sees
     gate = audit_in_memory(_cfg(None, state), proxies=pixels, source=source, private=world.private, state_dir=state,
                            method="pfd", label_seed=LABEL_SEED)
-    written = write_release(release, pixels, source, method="pfd", label_seed=LABEL_SEED, state_dir=state,
+    write_marker(state, RUN_ID)
+    written = write_release(release, pixels, source, method="pfd", label_seed=LABEL_SEED, state_dir=state, run_id=RUN_ID,
                             avoid_labels=world.private.identities)
     write_proxy_map(state, written, proxy_source=source, identities=world.private.identities, label_seed=LABEL_SEED)
     card = run_scorecard(_cfg(release, state), progress=False)

@@ -266,8 +266,9 @@ def test_cli_writes_the_card_and_prints_the_verdict(card_world, tmp_path):
     r = CliRunner().invoke(main, ["card", "--release", str(rel), "--state-dir", str(st), "--public", PUBLIC, "--test", TEST,
                                   "--out", str(tmp_path / "card"), "--quick", "--pairs", "40", "--bootstrap", "50", "--batch-size", "16",
                                   "--no-progress"])
-    assert r.exit_code == 0, r.output
-    assert r.output.startswith("not publishable") and "gain" in r.output
+    # The card is written and the exit status says the verdict refused (issue 54: a refusal exited 0).
+    assert r.exit_code == 3, r.output
+    assert r.output.startswith("not publishable") and "gain" in r.output and "not publishable: exit status 3" in r.output
     assert "nan" not in r.output and "n/a" in r.output  # a FAR the 40 pairs cannot resolve, as card.md writes it
     doc = json.loads((tmp_path / "card" / "card.json").read_text())
     assert doc["settings"]["quick"] is True and doc["settings"]["attack"]["reconstruction"]["enabled"] is False

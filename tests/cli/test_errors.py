@@ -399,3 +399,23 @@ def test_pfd_help_shows_an_example_of_every_command():
     examples = out.split("Examples:")[1].split("Options:")[0]
     for name in main.commands:
         assert f"pfd {name}" in examples, name
+
+
+def test_a_flag_error_names_the_flag_the_user_typed(tmp_path):
+    """Issue 54, item 9: `--downstream-steps 0` answered "--max-steps (max_steps) = 0", a flag pfd attack lacks."""
+    res = _run("attack", "--release", str(tmp_path / "r"), "--state-dir", str(tmp_path / "s"),
+               "--holdout", "synthetic:test", "--downstream-steps", "0")
+    _is_clean_error(res, "--downstream-steps")
+    assert "--max-steps" not in res.output
+
+
+@pytest.mark.parametrize("table, key", [('[card.attack]\nlinkability = "x"\n', "card.attack.linkability"),
+                                        ('[card.attack.hubness]\nk = "x"\n', "card.attack.hubness.k"),
+                                        ('[card.attack.linkability]\nchunk = [1]\n', "card.attack.linkability.chunk")])
+def test_a_card_recipe_with_a_wrong_type_in_an_attack_table_is_one_line(tmp_path, table, key):
+    """Issue 54, item 10: `[card.attack] linkability = "x"` was a ValueError traceback."""
+    recipe = tmp_path / "card.toml"
+    recipe.write_text('[card]\nrelease = "r"\nstate_dir = "s"\npublic = ["synthetic:public"]\ntest = "synthetic:test"\n'
+                      + table)
+    res = _run("card", "--recipe", str(recipe), "--out", str(tmp_path / "card"))
+    _is_clean_error(res, key)

@@ -15,13 +15,15 @@ from click.testing import CliRunner
 from pfd.cli import main
 from pfd.data.faceset import TensorFaces
 from pfd.release.format import MANIFEST
-from pfd.release.state_dir import prepare_state_dir
+from pfd.release.state_dir import prepare_state_dir, write_marker
 from pfd.release.writer import write_proxy_map, write_release
 from pfd.release.lint import lint_release, png_chunks
 from pfd.errors import PfdError
 from pfd.io import sha256_file
 
 S = 8
+#: The run id of every release these tests write with a state dir (pfd distill records one on both sides).
+RUN_ID = "5eed" * 8
 NAMES = ["alice_smith", "bob_jones", "carol_white", "dave_brown", "erin_black", "frank_green"]
 
 
@@ -32,8 +34,9 @@ def release(tmp_path):
     x = torch.rand(n_cls * k, 3, S, S, generator=torch.Generator().manual_seed(0))
     cls = np.repeat(np.arange(n_cls), k)
     rel, sd = tmp_path / "release", tmp_path / "state"
-    w = write_release(rel, x, cls, method="pfd", label_seed=0, state_dir=sd)
+    w = write_release(rel, x, cls, method="pfd", label_seed=0, state_dir=sd, run_id=RUN_ID)
     prepare_state_dir(sd, release=rel)
+    write_marker(sd, RUN_ID)
     write_proxy_map(sd, w, proxy_source=cls, identities=NAMES, label_seed=0)
     private = TensorFaces(
         torch.rand(12, 3, S, S, generator=torch.Generator().manual_seed(1)), cls, identities=NAMES, names=[f"{NAMES[c]}/IMG_{i:04d}.jpg" for i, c in enumerate(cls)]
@@ -188,7 +191,6 @@ def test_cli_exit_codes(release):
 # -- private photos in the release (issue 12) ---------------------------------------------------
 from pfd.release.format import encode_png  # noqa: E402
 from pfd.data.sources import open_faces  # noqa: E402
-
 FACES = "synthetic:private,ids=4,imgs=3,size=32"
 
 
@@ -453,3 +455,112 @@ def test_lint_refuses_the_state_dir_of_another_run(release):
     assert [(x.kind, x.path) for x in f] == [("other-run", str(sd))] and "cccccccccccc" in f[0].detail
     out = CliRunner().invoke(main, ["release", "lint", str(rel), "--state-dir", str(sd)])
     assert out.exit_code == 1 and "other-run" in out.output
+
+
+# -- issue 54: lint checks what the audit checks ------------------------------------------------
+
+
+def _rewrite_manifest(rel):
+    """Make the manifest list exactly the files on disk with their checksums (a careful forger)."""
+    m = json.loads((rel / MANIFEST).read_text())
+    files = sorted(p.relative_to(rel).as_posix() for p in rel.glob("*/*.png"))
+    m["files"] = {f: sha256_file(rel / f) for f in files}
+    per: dict[str, int] = {}
+    for f in files:
+        per[f.split("/")[0]] = per.get(f.split("/")[0], 0) + 1
+    m["images_per_class"], m["num_images"], m["num_classes"] = per, len(files), len(per)
+    (rel / MANIFEST).write_text(json.dumps(m))
+
+
+def _forge(rel, how):
+    import shutil
+
+    labels = sorted(p.name for p in rel.iterdir() if p.is_dir())
+    first = sorted((rel / labels[0]).glob("*.png"))
+    if how == "extra class":  # three copied proxies under a label of their own
+        (rel / "0024").mkdir()
+        for k, p in enumerate(first + first[:1]):
+            shutil.copy(p, rel / "0024" / f"{k:03d}.png")
+    elif how == "deleted file":
+        first[0].unlink()
+    elif how == "renamed label":
+        (rel / labels[0]).rename(rel / "0100")
+    elif how == "duplicated proxy":
+        shutil.copy(first[0], rel / labels[1] / "010.png")
+    _rewrite_manifest(rel)
+
+
+@pytest.mark.parametrize("how", ["extra class", "deleted file", "renamed label", "duplicated proxy"])
+def test_lint_and_the_audit_refuse_files_the_proxy_map_does_not_know(release, how):
+    """Issue 54, item 1: with the manifest rewritten to match, lint said OK while attack and card refused."""
+    from pfd.attacks.scorecard.inputs import open_release_state
+
+    rel, sd, *_ = release
+    assert lint_release(rel, state_dir=sd) == []
+    _forge(rel, how)
+    findings = lint_release(rel, state_dir=sd)
+    assert [f.kind for f in findings if f.kind not in ("empty",)] == ["proxy-map"], findings
+    with pytest.raises(PfdError) as e:
+        open_release_state(rel, sd)
+    assert str(e.value) in findings[-1].detail  # one check, one message, wherever it runs
+    out = CliRunner().invoke(main, ["release", "lint", str(rel), "--state-dir", str(sd)])
+    assert out.exit_code == 1 and "proxy-map" in out.output
+
+
+@pytest.mark.parametrize("side", ["state dir without its marker", "manifest without a run id"])
+def test_a_missing_run_id_on_either_side_is_a_refusal_naming_the_file(release, side):
+    """Issue 54, item 2: `if ours and theirs` passed another run's state dir when one id was missing."""
+    from pfd.attacks.scorecard.inputs import open_release_state
+    from pfd.release.state_dir import MARKER
+
+    rel, sd, *_ = release
+    if side.startswith("state"):
+        (sd / MARKER).unlink()
+        named = sd / MARKER
+    else:
+        m = json.loads((rel / MANIFEST).read_text())
+        del m["run_id"]
+        (rel / MANIFEST).write_text(json.dumps(m))
+        named = rel / MANIFEST
+    f = lint_release(rel, state_dir=sd)
+    assert [x.kind for x in f] == ["other-run"] and str(named) in f[0].detail, f
+    with pytest.raises(PfdError, match="names no run id"):
+        open_release_state(rel, sd)
+
+
+def test_lint_fails_a_release_whose_manifest_records_a_refusing_audit(release):
+    """Issue 54, item 7: a release published with --allow-linkable passed lint; attack and card refuse it."""
+    rel, sd, *_ = release
+    m = json.loads((rel / MANIFEST).read_text())
+    m["audit"] = {"version": 3, "level": 0.01, "publishable": True, "failed": 0}
+    (rel / MANIFEST).write_text(json.dumps(m))
+    assert lint_release(rel, state_dir=sd) == []
+    m["audit"].update(publishable=False, failed=2)
+    (rel / MANIFEST).write_text(json.dumps(m))
+    f = lint_release(rel)
+    assert [x.kind for x in f] == ["audit-refused"] and "--allow-linkable" in f[0].detail
+
+
+def test_lint_with_a_state_dir_reads_the_private_set_it_records(face_release, tmp_path):
+    """Issue 54, item 4: without --private, lint passed a release holding a private photo although the
+    state dir records the private set that attack and card read by default."""
+    rel, private, w = face_release
+    sd = tmp_path / "state"
+    prepare_state_dir(sd, release=rel)
+    m = json.loads((rel / MANIFEST).read_text())
+    m["run_id"] = RUN_ID
+    (rel / MANIFEST).write_text(json.dumps(m))
+    write_marker(sd, RUN_ID)
+    write_proxy_map(sd, w, proxy_source=np.repeat(np.arange(4), 2), identities=private.identities, label_seed=0)
+    (sd / "config.toml").write_text(f'[distill]\nprivate = "{FACES}"\nsize = 32\n')
+    os.chmod(sd / "config.toml", 0o600)
+    runner = CliRunner()
+    ok = runner.invoke(main, ["release", "lint", str(rel), "--state-dir", str(sd)])
+    assert ok.exit_code == 0, ok.output
+    _plant(rel, w.files[0], _private_pixels(private, 4))
+    out = runner.invoke(main, ["release", "lint", str(rel), "--state-dir", str(sd)])
+    assert out.exit_code == 1 and "private-image" in out.output and private.names[4] in out.output, out.output
+    (sd / "config.toml").write_text('[distill]\nprivate = "/nowhere/faces"\nsize = 32\n')
+    moved = runner.invoke(main, ["release", "lint", str(rel), "--state-dir", str(sd)])
+    assert moved.exit_code == 2 and "records the private set as '/nowhere/faces'" in moved.output
+    assert "pass --private" in moved.output

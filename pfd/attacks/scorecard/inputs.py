@@ -28,11 +28,12 @@ else:  # pragma: no cover - Python 3.10 only
 
 from pfd.data.faceset import FaceSet
 from pfd.release.format import MANIFEST, read_manifest
-from pfd.release.state_dir import StateDir, check_same_run, read_proxy_map
+from pfd.release.state_dir import StateDir, release_sources
 from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
 
-__all__ = ["ReleaseState", "open_release_state", "state_private_spec", "proxy_sources", "recorded_private_unopenable"]
+__all__ = ["ReleaseState", "open_release_state", "state_private_spec", "proxy_sources", "recorded_private_unopenable",
+           "state_run_size"]
 
 
 @dataclass
@@ -92,6 +93,12 @@ def state_private_spec(state: ReleaseState) -> str | None:
     return str(v) if isinstance(v, str) and v else None
 
 
+def state_run_size(state: ReleaseState) -> Any:
+    """The image size the run distilled at (``[distill] size`` of the state dir's config), if recorded."""
+    v = _find_key(state.config, "size")
+    return canonical_size(v) if v else None
+
+
 def recorded_private_unopenable(state_dir: Any, spec: str, error: Exception) -> PfdError:
     """The one error of ``pfd attack`` and ``pfd card`` when the private set the state dir records
     cannot be opened here (a benchmark's in-memory set, a folder that moved), naming the way out.
@@ -133,31 +140,7 @@ def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike)
         raise PfdError(f"{r}: no pfd {MANIFEST}; is this a pfd release? (pfd distill writes one)")
     if not s.is_dir():
         raise PfdError(f"{s}: no such state dir; pass the --state-dir that pfd distill wrote")
-    check_same_run(r, s, manifest=manifest)  # another run's map would score meaningless figures
-    pm = read_proxy_map(s)
-    rows = pm.get("proxies")
-    if not isinstance(rows, list) or not rows:
-        raise PfdError(f"{st.proxy_map}: no 'proxies' list; the state dir is damaged, re-run pfd distill")
-    sources: dict[str, tuple[int, str | None]] = {}
-    for row in rows:
-        try:
-            f, src = str(row["file"]), int(row["source"])
-        except (KeyError, TypeError, ValueError):
-            raise PfdError(f"{st.proxy_map}: a proxy row without 'file' and integer 'source' ({row!r:.80}); "
-                           "the state dir is damaged") from None
-        name = row.get("source_name")
-        sources[f] = (src, str(name) if name is not None else None)
-    listed = set(manifest.get("files", {}))
-    on_disk = {p.relative_to(r).as_posix() for p in r.glob("*/*.png")}
-    released = listed or on_disk
-    extra = sorted(released - set(sources))
-    if extra:
-        raise PfdError(f"{r / extra[0]}: released file not in {st.proxy_map} ({len(extra)} such); "
-                       "the state dir does not belong to this release")
-    missing = sorted(set(sources) - on_disk)
-    if missing:
-        raise PfdError(f"{r / missing[0]}: in {st.proxy_map} but not in the release ({len(missing)} such); "
-                       "the state dir does not belong to this release (or the release is incomplete)")
+    sources = release_sources(r, s, manifest=manifest)  # the one check: same run, same files (lint's too)
     config: dict[str, Any] = {}
     if st.config.is_file():
         try:

@@ -37,7 +37,7 @@ from pfd.attacks.models.loading import Attacker, load_attacker, load_outside_att
 from pfd.attacks.models.outside import InputConvention
 from pfd.attacks.scorecard.risk import per_identity_risk
 from pfd.attacks.scorecard.inputs import (ReleaseState, open_release_state, proxy_sources, recorded_private_unopenable,
-                                         state_private_spec)
+                                         state_private_spec, state_run_size)
 from pfd.config import AttackConfig, build_config, config_to_dict
 from pfd.config.checks import outer_key
 from pfd.data.faceset import FaceSet
@@ -336,9 +336,19 @@ def run_scorecard(
         raise recorded_private_unopenable(state.state_dir, private_spec, e) from None
     source = proxy_sources(state, clock.run("load", lambda: sets.proxies(size)).names, private0,
                            private_spec=private_spec)
+    clock.run("load", lambda: _check_recorded_private(state, sets, private_spec))
     inputs = AuditInputs(cfg=cfg, state=state, sets=sets, attackers=models, source=source, labels=private0.labels,
                          private_spec=private_spec, progress=progress, clock=clock, reconstructor=reconstructor)
     return run_audit(inputs, configs, level=level, rule_out=rule_out)
+
+
+def _check_recorded_private(state: ReleaseState, sets: Any, spec: str) -> None:
+    """The private set by content: the pixel digests the state dir recorded, at the run's size."""
+    from pfd.release.private_set import check_audited_private_set
+
+    size = state_run_size(state)
+    if size is not None:
+        check_audited_private_set(StateDir.at(state.state_dir).private_set, sets.private(size), spec=spec)
 
 
 def run_audit(inputs: AuditInputs, configs: dict[str, Any], *, level: float = LEVEL,

@@ -163,7 +163,7 @@ def test_pfd_attack_with_outside_attackers_adds_their_rows(exported, tmp_path, t
     res = CliRunner().invoke(main, [
         "attack", "--release", str(release), "--state-dir", str(state), "--attacker", str(onnx_path),
         "--attacker", str(ts_path), "--report", str(report), "--no-reconstruct", "--no-attributes"])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 3, res.output  # a raw release links: written, and refused
     data = json.loads((report / "report.json").read_text())
     roles = [a["role"] for a in data["attackers"]]
     assert roles == ["public", "insider", "tiny", "tiny#2"]

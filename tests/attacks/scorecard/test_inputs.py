@@ -14,6 +14,10 @@ from pfd.data.faceset import TensorFaces
 from pfd.release.reader import read_release
 from pfd.errors import PfdError
 from tests.attack_world import make_release
+from pfd.release.state_dir import write_marker
+
+#: The run id of every release these tests write with a state dir (pfd distill records one on both sides).
+RUN_ID = "5eed" * 8
 
 IDS = ["ann", "bob", "cy", "dee"]
 
@@ -69,6 +73,9 @@ def test_mismatches_are_one_line_errors(layout, tmp_path):
         open_release_state(release, tmp_path / "nope")
     empty = tmp_path / "empty_state"
     empty.mkdir()
+    with pytest.raises(PfdError, match="pfd-state.json: missing or names no run id"):  # issue 54: no pass on a missing id
+        open_release_state(release, empty)
+    shutil.copy(state_dir / "pfd-state.json", empty / "pfd-state.json")
     with pytest.raises(PfdError, match="no proxy map"):
         open_release_state(release, empty)
     # A state dir of another release: files do not match.
@@ -86,7 +93,8 @@ def test_maps_without_names_fall_back_to_labels(tmp_path):
 
     sources = np.array([0, 0, 2, 2, 3, 3])
     prepare_state_dir(tmp_path / "s", release=tmp_path / "r")
-    written = write_release(tmp_path / "r", torch.rand(6, 3, 16, 16), sources, method="raw", label_seed=1)
+    written = write_release(tmp_path / "r", torch.rand(6, 3, 16, 16), sources, method="raw", label_seed=1, run_id=RUN_ID)
+    write_marker(tmp_path / "s", RUN_ID)
     write_proxy_map(tmp_path / "s", written, proxy_source=sources, label_seed=1)  # no names
     st = open_release_state(tmp_path / "r", tmp_path / "s")
     names = read_release(tmp_path / "r").names

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from pfd.attacks.scorecard.run import run_scorecard
 from pfd.cli import main
 from pfd.config import AttackConfig
+from pfd.errors import PfdError
 from tests.attack_world import HOLDOUT, PRIVATE, SIZE, build_world, make_release
 from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
 
@@ -90,8 +91,12 @@ def test_pfd_attack_writes_json_markdown_and_plots(world, tmp_path):
         "attack", "--recipe", str(recipe), "--release", str(release), "--state-dir", str(state),
         "--report", str(report), "--public", f"synthetic:public,ids=10,imgs=4,size={SIZE}", "--holdout", HOLDOUT,
         "--downstream-steps", "8"])
-    assert res.exit_code == 0, res.output
+    # A raw release links: the report is written and the exit status says "refused" (issue 54: it was 0,
+    # so `pfd attack ... && upload` uploaded what pfd refuses).
+    assert res.exit_code == 3, res.output
+    assert "not publishable: exit status 3" in res.output
     data = json.loads((report / "report.json").read_text())
+    assert data["verdict"]["publishable"] is False
     md = (report / "report.md").read_text()
     for png in ("matches.png", "membership_roc.png", "membership_density.png"):
         assert (report / png).stat().st_size > 2000
@@ -124,7 +129,7 @@ def test_pfd_attack_writes_json_markdown_and_plots(world, tmp_path):
         "attack", "--recipe", str(recipe), "--release", str(release), "--state-dir", str(state), "--no-reconstruct",
         "--no-attributes", "--report", str(report), "--public", f"synthetic:public,ids=10,imgs=4,size={SIZE}",
         "--holdout", HOLDOUT, "--downstream-steps", "8"])
-    assert res2.exit_code == 0, res2.output
+    assert res2.exit_code == 3, res2.output
     again = json.loads((report / "report.json").read_text())
     assert again["membership"]["downstream_reused"] is True and "reconstruction" in again["skipped"]
 
@@ -184,7 +189,7 @@ def test_external_reconstructor_hook_replaces_the_inversion(world, tmp_path):
     res = CliRunner().invoke(main, ["attack", "--release", str(release), "--state-dir", str(state), "--no-insider",
                                     "--no-attributes", "--reconstructor", "tests.attacks.scorecard.test_run:grey",
                                     "--recon-limit", "10", "--report", str(tmp_path / "r")])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 3, res.output  # a raw release: its report is written, and it is refused
     data = json.loads((tmp_path / "r" / "report.json").read_text())
     assert data["reconstruction"] == {"method": "grey", "n": 10, "of": 40}
     rec = [r for r in data["linkability"] if r["target"] == "reconstructions"]
@@ -293,3 +298,54 @@ def test_a_judge_that_embeds_like_the_public_model_fails_its_check(world, tmp_pa
                                       insider=False), progress=False)
     row = next(r for r in card.rows if r["attack"] == "Judge recognises the private people")
     assert row["family"] == "passed" and "under another file" not in row["detail"], row  # trained apart from the public
+
+
+# -- issue 54: every input checked by content; any image size read -------------------------------
+
+
+def test_a_private_set_with_the_recorded_names_but_other_photos_is_refused(world, tmp_path):
+    """Issue 54, item 3: each identity holding the next identity's photos read "publishable"."""
+    from pfd.data.faceset import TensorFaces
+    from pfd.release.private_set import private_set_record, record_private_set
+
+    images, sources = _raw(world)
+    release, state = _layout(tmp_path, world, images, sources)
+    (state / "config.toml").write_text(f'[distill]\nprivate = "{PRIVATE}"\nmethod = "raw"\nsize = {SIZE}\n')
+    record_private_set(state / "private_set.json", private_set_record(world.private))
+    p = world.private
+    n_ids = len(p.identities)
+    shifted = TensorFaces(p.images, (np.asarray(p.labels) + 1) % n_ids, identities=p.identities, names=p.names)
+    cfg = AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS)
+    with pytest.raises(PfdError, match=r"not the private set this release was distilled from \(image .* of .* changed|"
+                                       r"not the private set this release was distilled from"):
+        run_scorecard(cfg, private=shifted, progress=False)
+    card = run_scorecard(cfg, private=p, progress=False)  # the recorded set itself is audited
+    assert card.verdict is not None
+
+
+def test_released_images_of_another_size_are_compared_not_a_traceback(world, tmp_path):
+    """Issue 54, item 11: two proxies replaced by their source's photos at 112 x 112 crashed the
+    private-copy check (`stack expects each tensor to be equal size`)."""
+    import torch.nn.functional as F
+
+    from pfd.io import sha256_file
+    from pfd.release.format import encode_png
+
+    n_ids = len(world.private.identities)
+    noise = (0.5 + 0.1 * torch.randn(2 * n_ids, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(2))).clamp(0, 1)
+    sources = np.repeat(np.arange(n_ids), 2)
+    release, state = _layout(tmp_path, world, noise, sources)
+    manifest = json.loads((release / "manifest.json").read_text())
+    pmap = json.loads((state / "proxy_map.json").read_text())["proxies"]
+    planted = [r["file"] for r in pmap if r["source"] == 0]
+    photo = world.private.images[np.flatnonzero(np.asarray(world.private.labels) == 0)[:2]]
+    for f, img in zip(planted, photo):
+        big = F.interpolate(img[None], size=(112, 112), mode="bicubic", align_corners=False)[0].clamp(0, 1)
+        (release / f).write_bytes(encode_png((big.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)))
+        manifest["files"][f] = sha256_file(release / f)
+    (release / "manifest.json").write_text(json.dumps(manifest))
+    card = run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS),
+                         progress=False)
+    assert not card.verdict.publishable
+    copies = [r for r in card.rows if r["attack"] == "No private photo in the release"]
+    assert copies and copies[0]["family"] == "failed" and copies[0]["value"] == 2, copies

@@ -94,7 +94,9 @@ class PrivateCopiesCheck(Check):
 
         size = inputs.state.image_size
         released = inputs.sets.released_pixels()  # [(name, (H, W, 3) uint8)]
-        private = inputs.sets.private(size)
+        # Each photo as the set opens it by default (its own size where the spec has one), not already shrunk
+        # to the release's: a copy resized by another library is then found exactly (issue 54).
+        private = inputs.sets.private(None)
         model = inputs.public.model if getattr(inputs.public, "has_batchnorm", False) else None
         copies = inputs.clock.run("checks", lambda: find_private_copies(released, private, model=model))
         detail = (f"{len(copies)} released image(s) copy private photos, first {copies[0].file}: {copies[0].how} of "

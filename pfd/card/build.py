@@ -197,12 +197,14 @@ def _check_disjoint(cfg: CardConfig, private_spec: str, private: Any, public: li
         The content digest of every data set (``private``, ``public`` (a list), ``test``, ``holdout``).
     """
     from pfd.data.sources import open_faces
-    from pfd.release.disjoint import check_disjoint_sets, content_digest
+    from pfd.release.disjoint import check_disjoint_sets, check_other_people, content_digest
     from pfd.release.reader import read_release
 
     held_out = "the test people must be held out of the release"
     check_disjoint_sets(test, private, a_flag=f"--test {cfg.test}", b_flag=f"the private set {private_spec}",
                         fix=f"{held_out}: remove them from --test")
+    check_other_people(test, private, a_flag=f"--test {cfg.test}", b_flag=f"the private set {private_spec}",
+                       fix=f"{held_out}: remove them from --test")
     check_disjoint_sets(test, read_release(cfg.release, size=size), a_flag=f"--test {cfg.test}",
                         b_flag=f"the release {cfg.release}", fix="--test holds real photos of people the release "
                         "was not distilled from, never the release")
@@ -223,6 +225,9 @@ def _check_disjoint(cfg: CardConfig, private_spec: str, private: Any, public: li
         check_disjoint_sets(holdout, private, a_flag=f"--holdout {cfg.holdout}", b_flag=f"the private set {private_spec}",
                             fix="the held-out people are the non-members of the membership test: pass people the "
                                 "release was not distilled from")
+        check_other_people(holdout, private, a_flag=f"--holdout {cfg.holdout}", b_flag=f"the private set {private_spec}",
+                           fix="the held-out people are the non-members of the membership test: pass people the "
+                               "release was not distilled from")
         digests["holdout"] = content_digest(holdout)
     return digests
 

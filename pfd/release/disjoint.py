@@ -7,11 +7,15 @@ private people added (issue 34). Here every image of both sets (opened at one si
 the sha256 of its decoded pixels, as ``state/private_set.json`` records the private set: a copy, a
 renamed or moved file or a copied folder is the same photo.
 
-Perceptual near-duplicates are not searched here: on low-resolution faces (CelebA at 16 × 19,
-upsampled) photos of *different* people came within 3 of 256 difference-hash bits, closer than a
-JPEG re-encode of one photo (up to 13), so a hash threshold would refuse sets that share no one.
-A re-encoded copy of a private photo in ``--test`` is not caught; ``pfd release lint`` and the
-audit search the *release* for those.
+A set that must hold *other people* than the private set (``--test``, ``--holdout``) is also
+searched for re-encoded, resized, brightened, mirrored, shifted or cropped copies of private photos
+(:func:`check_other_people`, the same perceptual search as ``pfd release lint`` runs on a release:
+:func:`pfd.release.private_copies.find_private_copies`, whose hash threshold sits at most half as
+far as photos of two *different* private people come, so a smooth low-resolution domain does not
+turn strangers into copies; an identity counts when most of its photos copy one private person),
+and for identity names it shares with the private set (issue 54: the
+private set re-encoded as JPEG under the same names read "publishable ... worth −0.2", measured on
+the private people).
 
 :func:`shared_identities` says which identities of one set have a photo in the other;
 :func:`check_disjoint_sets` turns that into the one-line error; :func:`content_digest` names a set
@@ -31,7 +35,8 @@ from pfd.data.faceset import FaceSet
 from pfd.data.shape import image_hw
 from pfd.errors import PfdError
 
-__all__ = ["SharedPhoto", "shared_photos", "shared_identities", "check_disjoint_sets", "content_digest"]
+__all__ = ["SharedPhoto", "shared_photos", "shared_identities", "check_disjoint_sets", "check_other_people",
+           "content_digest"]
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,66 @@ def check_disjoint_sets(a: FaceSet, b: FaceSet, *, a_flag: str, b_flag: str, fix
     n = sum(len(v) for v in shared.values())
     raise PfdError(f"{a_flag} shares {n} photo(s) with {b_flag} (identities {_names(list(shared))}; e.g. {first.a} is "
                    f"{first.b}): {fix}")
+
+
+def check_other_people(a: FaceSet, private: FaceSet, *, a_flag: str, b_flag: str, fix: str, size: Any = None) -> None:
+    """Refuse a set that should hold other people than the private set but shares names or copies with it.
+
+    Args:
+        a: The set (``--test``, ``--holdout``).
+        private: The private set.
+        a_flag: E.g. ``"--test test/"``.
+        b_flag: E.g. ``"the private set priv/"``.
+        fix: What to do.
+        size: The size both are compared at (default ``a``'s).
+
+    Raises:
+        PfdError: ``a`` has an identity name of the private set, or an identity most of whose photos
+            (at least 2) are perceptual copies of photos of one private identity.
+    """
+    from pfd.release.private_copies import find_private_copies
+
+    named = [i for i in a.identities if i in set(private.identities)]
+    if named:
+        raise PfdError(f"{a_flag} has {len(named)} identity name(s) of {b_flag} ({_names(named)}): the same people under "
+                       f"the same names; {fix} (if they are other people, rename their folders)")
+    hw = image_hw(size if size is not None else a.size)
+    images = [(a.name(i), _pixels(a, i, hw)) for i in range(len(a))]
+    at_size = private if tuple(image_hw(private.size)) == hw else None
+    copies = find_private_copies(images, at_size if at_size is not None else _Resized(private, hw), aligned=False)
+    # A person, not a photo: an identity is a private person when most of its photos copy photos of one
+    # private identity. In a smooth low-resolution domain a stranger's photo can sit at the hash threshold
+    # of a private photo (the demo's 2,560 test photos at 32 px: one, at 7 of 7 bits); a re-encoded
+    # person has nearly every photo there.
+    owner = {n: private.identities[int(private.labels[i])] for i, n in enumerate(private.names)}
+    labels = np.asarray(a.labels)
+    per_id = np.bincount(labels, minlength=len(a.identities))
+    hits: dict[tuple[int, str], list[Any]] = {}
+    index = {a.name(i): i for i in range(len(a))}
+    for c in copies:
+        hits.setdefault((int(labels[index[c.file]]), owner.get(c.private, c.private)), []).append(c)
+    people = {k: v for k, v in hits.items() if len(v) >= 2 and 2 * len(v) >= per_id[k[0]]}
+    if people:
+        (ident, who), found = next(iter(people.items()))
+        raise PfdError(f"{a_flag} holds {len(people)} of the private people (photos re-encoded or edited): "
+                       f"{len(found)} of {per_id[ident]} photos of {a.identities[ident]!r} copy photos of {who!r} "
+                       f"(e.g. {found[0].file} is {found[0].how} of {found[0].private}): {fix}")
+
+
+class _Resized:
+    """A face set seen at another size (bilinear, as :func:`_pixels`), for the copy search."""
+
+    def __init__(self, faces: FaceSet, hw: tuple[int, int]) -> None:
+        self.faces, self.hw = faces, hw
+        self.labels, self.names, self.identities, self.size = faces.labels, faces.names, faces.identities, hw
+
+    def __len__(self) -> int:
+        return len(self.faces)
+
+    def load(self, i: int) -> Any:
+        import torch
+
+        return torch.from_numpy(_pixels(self.faces, i, self.hw)).permute(2, 0, 1).float().div(255.0)
 
 
 def content_digest(faces: FaceSet, *, size: Any = None) -> str:

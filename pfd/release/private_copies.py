@@ -154,6 +154,26 @@ def _uint8(x: torch.Tensor) -> np.ndarray:
     return np.clip(np.round(x.detach().cpu().float().numpy() * 255.0), 0, 255).astype(np.uint8).transpose(1, 2, 0)
 
 
+#: PIL's resampling filters, as publishing scripts resize (BOX is area averaging, as OpenCV's INTER_AREA).
+_FILTERS = ("NEAREST", "BILINEAR", "BICUBIC", "LANCZOS", "BOX", "HAMMING")
+
+
+def _resamplings(original: torch.Tensor, size: tuple[int, int]) -> list[np.ndarray]:
+    """``(H, W, 3)`` uint8 versions of a ``(3, h, w)`` photo at ``size`` by each of :data:`_FILTERS` and
+    torch's area and bicubic modes (none when the photo already has that size)."""
+    from PIL import Image
+
+    if tuple(original.shape[-2:]) == tuple(size):
+        return []
+    h, w = size
+    im = Image.fromarray(_uint8(original))
+    out = [np.asarray(im.resize((w, h), getattr(Image.Resampling, f))) for f in _FILTERS]
+    x = original[None].float()
+    out.append(_uint8(F.interpolate(x, size=(h, w), mode="area")[0]))
+    out.append(_uint8(F.interpolate(x, size=(h, w), mode="bicubic", align_corners=False)[0].clamp(0, 1)))
+    return out
+
+
 def _common_size(released: Sequence[tuple[str, np.ndarray]]) -> tuple[tuple[int, int], list[tuple[str, np.ndarray]]]:
     """The release's size (the most common ``(H, W)``) and every image at it (others resized, area-averaged)."""
     from collections import Counter
@@ -205,12 +225,20 @@ def find_private_copies(
     rel_hash = np.stack([dhash(img, size=grid) for _, img in released])  # (n, grid² / 8)
     priv_hash, owner, exact_index, plain = [], [], {}, []
     for i in range(len(private)):
-        x = _resize(private.load(i), size)
+        original = private.load(i)  # (3, h, w) at the size the set was opened at (lint: each photo's own)
+        x = _resize(original, size)
         px = _uint8(x)
         exact_index.setdefault(px.tobytes(), i)
         plain.append(dhash(px, size=grid))
         # Mirrored, shifted and cropped copies too: a careless publishing script makes those.
         for v in copy_variants(px):
+            priv_hash.append(dhash(v, size=grid))
+            owner.append(i)
+        # The photo resized to the release's size as other libraries resize (issue 54: a 112 px original
+        # resized to 32 px with bicubic, Lanczos or area resampling sat 18-24 bits from the bilinear
+        # reference, past the threshold): each an exact reference and a hash of its own.
+        for v in _resamplings(original, size):
+            exact_index.setdefault(v.tobytes(), i)
             priv_hash.append(dhash(v, size=grid))
             owner.append(i)
     priv_hash = np.stack(priv_hash)  # (m * variants, grid² / 8)

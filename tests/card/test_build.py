@@ -315,3 +315,24 @@ def test_resume_after_a_setting_only_the_audit_reads_redoes_the_audit_and_keeps_
     with pytest.raises(PfdError, match="--resume after --test changed"):  # what the fine-tunes read still refuses
         make_card(card_config(rel, st, out, resume=True, attack={**ATTACK, "hubness": {"k": 3}},
                               test="synthetic:test,ids=8,imgs=4,size=32,seed=5"), progress=False)
+
+
+@pytest.mark.parametrize("names", ["the same names", "other names"])
+def test_a_test_set_of_the_private_people_re_encoded_is_refused(card_world, tmp_path, names):
+    """Issue 54, item 6: --test = the private set re-encoded as JPEG read "publishable ... worth -0.2",
+    measured on the private people (the sha256 comparison sees other bytes)."""
+    from PIL import Image
+
+    rel, st = card_world["release"], card_world["state"]
+    private = open_faces("synthetic:private,ids=20,imgs=10,size=32")
+    out = tmp_path / "jpeg"
+    for i in range(len(private)):
+        ident = private.identities[int(private.labels[i])]
+        folder = out / (ident if names == "the same names" else ident.replace("syn-private", "person"))
+        folder.mkdir(parents=True, exist_ok=True)
+        px = (private.load(i).permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+        Image.fromarray(px).save(folder / f"{i:04d}.jpg", quality=85)
+    want = r"identity name\(s\) of the private set" if names == "the same names" else r"of the private people \(photos re-encoded or edited\)"
+    with pytest.raises(PfdError, match=r"^--test .*" + want + r".*remove them from --test"):
+        make_card(card_config(rel, st, tmp_path / "card", test=str(out)), progress=False)
+    assert not (tmp_path / "card").exists()

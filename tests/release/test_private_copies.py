@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from pfd.data.sources import open_faces
@@ -52,3 +53,24 @@ def test_other_peoples_photos_of_a_smooth_domain_are_not_copies_but_edited_copie
                                                           ("copy/jpeg.png", private.names[31])], found
     near = [c for c in found if c.how == "near-duplicate"]
     assert near and all(c.threshold < near_duplicate_bits(grid) for c in near)  # the calibrated, lower limit
+
+
+@pytest.mark.parametrize("native", [16, 24, 64, 128])  # half to four times the release's 32 px
+def test_a_private_original_resized_to_the_release_size_by_any_common_filter_is_found(native):
+    """Issue 54, item 5: a 112 px original resized to the release's 32 px (bicubic, Lanczos, area) sat
+    18-24 bits from the bilinear reference, past the hash threshold; every common filter is now a reference."""
+    from PIL import Image
+
+    from pfd.data.sources import open_faces
+    from pfd.release.private_copies import find_private_copies
+
+    private = open_faces(f"synthetic:private,ids=8,imgs=6,size={native}")
+    rng = np.random.default_rng(0)
+    proxies = [(f"{k:04d}/000.png", (np.clip(0.5 + 0.2 * rng.standard_normal((32, 32, 3)), 0, 1) * 255).astype(np.uint8))
+               for k in range(8)]
+    assert find_private_copies(proxies, private, aligned=False) == []  # genuine proxies: none
+    original = (private.load(13).permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+    for f in ("BICUBIC", "LANCZOS", "BOX"):
+        small = np.asarray(Image.fromarray(original).resize((32, 32), getattr(Image.Resampling, f)))
+        found = find_private_copies(proxies[:-1] + [("0007/000.png", small)], private, aligned=False)
+        assert [(c.file, c.how, c.private) for c in found] == [("0007/000.png", "exact", private.names[13])], (f, found)

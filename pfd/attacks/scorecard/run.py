@@ -156,7 +156,7 @@ class MemorySets(ReleaseSets):
         from pfd.data.shape import same_size
 
         if size not in self._private:
-            self._private[size] = (self._base if same_size(size, self._base.size) else
+            self._private[size] = (self._base if size is None or same_size(size, self._base.size) else
                                    open_faces(self.private_spec, size=size, skip_bad=self.skip_bad))
         return self._private[size]
 

@@ -74,6 +74,8 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
               "term (NCFM's 300).")
 @click.option("--cf-frequencies", type=int, help="[rta] --method ncfm: frequencies compared per iteration (NCFM's 4096).")
 @click.option("--label-seed", type=int, help="[release] seed of the arbitrary label permutation.")
+@click.option("--license", metavar="ID", help="[release] the licence the release's dataset card (release/README.md) "
+              "states, an identifier such as cc-by-4.0 or mit (default cc-by-nc-4.0).")
 @click.option("--judge", metavar="CKPT|pretrain", help="[release] a face model no loss sees, whose VisMatch and Re-ID "
               "join the gate: a checkpoint at the release's size, or 'pretrain' (a second model pretrained like the "
               "demo's public one).")
@@ -106,9 +108,11 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
           --recipe surveillance --private faces/ --public r50.pt
       accelerate launch --multi_gpu --num_processes 2 -m pfd distill   # 2 CPU processes (gloo)
 
-    The release is written only if the publication gate passes (OGP below its margin target; pfd's
-    own VisMatch and Re-ID with the public and the adapted model at chance); otherwise nothing is
-    published, the state is kept and the exit status is 3 (2 is a usage or input error).
+    The release (proxy PNGs, manifest.json and a dataset card, README.md) is written only if the
+    one audit passes it: the same registered checks and family-wise verdict as `pfd attack` and
+    `pfd card` (no private photo in it, OGP's margin, and every linkage attack by the public
+    model, the adapted model and a judge where there is one). Otherwise nothing is published,
+    the state is kept and the exit status is 3 (2 is a usage or input error).
 
     Private state goes to --state-dir (mode 0700; never publish it); see docs/distill.md.
     """
@@ -128,7 +132,8 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
                                   "lambda_spatial", "lighting_clusters", "lambda_cf", "cf_frequencies", "lambda_tv",
                                   "downsample")}
     rta.update(batch_size=kw.pop("rta_batch_size"), lr=kw.pop("rta_lr"))
-    release = {"label_seed": kw.pop("label_seed"), "allow_linkable": kw.pop("allow_linkable"), "judge": kw.pop("judge")}
+    release = {"label_seed": kw.pop("label_seed"), "allow_linkable": kw.pop("allow_linkable"), "judge": kw.pop("judge"),
+               "license": kw.pop("license")}
     baseline = {"epsilon": kw.pop("epsilon"), "cell": kw.pop("dp_cell"), "pixels": kw.pop("dp_pixels"),
                 "blur_sigma": kw.pop("blur_sigma")}
     if seed is not None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Iterator
 
-from pfd.config.stages import AttackConfig, BaselineConfig, DistillConfig, EvalConfig, OGPConfig, ReleaseConfig, RTAConfig, TrainConfig
+from pfd.config.stages import DEFAULT_LICENSE, AttackConfig, BaselineConfig, DistillConfig, EvalConfig, OGPConfig, ReleaseConfig, RTAConfig, TrainConfig
 from pfd.data.shape import MAX_SIDE, image_hw
 from pfd.errors import PfdError
 
@@ -246,6 +247,29 @@ def _check_release(cfg: ReleaseConfig, prefix: str = "release.", flags: bool = T
     c = Checker(cfg, prefix, flags)
     c.at_least("label_seed", 0)
     c.at_least("judge_seed", 0)
+    check_license(cfg.license, setting=f"{prefix}license" + (" (--license)" if flags else ""))
+
+
+_LICENSE_RE = re.compile(r"[a-z0-9][a-z0-9.+-]{0,63}")
+
+
+def check_license(value: Any, *, setting: str = "release.license (--license)") -> str:
+    """A licence identifier (``cc-by-4.0``, ``mit``, ``other``): lower-case letters, digits and ``.+-``.
+
+    Args:
+        value: The identifier.
+        setting: How the message names the setting.
+
+    Returns:
+        The identifier.
+
+    Raises:
+        PfdError: Anything else (a newline, a space, YAML or Markdown): it goes into the dataset card's YAML.
+    """
+    if not isinstance(value, str) or not _LICENSE_RE.fullmatch(value):
+        raise PfdError(f"{setting} = {value!r}: not a licence identifier (lower-case letters, digits and . + -, e.g. "
+                       f"{DEFAULT_LICENSE}, cc-by-4.0, mit, other)")
+    return value
 
 
 def _check_distill(cfg: DistillConfig, prefix: str = "", flags: bool = True) -> None:

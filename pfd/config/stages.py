@@ -288,6 +288,11 @@ class RTAConfig:
     downsample: int = 1
 
 
+#: The licence a release's dataset card states unless ``release.license`` says otherwise: non-commercial, as
+#: most face-recognition training sets; the publisher decides (an identifier of the hubs' licence lists).
+DEFAULT_LICENSE = "cc-by-nc-4.0"
+
+
 @dataclass
 class ReleaseConfig:
     """The published proxy set.
@@ -304,12 +309,16 @@ class ReleaseConfig:
             ``rta.lambda_delink`` must be 0).
         judge_seed: Seed of the pretrained judge (``judge = "pretrain"``); it must differ from the
             public model's.
+        license: The licence identifier the release's dataset card (``README.md``) states
+            (:data:`pfd.release.dataset_card.DEFAULT_LICENSE`, non-commercial, unless the publisher
+            says otherwise: ``cc-by-4.0``, ``mit``, ``other``, ...).
     """
 
     label_seed: int = 0
     allow_linkable: bool = False
     judge: str = ""
     judge_seed: int = 1
+    license: str = DEFAULT_LICENSE
 
 
 @dataclass

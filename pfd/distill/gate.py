@@ -15,9 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from pfd.errors import REFUSED, PfdError
 
-__all__ = ["PublicationRefused", "audit_config", "format_checks", "refusal_message"]
+__all__ = ["PublicationRefused", "audit_config", "format_checks", "refusal_message", "release_card"]
 
 
 class PublicationRefused(PfdError):
@@ -103,3 +105,18 @@ def refusal_message(verdict: Any, cfg: Any, state_dir: Path) -> str:
             fix = ("distill again into a new --state-dir with the de-linking term against the public model "
                    "(--lambda-delink 10 --judge CKPT), or " + fix)
     return f"not published: the audit refused it ({verdict.text}). {keep}: {fix}"
+
+
+def release_card(cfg: Any, proxies: Any, source: Any, audit: Mapping[str, Any] | None) -> str:
+    """The card of the release a run is about to write (aggregates of ``proxies (n, 3, H, W)`` and
+    ``source (n,)``, the run's :class:`~pfd.config.DistillConfig` and the audit's summary)."""
+    from pfd import __version__
+    from pfd.config import config_to_dict
+    from pfd.data.shape import plain_size
+    from pfd.distill.methods import get_method
+    from pfd.release.dataset_card import dataset_card, settings_digest
+
+    return dataset_card(num_classes=int(len(np.unique(np.asarray(source)))), num_images=int(len(source)),
+                        image_size=plain_size(tuple(proxies.shape[-2:])), method=cfg.method, pfd_version=__version__,
+                        settings_digest=settings_digest(config_to_dict(cfg)), license=cfg.release.license, audit=audit,
+                        real_images=bool(get_method(cfg.method).real_images))

@@ -35,7 +35,7 @@ from pfd.data.sources import open_faces
 from pfd.distill.batches import gather_batches, save_batch
 from pfd.distill.claim import claim_run
 from pfd.distill.delink import PublicView
-from pfd.distill.gate import PublicationRefused, audit_config, refusal_message
+from pfd.distill.gate import PublicationRefused, audit_config, refusal_message, release_card
 from pfd.distill.init_pool import InitPool, check_disjoint
 from pfd.distill.methods import check_method
 from pfd.distill.ogp import Rotation
@@ -510,6 +510,7 @@ class Distillation:
                     self.out, proxies, source, method=cfg.method, label_seed=cfg.release.label_seed,
                     state_dir=st.root, resume=cfg.resume, run_id=self.claim.run_id,
                     audit=verdict.summary(), avoid_labels=self.faces.identities,
+                    card=release_card(cfg, proxies, source, verdict.summary()),
                 )  # fmt: skip
                 write_proxy_map(
                     st.root, written, proxy_source=source, identities=self.faces.identities,

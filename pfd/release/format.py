@@ -35,7 +35,7 @@ import torch
 from PIL import Image
 
 __all__ = [
-    "FORMAT", "FORMAT_VERSION", "MANIFEST", "MANIFEST_KEYS", "AUDIT_KEYS", "LABEL_NAME_RE", "PNG_NAME_RE", "TMP_NAME_RE",
+    "FORMAT", "FORMAT_VERSION", "MANIFEST", "CARD", "MANIFEST_KEYS", "AUDIT_KEYS", "LABEL_NAME_RE", "PNG_NAME_RE", "TMP_NAME_RE",
     "RELEASE_FILE_MODE", "RELEASE_DIR_MODE", "to_uint8", "encode_png", "looks_ordered", "label_permutation",
     "read_manifest",
 ]
@@ -43,6 +43,8 @@ __all__ = [
 FORMAT = "pfd-release"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+#: The dataset card at the release's top level (:mod:`pfd.release.dataset_card`), listed as ``manifest["card"]``.
+CARD = "README.md"
 #: Leftovers of :func:`pfd.io.atomic_open` after a kill.
 TMP_NAME_RE = re.compile(r"^\..+\.tmp$")
 
@@ -54,7 +56,7 @@ AUDIT_KEYS = frozenset({"version", "level", "rule_out", "bound", "figures", "che
 #: Every key a manifest may hold (the documented schema).
 MANIFEST_KEYS = frozenset(
     {"format", "format_version", "method", "run_id", "image_size", "num_classes", "num_images", "images_per_class", "files",
-     "audit"}
+     "audit", "card"}
 )
 
 #: Modes of the published files and folders (readable by everyone: it is the public artefact).

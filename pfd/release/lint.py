@@ -32,6 +32,7 @@ import numpy as np
 from pfd.data.faceset import FaceSet
 from pfd.release.format import (
     AUDIT_KEYS,
+    CARD,
     FORMAT,
     looks_ordered,
     MANIFEST,
@@ -251,6 +252,15 @@ def _check_tree(root: Path, manifest: dict[str, Any] | None, findings: list[Find
                                                              "everyone, writable by the owner only)"))
             if rel == MANIFEST:
                 continue
+            if rel == CARD:  # the dataset card: exactly the file the manifest lists, unchanged
+                card = manifest.get("card") if manifest else None
+                if not isinstance(card, dict) or card.get("file") != CARD:
+                    findings.append(Finding("unexpected-file", rel, "a README.md the manifest does not list as the "
+                                            "release's card; remove it (pfd distill writes the card)"))
+                elif sha256_file(p) != card.get("sha256"):
+                    findings.append(Finding("checksum", rel, "sha256 differs from manifest.json's card: the card was "
+                                            "edited or swapped after publishing; publish again with pfd distill --resume"))
+                continue
             if suffix in STATE_SUFFIXES or f == PROXY_MAP:
                 findings.append(Finding("state-file", rel, "private state file inside the release; delete it and keep state in --state-dir"))
                 continue
@@ -274,6 +284,8 @@ def _check_tree(root: Path, manifest: dict[str, Any] | None, findings: list[Find
                 findings.append(Finding("checksum", rel, "sha256 differs from manifest.json; the file was altered"))
     for rel in sorted(set(listed) - set(seen)):
         findings.append(Finding("missing-file", rel, "listed in manifest.json but missing"))
+    if manifest and isinstance(manifest.get("card"), dict) and CARD not in seen:
+        findings.append(Finding("missing-file", CARD, "the card manifest.json lists is missing"))
     return seen, images
 
 
@@ -306,6 +318,10 @@ def _check_schema(manifest: dict[str, Any], findings: list[Finding]) -> None:
             v is None or isinstance(v, (bool, int, float)) for v in audit.values())):
         findings.append(Finding("manifest", f"{MANIFEST}:audit", "not the audit's aggregate verdict (numbers and "
                                                                 "true/false only); it may carry data: rewrite the release"))
+    card = manifest.get("card")
+    if "card" in manifest and not (isinstance(card, dict) and set(card) == {"file", "sha256"} and card.get("file") == CARD
+                                   and isinstance(card.get("sha256"), str) and _HEX64.match(card["sha256"])):
+        findings.append(Finding("manifest", f"{MANIFEST}:card", f"not {{file: {CARD}, sha256}}; rewrite the release"))
     files, per = manifest.get("files"), manifest.get("images_per_class")
     if not isinstance(files, dict) or not all(isinstance(v, str) and _HEX64.match(v) for v in files.values()):
         findings.append(Finding("manifest", f"{MANIFEST}:files", "not a table of file -> sha256"))
@@ -343,6 +359,8 @@ def _check_manifest(root: Path, findings: list[Finding]) -> dict[str, Any] | Non
         if loc.startswith("files.") and (s in files or _HEX64.match(s)):
             continue  # a listed release path or its checksum
         if loc.startswith("images_per_class.") and _LABEL.match(s):
+            continue
+        if loc == "card.file" and s == CARD:
             continue
         if _FILEISH.search(s):
             findings.append(Finding("source-name", f"{MANIFEST}:{loc}", f"mentions a file or path {s!r}; remove it"))
@@ -427,6 +445,15 @@ def lint_release(
             hits = sorted(t for t in tokens if t in low)
             if hits:
                 findings.append(Finding("source-name", where, f"contains source name(s) {', '.join(hits[:3])}; remove them"))
+        if CARD in seen and (root / CARD).is_file():  # the card's own words are not names; anything else may be
+            from pfd.release.dataset_card import card_vocabulary
+
+            words = card_vocabulary()
+            low = (root / CARD).read_text(encoding="utf-8", errors="replace").lower()
+            hits = sorted(t for t in tokens if t not in words and t in low)
+            if hits:
+                findings.append(Finding("source-name", CARD, f"contains source name(s) {', '.join(hits[:3])}; remove them "
+                                                             "and publish again with pfd distill --resume"))
         same = [lab for lab in labels if lab in plain]
         if labels and len(same) > len(labels) / 2:
             findings.append(

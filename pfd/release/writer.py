@@ -23,6 +23,7 @@ from pfd.errors import PfdError
 from pfd.io import atomic_write_bytes, atomic_write_json, sha256_bytes, sha256_file
 from pfd.release.format import (
     AUDIT_KEYS,
+    CARD,
     FORMAT,
     FORMAT_VERSION,
     LABEL_NAME_RE,
@@ -74,7 +75,7 @@ def _prepare_release_dir(out: Path, resume: bool, run_id: str | None = None) -> 
         raise PfdError(f"{out}: already holds a pfd release; pass --resume to continue that run or choose another --out")
     if run_id is not None and old.get("run_id") != run_id:
         raise PfdError(f"{out}: holds the release of another run; it is left untouched: choose another --out")
-    listed = set(old.get("files", {})) | {MANIFEST}
+    listed = set(old.get("files", {})) | {MANIFEST} | ({CARD} if old.get("card") else set())
     for dirpath, dirnames, filenames in os.walk(out):
         for name in filenames:
             rel = Path(dirpath, name).relative_to(out).as_posix()
@@ -98,8 +99,9 @@ def write_release(
     state_dir: str | os.PathLike | None = None,
     resume: bool = False,
     avoid_labels: Iterable[str] = (),
+    card: str | None = None,
 ) -> WrittenRelease:
-    """Write proxies as ``OUT/<label>/<k>.png`` with arbitrary labels, and the manifest.
+    """Write proxies as ``OUT/<label>/<k>.png`` with arbitrary labels, the dataset card, and the manifest.
 
     Every PNG and the manifest are written atomically; the manifest is written last, so a
     folder with a manifest is a complete release. Re-running with the same inputs (``resume``)
@@ -123,6 +125,8 @@ def write_release(
             zero-padded numbers; when one of a width would equal such a name (identities named
             ``0000``, ``0001``, ...) they are written one digit wider, so that no label reads as
             a source name (the lint would rightly flag it).
+        card: The dataset card's text (:func:`pfd.release.dataset_card.dataset_card`), written as
+            ``README.md`` after the images and listed in the manifest with its sha256; ``None``: no card.
 
     Returns:
         The manifest and the proxy -> (label, file) mapping.
@@ -146,7 +150,7 @@ def write_release(
         old = _prepare_release_dir(out, resume, run_id)  # again, now that no one else writes here
         try:
             return _write_release(out, imgs, cls, method=method, label_seed=label_seed, run_id=run_id, old=old,
-                                  audit=audit, avoid_labels=avoid_labels)
+                                  audit=audit, avoid_labels=avoid_labels, card=card)
         except BaseException:
             if old is None:  # a new release that failed (a full disk, Ctrl-C): leave no half-written folder
                 clear_interrupted_release(out)
@@ -168,6 +172,8 @@ def clear_interrupted_release(out: str | os.PathLike) -> None:
 
     def ours(p: Path) -> bool:
         rel = p.relative_to(out)
+        if len(rel.parts) == 1 and (p.name == CARD or (TMP_NAME_RE.match(p.name) is not None and CARD in p.name)):
+            return True  # the dataset card, written before the manifest
         return len(rel.parts) == 2 and LABEL_NAME_RE.match(rel.parts[0]) is not None and (
             TMP_NAME_RE.match(p.name) is not None or PNG_NAME_RE.match(p.name) is not None)
 
@@ -242,7 +248,7 @@ def release_layout(cls: np.ndarray, *, label_seed: int, avoid_labels: Iterable[s
 
 def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str, label_seed: int, run_id: str | None,
                    old: dict[str, Any] | None, audit: Mapping[str, Any] | None = None,
-                   avoid_labels: Iterable[str] = ()) -> WrittenRelease:
+                   avoid_labels: Iterable[str] = (), card: str | None = None) -> WrittenRelease:
 
     files, labels, class_label = release_layout(cls, label_seed=label_seed, avoid_labels=avoid_labels)
     classes = np.unique(cls)  # internal order
@@ -274,6 +280,13 @@ def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str,
         if unknown:
             raise ValueError(f"not an audit summary field: {sorted(unknown)}")
         manifest["audit"] = {str(k): audit[k] for k in sorted(audit)}
+    if card is not None:  # after the images, before the manifest: a folder with a manifest is complete
+        data = card.encode("utf-8")
+        atomic_write_bytes(out / CARD, data)
+        os.chmod(out / CARD, RELEASE_FILE_MODE)
+        manifest["card"] = {"file": CARD, "sha256": sha256_bytes(data)}
+    elif old and old.get("card"):  # re-published without a card: the old one goes
+        (out / CARD).unlink(missing_ok=True)
     for rel in sums:
         os.chmod(out / rel, RELEASE_FILE_MODE)  # mkstemp made them 0600
     atomic_write_json(out / MANIFEST, manifest)

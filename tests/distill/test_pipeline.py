@@ -370,7 +370,7 @@ def test_kill_during_rta_then_resume_is_byte_identical(runs, public, tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert "adapt skipped" in res.stdout
     reference = _sha(runs["pfd"].release)  # the uninterrupted run, same settings and seeds
-    assert len(reference) == 13  # 12 PNGs + manifest
+    assert len(reference) == 14  # 12 PNGs + manifest + dataset card
     got = _sha(tmp_path / "release")
     assert {k: v for k, v in got.items() if k != "manifest.json"} == {k: v for k, v in reference.items() if k != "manifest.json"}
     # The manifests differ in the run id only (each run draws its own; the resumed one kept the killed run's).
@@ -382,7 +382,7 @@ def test_kill_during_rta_then_resume_is_byte_identical(runs, public, tmp_path):
 # -- command line -----------------------------------------------------------------------------
 
 
-def test_cli_prints_the_summary_and_the_release_passes_lint(public, tmp_path):
+def test_cli_prints_the_summary_and_lint_reports_the_refusal_the_release_was_published_over(public, tmp_path):
     runner = CliRunner()
     # rta-only proxies link to their sources (the insider finds every one): the gate refuses them,
     # prints which checks failed, publishes nothing and keeps the state for --resume.
@@ -405,7 +405,10 @@ def test_cli_prints_the_summary_and_the_release_passes_lint(public, tmp_path):
     for word in ("time", "counts", "6 identities", "12 proxies", "own prototype", "release lint", "pfd attack"):
         assert word in res.output, word
     lint = runner.invoke(main, ["release", "lint", str(tmp_path / "release"), "--state-dir", str(tmp_path / "state"), "--private", PRIVATE])
-    assert lint.exit_code == 0, lint.output
+    # Everything else is sound; the one finding is the refusal the manifest records (issue 54, item 7).
+    assert lint.exit_code == 1 and "audit-refused" in lint.output and lint.output.count("manifest.json") == 1, lint.output
+    card = (tmp_path / "release" / "README.md").read_text()
+    assert card.startswith("---\nlicense: cc-by-nc-4.0\n") and "**refused** (published with `--allow-linkable`)" in card
     again = runner.invoke(main, _cli_args(public, tmp_path) + ["--iterations", "5", "--method", "rta-only"])
     assert again.exit_code == 2 and "--resume" in again.output
 

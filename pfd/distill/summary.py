@@ -206,7 +206,8 @@ def format_summary(summary: dict[str, Any], *, private: str = "SPEC", skip_bad: 
         lines.append(f"state       {summary['state_dir']}  (private: never publish)")
         return "\n".join(lines)
     lines += [
-        f"release     {summary['release']}  (publish this)",
+        f"release     {summary['release']}  (publish this: {summary['counts']['proxies']} proxies, manifest.json and the "
+        "dataset card README.md)",
         f"state       {summary['state_dir']}  (private: never publish)",
         "next        pfd release lint " + _rel(summary["release"]) + " --state-dir " + _rel(summary["state_dir"]),
         f"            pfd attack --release {_rel(summary['release'])} --private {shlex.quote(private)} "

@@ -476,8 +476,10 @@ def lint_release(
             return findings
         try:  # the same check every reader of a release with its state runs (issue 54)
             release_sources(root, sd, manifest=manifest)
-        except PfdError as e:
+        except PfdError as e:  # the map does not describe this release: its label order says nothing either
             findings.append(Finding("proxy-map", str(sd / PROXY_MAP), str(e)))
+            _check_state_tree(sd, findings)
+            return findings
         _check_state_tree(sd, findings)
         _check_label_order(sd, private, findings)
     return findings

@@ -1,0 +1,137 @@
+"""Hostile inputs around a release and its state dir (issue 54's own cases): each gets a finding or a
+one-line error naming the file, never a traceback and never a pass."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from pfd.attacks.scorecard.inputs import open_release_state
+from pfd.data.sources import open_faces
+from pfd.errors import PfdError
+from pfd.io import sha256_file
+from pfd.release.format import MANIFEST
+from pfd.release.lint import lint_release
+from pfd.release.reader import read_release
+from pfd.release.state_dir import MARKER, PROXY_MAP, prepare_state_dir, write_marker
+from pfd.release.writer import write_proxy_map, write_release
+
+RUN_ID = "beef" * 8
+NAMES = [f"person_{i:02d}" for i in range(6)]
+
+
+@pytest.fixture
+def pair(tmp_path):
+    x = torch.rand(12, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    cls = np.repeat(np.arange(6), 2)
+    rel, sd = tmp_path / "release", tmp_path / "state"
+    prepare_state_dir(sd, release=rel)
+    write_marker(sd, RUN_ID)
+    w = write_release(rel, x, cls, method="pfd", label_seed=0, state_dir=sd, run_id=RUN_ID)
+    write_proxy_map(sd, w, proxy_source=cls, identities=NAMES, label_seed=0)
+    return rel, sd, w
+
+
+def _one_line(e: pytest.ExceptionInfo) -> str:
+    msg = str(e.value)
+    assert "\n" not in msg and "Traceback" not in msg
+    return msg
+
+
+def test_an_empty_manifest_is_a_finding_and_a_one_line_error(pair):
+    rel, sd, _ = pair
+    (rel / MANIFEST).write_text("")
+    assert "manifest" in {f.kind for f in lint_release(rel, state_dir=sd)}
+    with pytest.raises(PfdError) as e:
+        open_release_state(rel, sd)
+    assert "manifest.json" in _one_line(e)
+
+
+def test_a_truncated_proxy_map_is_one_line_naming_it(pair):
+    rel, sd, _ = pair
+    (sd / PROXY_MAP).write_text((sd / PROXY_MAP).read_text()[:40])
+    with pytest.raises(PfdError, match="proxy_map.json: not valid JSON") as e:
+        open_release_state(rel, sd)
+    _one_line(e)
+    assert "proxy-map" in {f.kind for f in lint_release(rel, state_dir=sd)}
+
+
+def test_a_proxy_map_listing_one_file_twice_is_damaged(pair):
+    rel, sd, _ = pair
+    doc = json.loads((sd / PROXY_MAP).read_text())
+    doc["proxies"].append(dict(doc["proxies"][0], source=5))
+    (sd / PROXY_MAP).write_text(json.dumps(doc))
+    with pytest.raises(PfdError, match="has two rows; the state dir is damaged"):
+        open_release_state(rel, sd)
+
+
+@pytest.mark.parametrize("marker", ['{"format": "pfd-state", "run_id": 7}', "not json", ""])
+def test_a_marker_without_a_readable_run_id_is_a_refusal(pair, marker):
+    rel, sd, _ = pair
+    (sd / MARKER).write_text(marker)
+    with pytest.raises(PfdError, match="names no run id"):
+        open_release_state(rel, sd)
+    assert [f.kind for f in lint_release(rel, state_dir=sd)] == ["other-run"]
+
+
+def test_a_truncated_png_is_a_finding_and_reading_it_is_one_line(pair):
+    rel, sd, w = pair
+    p = rel / w.files[3]
+    p.write_bytes(p.read_bytes()[:60])
+    m = json.loads((rel / MANIFEST).read_text())
+    m["files"][w.files[3]] = sha256_file(p)
+    (rel / MANIFEST).write_text(json.dumps(m))
+    assert "png-corrupt" in {f.kind for f in lint_release(rel, state_dir=sd)}
+    faces = read_release(rel)
+    with pytest.raises(PfdError) as e:
+        for i in range(len(faces)):
+            faces.load(i)
+    assert w.files[3].split("/")[-1] in _one_line(e)
+
+
+def test_an_emptied_label_folder_is_a_missing_file_and_a_map_mismatch(pair):
+    rel, sd, w = pair
+    label = w.files[0].split("/")[0]
+    for p in (rel / label).iterdir():
+        p.unlink()
+    kinds = {f.kind for f in lint_release(rel, state_dir=sd)}
+    assert {"missing-file", "proxy-map"} <= kinds, kinds
+    with pytest.raises(PfdError, match="not in the release"):
+        open_release_state(rel, sd)
+
+
+def test_a_card_checksum_in_upper_case_hex_is_not_the_schema(pair):
+    rel, sd, _ = pair
+    (rel / "README.md").write_text("card")
+    os.chmod(rel / "README.md", 0o644)
+    m = json.loads((rel / MANIFEST).read_text())
+    m["card"] = {"file": "README.md", "sha256": sha256_file(rel / "README.md").upper()}
+    (rel / MANIFEST).write_text(json.dumps(m))
+    assert "manifest" in {f.kind for f in lint_release(rel, state_dir=sd)}
+
+
+def test_a_private_set_of_mixed_image_sizes_still_finds_a_copied_photo(pair, tmp_path):
+    """Private photos of 24, 32 and 64 px in one folder; one of them copied into the release at 16 px."""
+    rel, sd, w = pair
+    faces = tmp_path / "faces"
+    src = open_faces("synthetic:private,ids=3,imgs=4,size=64")
+    for i in range(len(src)):
+        side = (24, 32, 64)[i % 3]
+        px = (src.load(i).permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+        d = faces / src.identities[int(src.labels[i])]
+        d.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(px).resize((side, side), Image.Resampling.BICUBIC).save(d / f"{i:03d}.png")
+    private = open_faces(str(faces))
+    original = (private.load(5).permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+    planted = np.asarray(Image.fromarray(original).resize((16, 16), Image.Resampling.LANCZOS))
+    Image.fromarray(planted).save(rel / w.files[2])
+    m = json.loads((rel / MANIFEST).read_text())
+    m["files"][w.files[2]] = sha256_file(rel / w.files[2])
+    (rel / MANIFEST).write_text(json.dumps(m))
+    f = [x for x in lint_release(rel, private=private) if x.kind == "private-image"]
+    assert [x.path for x in f] == [w.files[2]] and private.names[5] in f[0].detail

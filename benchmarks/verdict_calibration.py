@@ -23,7 +23,7 @@ whose interval's upper end exceeds 3 %; power ≥ 90 % against ``linked-10`` at 
 
 Usage:
     python -m benchmarks.verdict_calibration                  # the whole grid, resumable (~10 core-hours)
-    python -m benchmarks.verdict_calibration --quick --out /tmp/cal   # minutes: N 24 and 72, few draws
+    python -m benchmarks.verdict_calibration --quick --out /tmp/cal   # ~2 minutes: N 24 and 72, K 10, few draws
     python -m benchmarks.verdict_calibration --max-ids 1000   # the grid up to N = 1000
     python -m benchmarks.verdict_calibration --summarise      # rewrite json/md/png from the jsonl
 """
@@ -47,7 +47,9 @@ SIGMAS = (0.02, 0.05, 0.1, 0.5)
 LEAKS = ("null", "linked-5", "linked-10", "times-2", "times-3")
 #: Draws per cell: (null, planted leak) by the largest N they apply to.
 DRAWS = ((72, 200, 50), (300, 50, 20), (1000, 20, 10), (10_000, 5, 3))
-QUICK_DRAWS = ((72, 20, 4),)
+QUICK_DRAWS = ((72, 10, 4),)
+QUICK_SIGMAS = (0.05, 0.5)
+QUICK_LEAKS = ("null", "linked-10")
 
 
 def grid(*, max_ids: int = 10_000, quick: bool = False) -> list[dict[str, Any]]:
@@ -58,9 +60,9 @@ def grid(*, max_ids: int = 10_000, quick: bool = False) -> list[dict[str, Any]]:
         if n > max_ids or (quick and n > 72):
             continue
         null_draws, leak_draws = next((d0, d1) for top, d0, d1 in table if n <= top)
-        for k in ((5, 10) if n <= 72 else (10,)):
-            for sigma in SIGMAS:
-                for leak in LEAKS:
+        for k in ((5, 10) if n <= 72 and not quick else (10,)):
+            for sigma in (QUICK_SIGMAS if quick else SIGMAS):
+                for leak in (QUICK_LEAKS if quick else LEAKS):
                     cells.append({"n_ids": n, "k": k, "sigma": sigma, "leak": leak,
                                   "draws": null_draws if leak == "null" else leak_draws})
     return cells

@@ -1,0 +1,37 @@
+"""The verdict-calibration benchmark (issue 57): its grid, its resumable records and its goals."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import verdict_calibration as cal
+
+
+def test_the_grid_has_every_cell_the_issue_asks_for_with_its_draws():
+    g = cal.grid()
+    keys = {(c["n_ids"], c["k"], c["sigma"], c["leak"]) for c in g}
+    assert len(keys) == len(g) == 140
+    for c in g:
+        if c["leak"] == "null":
+            need = 200 if c["n_ids"] <= 72 else 50 if c["n_ids"] == 300 else 20 if c["n_ids"] == 1000 else 5
+            assert c["draws"] >= need, c
+        assert c["k"] == 10 or c["n_ids"] <= 72
+    assert {c["n_ids"] for c in g} == {24, 72, 300, 1000, 10_000}
+    assert cal.planted("linked-10", 72) == 0.1 and cal.planted("times-3", 72) == 2 / 72 and cal.planted("null", 9) == 0
+
+
+def test_a_cell_is_recorded_once_and_the_summary_states_the_goals(tmp_path, monkeypatch):
+    monkeypatch.setattr(cal, "grid", lambda **kw: [{"n_ids": 12, "k": 3, "sigma": 0.05, "leak": "null", "draws": 3},
+                                                   {"n_ids": 12, "k": 3, "sigma": 0.05, "leak": "linked-10", "draws": 2}])
+    out = tmp_path / "cal"
+    assert cal.main(["--out", str(out)]) == 0
+    lines = out.with_suffix(".jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    cal.main(["--out", str(out)])  # resumable: nothing runs again
+    assert len(out.with_suffix(".jsonl").read_text().splitlines()) == 2
+    doc = json.loads(out.with_suffix(".json").read_text())
+    cells = {c["leak"]: c for c in doc["cells"]}
+    assert {"n_ids", "k", "sigma", "leak", "draws", "refused"} <= set(cells["null"])
+    assert cells["null"]["draws"] == 3 and 0 <= cells["null"]["refused"] <= 3
+    md = out.with_suffix(".md").read_text()
+    assert "| 12 | 3 | 0.05 |" in md and "null refusals" in md and out.with_suffix(".png").stat().st_size > 1000

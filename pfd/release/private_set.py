@@ -77,6 +77,17 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
     return "the images are in another order"
 
 
+def _read_record(path: Path, *, fix: str) -> dict[str, Any]:
+    """``state/private_set.json``, or a one-line error naming it and ``fix``."""
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+        if old.get("format") != FORMAT:
+            raise ValueError("not a private-set record")
+    except (OSError, ValueError, AttributeError) as e:
+        raise PfdError(f"{path}: unreadable private-set record ({e}); the state dir is damaged: {fix}") from None
+    return old
+
+
 def check_private_set(path: Path, faces: FaceSet, *, spec: str) -> dict[str, Any]:
     """Refuse a resumed run whose private set is not the one its state dir was made from.
 
@@ -100,12 +111,7 @@ def check_private_set(path: Path, faces: FaceSet, *, spec: str) -> dict[str, Any
             "%s: no record of the private set this run started from (a state dir of an older pfd); recording %s now, "
             "unchecked", path.parent, spec)
         return new
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-        if old.get("format") != FORMAT:
-            raise ValueError("not a private-set record")
-    except (OSError, ValueError, AttributeError) as e:
-        raise PfdError(f"{path}: unreadable private-set record ({e}); the state dir is damaged: start a new --state-dir") from None
+    old = _read_record(path, fix="start a new --state-dir")
     if old["sha256"] != new["sha256"]:
         raise PfdError(
             f"{spec}: the private set changed since this run started ({_differences(old, new)}); --resume would publish "
@@ -134,12 +140,7 @@ def check_audited_private_set(path: Path, faces: FaceSet, *, spec: str) -> None:
     """
     if not path.is_file():
         return
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-        if old.get("format") != FORMAT:
-            raise ValueError("not a private-set record")
-    except (OSError, ValueError, AttributeError) as e:
-        raise PfdError(f"{path}: unreadable private-set record ({e}); the state dir is damaged") from None
+    old = _read_record(path, fix="distill again into a new --state-dir")
     new = private_set_record(faces)
     if old["sha256"] != new["sha256"]:
         raise PfdError(f"{spec}: not the private set this release was distilled from ({_differences(old, new)}, by "

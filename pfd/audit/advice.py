@@ -50,11 +50,11 @@ def advice(row: Mapping[str, Any]) -> dict[str, str]:
                 "remedy": "fix what the check names, then distill or audit again (the detail says how)"}
     remedy = REMEDIES.get(who, _OUTSIDE)
     if row.get("family") == "unresolved":
-        from pfd.audit.verdict import people_needed
+        from pfd.audit.verdict import BOUND, RULE_OUT, people_needed
 
         gain = (f"too few people to tell: even at chance the audit cannot rule out that an attacker names "
                 f"{100 * float(row['design_share']):.0f} % of the {row['people']} people")
-        need = people_needed(float(row.get("bound_required", 0.3)), float(row.get("rule_out_multiple", 5.0)))
+        need = people_needed(float(row.get("bound_required", BOUND)), float(row.get("rule_out_multiple", RULE_OUT)))
         return {"row": label(row), "gain": gain,
                 "remedy": f"audit at least {need} private identities; more proxies per identity do not narrow it"}
     value, chance = float(row.get("value", 0.0)), float(row.get("chance") or 0.0)

@@ -30,7 +30,7 @@ A design is *resolved* when it rules out :data:`BOUND` of the people or :data:`R
 "unresolved" and the advice is more identities (:func:`people_needed`), never more proxies per
 identity. Version 2 required each *realised* 95 % interval to exclude 5× chance: with tight classes
 one class in N hits at chance and puts the upper end at about 5.6× chance whatever N is, so it
-refused 70-80 % of releases at chance (docs/distill.md, "A limit found on real releases").
+refused 70-80 % of releases at chance (docs/distill.md, "Tight classes, and why the verdict changed").
 
 A test that cannot reach ``LEVEL / m`` (a permutation test with too few draws: ``p_floor``) is a
 setting error, not a pass: :func:`decide` refuses it, naming the setting and the smallest value

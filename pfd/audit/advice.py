@@ -17,19 +17,55 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-__all__ = ["advice", "refusal_advice", "REMEDIES"]
+__all__ = ["advice", "refusal_advice", "remedy", "REMEDIES", "CHECK_REMEDIES"]
 
-#: The remedy per attacker role (module docstring).
+#: The one remedy table (issue 52: the gate said "longer OGP schedule" where the card said "fewer RTA
+#: iterations" for the same refusal). ``pfd distill``'s one-line error, ``pfd attack``'s and ``pfd card``'s
+#: pages all read it through :func:`remedy`. By the attacker's role, for a linking row ...
 REMEDIES: dict[str, str] = {
-    "public": ("re-distill with the de-linking term against the public model (--lambda-delink with a --judge), or "
-               "fewer RTA iterations; the released proxies should not carry what this model recognises"),
-    "judge": ("the proxies carry their sources' identity to a model no loss saw: re-distill with a larger "
+    "public": ("distill again into a new --state-dir with the de-linking term against the public model "
+               "(--lambda-delink 10 with a --judge, a face model no loss sees); with the term already on, a larger "
+               "--lambda-delink or fewer RTA iterations: the released proxies must not carry what this model recognises"),
+    "judge": ("the proxies carry their sources' identity to a model no loss saw: distill again with a larger "
               "--lambda-delink or fewer RTA iterations, and audit again with the same judge"),
-    "insider": ("keep the state dir private (it holds the adapted model), and re-distill with pfd's defaults, which "
-                "place each source at a uniformly random rank (rta.source_ranks, rta.lambda_insider)"),
+    "insider": ("the adapted model still finds the sources: continue OGP longer (--resume --ogp-steps, e.g. twice "
+                "counts.ogp_steps of summary.json) so that the rotation decouples them, keep pfd's source-rank defaults "
+                "(rta.source_ranks, rta.lambda_insider), and keep the state dir private: it holds that model"),
 }
-_OUTSIDE = ("an outside face model links the release: re-distill with the de-linking term against it "
+#: ... and by the pass/fail check's title.
+CHECK_REMEDIES: dict[str, str] = {
+    "OGP margin (eq. 3)": ("continue OGP longer: --resume --ogp-steps (e.g. twice counts.ogp_steps of summary.json); "
+                           "what follows it is redone"),
+    "No private photo in the release": "a released image copies a private photo: distill again from noise (--init noise) "
+                                       "into a new --state-dir",
+    "Judge recognises the private people": ("the judge recognises no one, so its rows would vouch for nothing: --resume "
+                                            "with another --judge, a face model no loss sees that recognises the private people"),
+    "Release integrity": "the release on disk is not what pfd wrote: run pfd release lint and publish again with pfd "
+                         "distill --resume",
+}
+_OUTSIDE = ("an outside face model links the release: distill again with the de-linking term against it "
             "(--lambda-delink, --judge) and audit again with it as --attacker")
+_DESIGN = "audit at least {need} private identities; more proxies per identity do not narrow it"
+
+
+def remedy(row: Mapping[str, Any]) -> str:
+    """What the publisher can do about one refusing row: the one table above (module docstring).
+
+    Args:
+        row: A refusing row of :func:`pfd.audit.verdict.decide` (``family``, ``kind``, ``attack``, ``attacker``).
+
+    Returns:
+        One sentence.
+    """
+    if row.get("kind") == "check":
+        return CHECK_REMEDIES.get(str(row.get("attack")), "fix what the check names, then distill or audit again "
+                                                           "(the detail says how)")
+    if row.get("family") == "unresolved":
+        from pfd.audit.verdict import BOUND, RULE_OUT, people_needed
+
+        need = people_needed(float(row.get("bound_required", BOUND)), float(row.get("rule_out_multiple", RULE_OUT)))
+        return _DESIGN.format(need=need)
+    return REMEDIES.get(str(row.get("attacker") or "-"), _OUTSIDE)
 
 
 def advice(row: Mapping[str, Any]) -> dict[str, str]:
@@ -45,18 +81,13 @@ def advice(row: Mapping[str, Any]) -> dict[str, str]:
     from pfd.audit.verdict import label
 
     who = str(row.get("attacker") or "-")
+    fix = remedy(row)
     if row.get("kind") == "check":
-        return {"row": label(row), "gain": str(row.get("detail") or "the check failed"),
-                "remedy": "fix what the check names, then distill or audit again (the detail says how)"}
-    remedy = REMEDIES.get(who, _OUTSIDE)
+        return {"row": label(row), "gain": str(row.get("detail") or "the check failed"), "remedy": fix}
     if row.get("family") == "unresolved":
-        from pfd.audit.verdict import BOUND, RULE_OUT, people_needed
-
         gain = (f"too few people to tell: even at chance the audit cannot rule out that an attacker names "
                 f"{100 * float(row['design_share']):.0f} % of the {row['people']} people")
-        need = people_needed(float(row.get("bound_required", BOUND)), float(row.get("rule_out_multiple", RULE_OUT)))
-        return {"row": label(row), "gain": gain,
-                "remedy": f"audit at least {need} private identities; more proxies per identity do not narrow it"}
+        return {"row": label(row), "gain": gain, "remedy": fix}
     value, chance = float(row.get("value", 0.0)), float(row.get("chance") or 0.0)
     if row.get("kind") == "rate" and row.get("n"):
         times = f", {value / chance:.1f}× chance" if chance > 0 else ""
@@ -71,7 +102,7 @@ def advice(row: Mapping[str, Any]) -> dict[str, str]:
                 "attacker who knows the pattern narrows down who each proxy came from")
     else:
         gain = f"with the {who} model: {value:.3f} against chance {chance:.3f}"
-    return {"row": label(row), "gain": gain, "remedy": remedy}
+    return {"row": label(row), "gain": gain, "remedy": fix}
 
 
 def refusal_advice(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:

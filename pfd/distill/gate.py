@@ -70,41 +70,29 @@ def format_checks(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def refusal_message(verdict: Any, cfg: Any, state_dir: Path) -> str:
-    """The one-line reason a release was not published, with the fix for the cause the audit measured.
+    """The one-line reason a release was not published, with the remedy of its first refusal.
+
+    The remedy is the one table's (:func:`pfd.audit.advice.remedy`), the one ``pfd attack`` and ``pfd card``
+    print for the same row; only a method that does not decouple at all is the gate's own case.
 
     Args:
         verdict: The audit's :class:`~pfd.audit.verdict.Verdict`.
         cfg: The run's :class:`~pfd.config.DistillConfig`.
         state_dir: Where the state is kept (for ``--resume``).
     """
+    from pfd.audit.advice import remedy
     from pfd.distill.methods import get_method
 
     keep = f"The state is kept in {state_dir}"
-    names = {r.get("attack") for r in verdict.failed}
-    if verdict.failed and names <= {"Judge recognises the private people"}:
-        fix = ("rerun with --resume and another --judge (a face model no loss sees that recognises the private "
-               "people), or --allow-linkable to publish anyway")
-    elif "No private photo in the release" in names:
-        fix = "a released image copies a private photo: distill again from noise (--init noise) into a new --state-dir"
-    elif "OGP margin (eq. 3)" in names:
-        fix = ("rerun with --resume and a longer OGP schedule (--ogp-steps, e.g. twice counts.ogp_steps of "
-               "summary.json), or pass --allow-linkable to publish anyway")
-    elif not get_method(cfg.method).decouples:
+    first = verdict.refusals[0] if verdict.refusals else None
+    if first is not None and first.get("kind") != "check" and not get_method(cfg.method).decouples:
         fix = (f"--method {cfg.method} does not decouple the proxies from their sources (it is an ablation or "
-               "baseline row): use --method pfd, or pass --resume --allow-linkable to publish it anyway")
-    elif verdict.unresolved and not verdict.leaks:
-        from pfd.audit.verdict import people_needed
-
-        fix = (f"the audit's design is too small to rule out a strong attack, whatever the proxies: distill a private "
-               f"set of at least {people_needed(verdict.bound, verdict.rule_out)} identities (more proxies per identity "
-               "do not help), or pass --resume --allow-linkable to publish anyway")
+               "baseline row): use --method pfd")
+    elif first is not None:
+        fix = remedy(first)
     else:
-        public_leak = any(r.get("attacker") == "public" for r in verdict.leaks)
-        fix = ("rerun with --resume and a longer OGP schedule (--ogp-steps), or pass --allow-linkable to publish anyway")
-        if public_leak and not cfg.rta.lambda_delink:
-            fix = ("distill again into a new --state-dir with the de-linking term against the public model "
-                   "(--lambda-delink 10 --judge CKPT), or " + fix)
-    return f"not published: the audit refused it ({verdict.text}). {keep}: {fix}"
+        fix = "see the audit's rows in summary.json"
+    return f"not published: the audit refused it ({verdict.text}). {keep}: {fix}; or pass --resume --allow-linkable to publish anyway"
 
 
 def release_card(cfg: Any, proxies: Any, source: Any, audit: Mapping[str, Any] | None) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pfd.audit.advice import REMEDIES, advice, refusal_advice
+from pfd.audit.advice import CHECK_REMEDIES, REMEDIES, advice, refusal_advice
 from pfd.audit.contract import check_row, summary_row
 from pfd.audit.verdict import decide
 
@@ -25,6 +25,7 @@ def test_each_refusal_says_what_an_attacker_gains_and_what_to_do_by_who_attacks(
     assert "alice/2.png" in check["gain"]
     assert "names the source person of 120 of 240 proxies (50.0 %, 10.0× chance)" in insider["gain"]
     assert insider["remedy"] == REMEDIES["insider"] and judge["remedy"] == REMEDIES["judge"]
+    assert check["remedy"] == CHECK_REMEDIES["No private photo in the release"]
     assert "--attacker" in advice({**rows[1], "attacker": "arcface-r100"})["remedy"]  # an outside model
 
 
@@ -44,3 +45,19 @@ def test_a_class_level_refusal_counts_classes_and_names_the_attack():
     decide([row])
     gain = advice(row)["gain"]
     assert "names the source person of 20 of 24 classes (spread most cos; chance 1 in 24, p = 5e-05)" in gain
+
+
+def test_the_gate_and_the_pages_give_one_remedy_for_one_refusal(tmp_path):
+    """Issue 52: for the same refusal the gate said "longer OGP schedule" and the card "fewer RTA iterations"."""
+    from types import SimpleNamespace
+
+    from pfd.distill.gate import refusal_message
+
+    cfg = SimpleNamespace(method="pfd")
+    for rows in ([_rate("insider", 120, 240)], [_rate("public", 120, 240)], [_rate("judge", 120, 240)],
+                 [check_row("OGP margin (eq. 3)", False, "0.54 of the private embeddings below the margin")]):
+        v = decide(rows)
+        message = refusal_message(v, cfg, tmp_path)
+        assert advice(v.refusals[0])["remedy"] in message and "\n" not in message
+    rta_only = refusal_message(decide([_rate("insider", 120, 240)]), SimpleNamespace(method="rta-only"), tmp_path)
+    assert "does not decouple the proxies" in rta_only

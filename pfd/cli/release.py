@@ -29,7 +29,8 @@ def release_group() -> None:
 def release_lint(directory: str, private: str | None, state_dir: str | None, model: str | None, skip_bad: bool) -> None:
     """Fail (exit 1) if DIRECTORY leaks anything about its source.
 
-    Checks: only manifest.json and <label>/<k>.png plain files (no symlinks, no hard links,
+    Checks: only manifest.json, the dataset card README.md it lists (unchanged) and <label>/<k>.png
+    plain files (no symlinks, no hard links,
     0644 in 0755 folders), at least one image; PNGs that are 8-bit RGB of the manifest's size
     with nothing but pixel data; the manifest's schema and sha256 of every file; no source
     identity or file names; with --private, no released image that is a private photo (exact,

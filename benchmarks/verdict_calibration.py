@@ -155,7 +155,7 @@ def markdown(cells: list[dict[str, Any]]) -> str:
         cellstr = []
         for leak in LEAKS:
             c = by.get((n, k, sigma, leak))
-            cellstr.append("" if c is None else f"{c['refused']}/{c['draws']} ({100 * c['rate']:.0f} %, "
+            cellstr.append("" if c is None else f"{c['refused']}/{c['draws']} ({100 * c['rate']:.1f} %, "
                            f"{100 * c['ci95'][0]:.1f}-{100 * c['ci95'][1]:.1f})")
         lines.append(f"| {n} | {k} | {sigma:g} | {100 * design_share(1 / n, n):.2f} % | " + " | ".join(cellstr) + " |")
     secs = sum(c["seconds"] for c in cells)

@@ -135,3 +135,56 @@ def test_a_private_set_of_mixed_image_sizes_still_finds_a_copied_photo(pair, tmp
     (rel / MANIFEST).write_text(json.dumps(m))
     f = [x for x in lint_release(rel, private=private) if x.kind == "private-image"]
     assert [x.path for x in f] == [w.files[2]] and private.names[5] in f[0].detail
+
+
+def test_a_read_only_release_and_state_dir_are_read_and_linted(pair):
+    """A published copy is often read-only: reading it, and its read-only state dir, needs no write."""
+    rel, sd, w = pair
+    folders = [rel, *[p for p in rel.iterdir() if p.is_dir()]]
+    try:
+        for d in folders:
+            os.chmod(d, 0o555)
+        os.chmod(sd, 0o500)
+        assert open_release_state(rel, sd).files == sorted(w.files)
+        kinds = [f.kind for f in lint_release(rel, state_dir=sd)]
+        assert set(kinds) == {"release-mode"}, kinds  # 0555 is named (a release is 0755), nothing else
+    finally:
+        for d in folders:
+            os.chmod(d, 0o755)
+        os.chmod(sd, 0o700)
+
+
+def test_a_disk_that_fills_while_the_card_is_written_leaves_no_half_release(tmp_path, monkeypatch):
+    """ENOSPC after the images, at the dataset card: nothing of the new release stays behind."""
+    import errno
+
+    import pfd.release.writer as writer
+
+    real = writer.atomic_write_bytes
+
+    def full(path, data, **kw):
+        if str(path).endswith("README.md"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, data, **kw)
+
+    monkeypatch.setattr(writer, "atomic_write_bytes", full)
+    out = tmp_path / "rel"
+    with pytest.raises(OSError):
+        write_release(out, torch.rand(4, 3, 8, 8), [0, 0, 1, 1], method="pfd", label_seed=0, run_id=RUN_ID, card="x")
+    assert not out.exists() or not any(out.rglob("*"))
+
+
+def test_very_many_small_identities_are_checked_file_by_file(tmp_path):
+    """2,000 identities x 2 proxies: the release <-> state check and lint still name the one stray file."""
+    n = 2000
+    x = torch.rand(2 * n, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    cls = np.repeat(np.arange(n), 2)
+    rel, sd = tmp_path / "release", tmp_path / "state"
+    prepare_state_dir(sd, release=rel)
+    write_marker(sd, RUN_ID)
+    w = write_release(rel, x, cls, method="pfd", label_seed=0, state_dir=sd, run_id=RUN_ID)
+    write_proxy_map(sd, w, proxy_source=cls, identities=[f"p{i}" for i in range(n)], label_seed=0)
+    assert len(open_release_state(rel, sd).files) == 2 * n
+    (rel / w.files[-1]).unlink()
+    with pytest.raises(PfdError, match=r"in .*proxy_map.json but not in the release \(1 such\)"):
+        open_release_state(rel, sd)

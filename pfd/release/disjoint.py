@@ -164,8 +164,7 @@ def check_other_people(a: FaceSet, private: FaceSet, *, a_flag: str, b_flag: str
                        f"the same names; {fix} (if they are other people, rename their folders)")
     hw = image_hw(size if size is not None else a.size)
     images = [(a.name(i), _pixels(a, i, hw)) for i in range(len(a))]
-    at_size = private if tuple(image_hw(private.size)) == hw else None
-    copies = find_private_copies(images, at_size if at_size is not None else _Resized(private, hw), aligned=False)
+    copies = find_private_copies(images, private, aligned=False)  # it resizes each private photo itself
     # A person, not a photo: an identity is a private person when most of its photos copy photos of one
     # private identity. In a smooth low-resolution domain a stranger's photo can sit at the hash threshold
     # of a private photo (the demo's 2,560 test photos at 32 px: one, at 7 of 7 bits); a re-encoded
@@ -183,22 +182,6 @@ def check_other_people(a: FaceSet, private: FaceSet, *, a_flag: str, b_flag: str
         raise PfdError(f"{a_flag} holds {len(people)} of the private people (photos re-encoded or edited): "
                        f"{len(found)} of {per_id[ident]} photos of {a.identities[ident]!r} copy photos of {who!r} "
                        f"(e.g. {found[0].file} is {found[0].how} of {found[0].private}): {fix}")
-
-
-class _Resized:
-    """A face set seen at another size (bilinear, as :func:`_pixels`), for the copy search."""
-
-    def __init__(self, faces: FaceSet, hw: tuple[int, int]) -> None:
-        self.faces, self.hw = faces, hw
-        self.labels, self.names, self.identities, self.size = faces.labels, faces.names, faces.identities, hw
-
-    def __len__(self) -> int:
-        return len(self.faces)
-
-    def load(self, i: int) -> Any:
-        import torch
-
-        return torch.from_numpy(_pixels(self.faces, i, self.hw)).permute(2, 0, 1).float().div(255.0)
 
 
 def content_digest(faces: FaceSet, *, size: Any = None) -> str:

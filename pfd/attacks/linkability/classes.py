@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from pfd.attacks.linkability.matching import _as_tensor, _check_sources, _unit
-from pfd.attacks.linkability.ranks import identity_ranks, identity_templates
+from pfd.attacks.linkability.ranks import block_rows, identity_templates, rank_blocks
 from pfd.errors import PfdError
 
 __all__ = ["CLASS_ATTACKS", "class_groups", "named_identities", "class_link_test"]
@@ -89,20 +89,29 @@ def named_identities(proxy_emb: Any, group: np.ndarray, private_emb: Any, privat
     q = _unit(_as_tensor(proxy_emb, "proxy embeddings").to(torch.float64))  # (q, D)
     n_groups = int(group.max()) + 1 if group.size else 0
     centroid = _unit(torch.zeros(n_groups, q.shape[1], dtype=q.dtype).index_add_(0, torch.as_tensor(group), q))  # (G, D)
-    cos = (centroid @ templates.T).numpy()  # (G, N)
-    spread = {}
-    for by in ("cos", "abs"):
-        ranks, _ = identity_ranks(q, private_emb, lab, by=by)  # (q, N)
-        s = np.zeros((n_groups, len(uniq)))
-        for g in range(n_groups):
-            s[g] = ranks[group == g].astype(np.float64).std(0)
-        spread[by] = s
+    rows = np.argsort(group, kind="stable")  # proxies class by class, in their order
+    bounds = np.searchsorted(group[rows], np.arange(n_groups + 1))  # (G + 1,) each class's slice of rows
     rng = np.random.default_rng([int(seed), 13])
-    named = np.stack([
-        _pick(cos, rng, largest=True), _pick(cos, rng, largest=False), _pick(-np.abs(cos), rng, largest=True),
-        _pick(spread["cos"], rng, largest=True), _pick(spread["cos"], rng, largest=False),
-        _pick(spread["abs"], rng, largest=True), _pick(spread["abs"], rng, largest=False),
-    ])  # fmt: skip
+    named = np.zeros((len(CLASS_ATTACKS), n_groups), dtype=np.int64)
+    # Classes a block at a time, so that the (classes × identities) scores and the proxies' ranks
+    # are never held whole (the tie-breaking draws follow the blocks).
+    step = max(1, block_rows(len(uniq)) * max(n_groups, 1) // max(len(group), 1))
+    for lo in range(0, n_groups, step):
+        hi = min(n_groups, lo + step)
+        cos = (centroid[lo:hi] @ templates.T).numpy()  # (c, N)
+        mine = rows[bounds[lo] : bounds[hi]]
+        spread = {}
+        for by in ("cos", "abs"):
+            ranks = next(rank_blocks(q[mine], templates, by=by, rows=max(len(mine), 1)), (0, np.zeros((0, len(uniq)), np.int64)))[1]
+            s = np.zeros((hi - lo, len(uniq)))
+            for g in range(lo, hi):
+                s[g - lo] = ranks[bounds[g] - bounds[lo] : bounds[g + 1] - bounds[lo]].astype(np.float64).std(0)
+            spread[by] = s
+        named[:, lo:hi] = np.stack([
+            _pick(cos, rng, largest=True), _pick(cos, rng, largest=False), _pick(-np.abs(cos), rng, largest=True),
+            _pick(spread["cos"], rng, largest=True), _pick(spread["cos"], rng, largest=False),
+            _pick(spread["abs"], rng, largest=True), _pick(spread["abs"], rng, largest=False),
+        ])  # fmt: skip
     return named, uniq
 
 

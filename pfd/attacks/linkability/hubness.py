@@ -14,7 +14,7 @@ standard in cross-domain retrieval) is the usual way:
 ``r_Q(g)`` the mean cosine of gallery item ``g`` to its ``k`` nearest queries (a hub's is high),
 ``r_G(q)`` that of query ``q`` to its ``k`` nearest gallery items. ``r_G(q)`` is the same for every
 candidate of one query, so the top-1 match is the ``g`` maximising ``2 cos(q, g) − r_Q(g)``:
-that is what :func:`csls_top1` computes, streamed over gallery chunks like
+that is what :func:`csls_top1` computes, streamed over query and gallery chunks like
 :func:`~pfd.attacks.linkability.matching.streamed_top1`. The attacks keep their plain
 counterparts' success rule, chance (the gallery's composition) and clustered interval; only the
 ranking changes. ``k`` = 10 as in Conneau et al. (fewer when there are fewer queries).
@@ -37,14 +37,20 @@ CSLS_K = 10
 
 
 @torch.no_grad()
-def csls_top1(queries: Any, gallery: Any, *, k: int = CSLS_K, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+def csls_top1(queries: Any, gallery: Any, *, k: int = CSLS_K, chunk: int = 2048,
+              query_chunk: int = 2048) -> tuple[np.ndarray, np.ndarray]:
     """Top-1 gallery row of every query by CSLS, and its cosine.
+
+    Two streamed passes, so memory is ``query_chunk × chunk`` whatever the sizes: the first keeps
+    each gallery item's ``k`` largest cosines to the queries (``r_Q``), merged block by block; the
+    second finds each query's best ``2 cos − r_Q``.
 
     Args:
         queries: ``(q, D)`` embeddings (normalised here).
         gallery: ``(g, D)`` embeddings (normalised here), ``g >= 1``.
         k: Nearest queries in each gallery item's hubness ``r_Q(g)`` (at most ``q``).
-        chunk: Gallery rows per block (memory ``q × chunk``).
+        chunk: Gallery rows per block.
+        query_chunk: Query rows per block.
 
     Returns:
         ``(index (q,) int64, cosine (q,))``: the CSLS match and its plain cosine; ties go to the
@@ -53,24 +59,36 @@ def csls_top1(queries: Any, gallery: Any, *, k: int = CSLS_K, chunk: int = 4096)
     Raises:
         PfdError: For mismatched dimensions, an empty gallery or non-finite values.
     """
-    q = _unit(_as_tensor(queries, "queries").double())
-    g = _unit(_as_tensor(gallery, "gallery embeddings").double())
+    q, g = _as_tensor(queries, "queries"), _as_tensor(gallery, "gallery embeddings")
+    # In the inputs' precision, as the plain attacks (float64 doubled the cost at 10^4 identities).
+    dtype = torch.promote_types(q.dtype, g.dtype)
+    q, g = _unit(q.to(dtype)), _unit(g.to(dtype))
     if q.shape[1] != g.shape[1]:
         raise PfdError(f"queries have D={q.shape[1]} but the gallery D={g.shape[1]}; embed both with the same model")
     if g.shape[0] == 0:
         raise PfdError("the gallery is empty; pass at least one private image")
     kk = max(1, min(int(k), q.shape[0]))
-    best = torch.full((q.shape[0],), -torch.inf, dtype=torch.float64)
-    idx = torch.zeros(q.shape[0], dtype=torch.int64)
-    cos = torch.zeros(q.shape[0], dtype=torch.float64)
+    r = torch.empty(g.shape[0], dtype=dtype)  # (g,) r_Q: mean cosine to the k nearest queries
     for lo in range(0, g.shape[0], chunk):
-        s = q @ g[lo : lo + chunk].T  # (q, c) cosines
-        r = s.topk(kk, dim=0).values.mean(0)  # (c,) r_Q(g): mean cosine to its k nearest queries
-        v, i = (2.0 * s - r[None, :]).max(dim=1)  # (q,) the block's best CSLS score (first maximum)
-        better = v > best  # strict: an earlier block keeps a tie
-        best = torch.where(better, v, best)
-        idx = torch.where(better, i + lo, idx)
-        cos = torch.where(better, s.gather(1, i[:, None]).squeeze(1), cos)
+        gb = g[lo : lo + chunk]
+        top = None  # (≤k, c) the block's largest cosines so far, over the query blocks seen
+        for qlo in range(0, q.shape[0], query_chunk):
+            s = q[qlo : qlo + query_chunk] @ gb.T  # (b, c)
+            s = s if top is None else torch.cat([top, s])
+            top = s.topk(min(kk, s.shape[0]), dim=0).values
+        r[lo : lo + gb.shape[0]] = top.mean(0)
+    best = torch.full((q.shape[0],), -torch.inf, dtype=dtype)
+    idx = torch.zeros(q.shape[0], dtype=torch.int64)
+    cos = torch.zeros(q.shape[0], dtype=dtype)
+    for qlo in range(0, q.shape[0], query_chunk):
+        qb, rows = q[qlo : qlo + query_chunk], slice(qlo, qlo + query_chunk)
+        for lo in range(0, g.shape[0], chunk):
+            s = qb @ g[lo : lo + chunk].T  # (b, c) cosines
+            v, i = (2.0 * s - r[None, lo : lo + chunk]).max(dim=1)  # (b,) the block's best CSLS score (first maximum)
+            better = v > best[rows]  # strict: an earlier block keeps a tie
+            best[rows] = torch.where(better, v, best[rows])
+            idx[rows] = torch.where(better, i + lo, idx[rows])
+            cos[rows] = torch.where(better, s.gather(1, i[:, None]).squeeze(1), cos[rows])
     return idx.numpy(), cos.numpy()
 
 

@@ -21,6 +21,7 @@ this module checks the result on any release, by any model:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,8 @@ from scipy.stats import t as student_t
 from pfd.attacks.linkability.matching import LinkabilityResult, _as_tensor, _check_sources, _result, _unit
 from pfd.errors import PfdError
 
-__all__ = ["RANKINGS", "identity_templates", "identity_ranks", "source_ranks", "rank_last", "uniformity_test", "source_rank_test"]
+__all__ = ["RANKINGS", "BLOCK", "block_rows", "identity_templates", "ranks_from_cos", "rank_blocks", "identity_ranks",
+           "source_ranks", "rank_last", "uniformity_test", "source_rank_test"]
 
 
 #: How identities are ranked: by cosine to the template (0 = nearest), or by its absolute value
@@ -55,8 +57,49 @@ def identity_templates(private_emb: Any, private_labels: Any) -> tuple[torch.Ten
     return _unit(torch.zeros(len(uniq), e.shape[1], dtype=e.dtype).index_add_(0, torch.as_tensor(inv), e)), uniq
 
 
+#: Entries of one block of the proxies × identities rank matrix (32 MiB as int64): the matrix is
+#: scanned block by block, never held whole (10^5 proxies × 10^4 identities would be 8 GB).
+BLOCK = 1 << 22
+
+
+def block_rows(n_ids: int) -> int:
+    """Proxies per block of a scan over ``n_ids`` identities (:data:`BLOCK`)."""
+    return max(1, BLOCK // max(int(n_ids), 1))
+
+
+def ranks_from_cos(cos: torch.Tensor, by: str = "cos") -> torch.Tensor:
+    """``(c, N)`` cosines -> ``(c, N)`` int64 rank of each identity (0 = nearest, ties by identity order)."""
+    if by not in RANKINGS:
+        raise ValueError(f"by must be one of {RANKINGS}, got {by!r}")
+    order = torch.argsort(-(cos.abs() if by == "abs" else cos), dim=1, stable=True)  # (c, N) identities, first first
+    ranks = torch.empty_like(order)
+    ranks.scatter_(1, order, torch.arange(cos.shape[1]).expand_as(order).contiguous())
+    return ranks
+
+
+def rank_blocks(proxy_emb: Any, templates: torch.Tensor, *, by: str = "cos",
+                rows: int | None = None) -> Iterator[tuple[int, np.ndarray, torch.Tensor]]:
+    """The rank matrix of :func:`identity_ranks`, block by block (memory: one block).
+
+    Args:
+        proxy_emb: ``(q, D)`` proxy embeddings.
+        templates: ``(N, D)`` unit identity templates (:func:`identity_templates`).
+        by: ``"cos"`` or ``"abs"``.
+        rows: Proxies per block (default :func:`block_rows`).
+
+    Yields:
+        ``(first row, ranks (c, N) int64, cosines (c, N))``.
+    """
+    q = _unit(_as_tensor(proxy_emb, "proxy embeddings").to(torch.float64))
+    step = rows or block_rows(templates.shape[0])
+    for lo in range(0, q.shape[0], step):
+        cos = q[lo : lo + step] @ templates.T  # (c, N)
+        yield lo, ranks_from_cos(cos, by).numpy(), cos
+
+
 def identity_ranks(proxy_emb: Any, private_emb: Any, private_labels: Any, *, by: str = "cos") -> tuple[np.ndarray, np.ndarray]:
-    """Rank of every identity for every proxy, by cosine to the identity templates.
+    """Rank of every identity for every proxy, by cosine to the identity templates (held whole: for
+    small sets and tests; the attacks scan it with :func:`rank_blocks`).
 
     Args:
         proxy_emb: ``(q, D)`` proxy embeddings.
@@ -68,23 +111,28 @@ def identity_ranks(proxy_emb: Any, private_emb: Any, private_labels: Any, *, by:
         ``(ranks (q, N) int64, identities (N,))``: ``ranks[i, j]`` is identity ``identities[j]``'s
         rank for proxy ``i`` (0 = nearest template, or largest ``|cos|``; ties broken by identity order).
     """
-    templates, uniq = identity_templates(private_emb, private_labels)  # (N, D)
-    q = _unit(_as_tensor(proxy_emb, "proxy embeddings").to(torch.float64))
     if by not in RANKINGS:
         raise ValueError(f"by must be one of {RANKINGS}, got {by!r}")
-    cos = q @ templates.T  # (q, N)
-    order = torch.argsort(-(cos.abs() if by == "abs" else cos), dim=1, stable=True)  # (q, N) identities, first first
-    ranks = torch.empty_like(order)
-    ranks.scatter_(1, order, torch.arange(len(uniq)).expand_as(order).contiguous())
-    return ranks.numpy(), uniq
+    templates, uniq = identity_templates(private_emb, private_labels)  # (N, D)
+    blocks = [r for _, r, _ in rank_blocks(proxy_emb, templates, by=by)]
+    return (np.concatenate(blocks) if blocks else np.zeros((0, len(uniq)), dtype=np.int64)), uniq
+
+
+def _source_columns(uniq: np.ndarray, src: np.ndarray) -> np.ndarray:
+    return np.searchsorted(uniq, src)
 
 
 def source_ranks(proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any) -> np.ndarray:
     """``(q,)`` rank of each proxy's source identity among the N templates (0 = nearest)."""
     src = np.asarray(proxy_source).ravel()
-    _check_sources(src, np.asarray(private_labels).ravel(), len(proxy_emb))
-    ranks, uniq = identity_ranks(proxy_emb, private_emb, private_labels)
-    return ranks[np.arange(len(src)), np.searchsorted(uniq, src)]
+    lab = np.asarray(private_labels).ravel()
+    _check_sources(src, lab, len(proxy_emb))
+    templates, uniq = identity_templates(private_emb, lab)
+    col = _source_columns(uniq, src)
+    out = np.empty(len(src), dtype=np.int64)
+    for lo, r, _ in rank_blocks(proxy_emb, templates):
+        out[lo : lo + len(r)] = r[np.arange(len(r)), col[lo : lo + len(r)]]
+    return out
 
 
 def rank_last(proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any, *, by: str = "cos") -> LinkabilityResult:
@@ -102,30 +150,52 @@ def rank_last(proxy_emb: Any, proxy_source: Any, private_emb: Any, private_label
     src = np.asarray(proxy_source).ravel()
     lab = np.asarray(private_labels).ravel()
     _check_sources(src, lab, len(proxy_emb))
-    ranks, uniq = identity_ranks(proxy_emb, private_emb, private_labels, by=by)
-    idx = ranks.argmax(1)  # (q,) the identity at rank N - 1
-    templates, _ = identity_templates(private_emb, lab)
+    if by not in RANKINGS:
+        raise ValueError(f"by must be one of {RANKINGS}, got {by!r}")
+    templates, uniq = identity_templates(private_emb, lab)
+    idx = np.empty(len(src), dtype=np.int64)
+    for lo, r, _ in rank_blocks(proxy_emb, templates, by=by):
+        idx[lo : lo + len(r)] = r.argmax(1)  # the identity at rank N - 1
+    return _last(proxy_emb, src, templates, uniq, idx, by)
+
+
+def _last(proxy_emb: Any, src: np.ndarray, templates: torch.Tensor, uniq: np.ndarray, idx: np.ndarray,
+          by: str) -> LinkabilityResult:
+    """The rank-last attack's result from the identity each proxy ranks last (``idx``, column indices)."""
     q = _unit(_as_tensor(proxy_emb, "proxy embeddings").to(torch.float64))
     score = (q * templates[torch.as_tensor(idx)]).sum(1).numpy()
     return _result("reid_last" if by == "cos" else "reid_orthogonal", uniq[idx], src, idx, score, uniq)
 
 
-def uniformity_test(ranks: np.ndarray, source: np.ndarray, n_ids: int, *, bins: int = 10,
-                    permutations: int = 2000, seed: int = 0, rank_matrix: np.ndarray | None = None,
+def _chi2(hist: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """``(P, b)`` counts -> ``(P,)`` chi-square distances from ``expected``."""
+    return ((hist - expected) ** 2 / expected).sum(1)
+
+
+def _per_bin(binned: np.ndarray, b: int) -> np.ndarray:
+    """``(P, c)`` bin of each entry -> ``(P, b)`` counts."""
+    return np.stack([(binned == j).sum(1) for j in range(b)], axis=1)
+
+
+def uniformity_test(ranks: np.ndarray | None, source: np.ndarray, n_ids: int, *, bins: int = 10,
+                    permutations: int = 2000, seed: int = 0,
+                    rank_matrix: np.ndarray | Iterable[tuple[int, np.ndarray]] | None = None,
                     identities: np.ndarray | None = None) -> dict[str, Any]:
     """Permutation test that the source's rank is uniform over ``{0, ..., N-1}``.
 
     Args:
-        ranks: ``(q,)`` rank of each proxy's source.
+        ranks: ``(q,)`` rank of each proxy's source (``None``: read from ``rank_matrix``).
         source: ``(q,)`` each proxy's source identity.
         n_ids: Identities N.
         bins: Equal bins of the ranks for the chi-square statistic (at most N).
         permutations: Random reassignments of source groups to identities.
         seed: Seed of the permutations.
-        rank_matrix: ``(q, N)`` rank of every identity for every proxy (:func:`identity_ranks`); it
-            makes the test exact. Without it the null is the discrete uniform itself (each proxy
+        rank_matrix: ``(q, N)`` rank of every identity for every proxy (:func:`identity_ranks`), or
+            its blocks ``(first row, (c, N) ranks)`` in row order (:func:`rank_blocks`); it makes
+            the test exact. Without it the null is the discrete uniform itself (each proxy
             independent), which ignores the clustering of K proxies per source.
-        identities: The columns of ``rank_matrix`` (default ``0..N-1``).
+        identities: The sorted identities of ``rank_matrix``'s columns (default: the sources are
+            column indices).
 
     Returns:
         ``statistic``, ``p`` (permutation p-value), ``p_floor`` (its smallest value with these
@@ -134,37 +204,49 @@ def uniformity_test(ranks: np.ndarray, source: np.ndarray, n_ids: int, *, bins: 
         uniform) with a 95 % interval over the source identities (their mean ranks, so clustered),
         ``histogram`` (counts per bin), ``expected`` (per bin at uniform), ``uniform`` (``p > 0.05``).
     """
-    ranks, source = np.asarray(ranks, dtype=np.int64), np.asarray(source)
+    source = np.asarray(source).ravel()
+    if ranks is None and rank_matrix is None:
+        raise ValueError("uniformity_test needs the source ranks or the rank matrix")
+    q = len(source)
     b = max(1, min(int(bins), int(n_ids)))
     edges = np.linspace(0, n_ids, b + 1)
     width = np.histogram(np.arange(n_ids), bins=edges)[0]  # ranks per bin (bins may differ by one)
-    expected = len(ranks) * width / n_ids
-
-    def stat(r: np.ndarray) -> float:
-        h = np.histogram(r, bins=edges)[0]
-        return float(((h - expected) ** 2 / expected).sum())
-
-    t = stat(ranks)
+    expected = q * width / n_ids
     rng = np.random.default_rng([int(seed), 11])
     groups, where = np.unique(source, return_inverse=True)
     bin_of = np.searchsorted(edges, np.arange(n_ids), side="right") - 1  # (N,) each rank's bin
 
-    def stats(r: np.ndarray) -> np.ndarray:  # (P, q) ranks -> (P,) statistics, vectorised
-        h = np.zeros((r.shape[0], b))
-        np.add.at(h, (np.arange(r.shape[0])[:, None], bin_of[r]), 1.0)
-        return ((h - expected) ** 2 / expected).sum(1)
-
-    exceed, done, chunk = 0, 0, max(1, 2_000_000 // max(len(ranks), 1))
-    while done < permutations:
-        p_n = min(chunk, permutations - done)
-        if rank_matrix is not None:
-            # Each source's K proxies go, together, to a random identity (all distinct): exact under exchangeability.
-            pick = np.argsort(rng.random((p_n, rank_matrix.shape[1])), axis=1)[:, : len(groups)]  # (P, groups)
-            null_ranks = rank_matrix[np.arange(len(ranks))[None, :], pick[:, where]]  # (P, q)
-        else:
-            null_ranks = rng.integers(0, n_ids, (p_n, len(ranks)))
-        exceed += int((stats(null_ranks) >= t - 1e-12).sum())
-        done += p_n
+    exceed, done, chunk = 0, 0, max(1, 2_000_000 // max(q, 1))
+    if rank_matrix is None:
+        ranks = np.asarray(ranks, dtype=np.int64)
+        t = float(_chi2(np.histogram(ranks, bins=edges)[0][None, :], expected)[0])
+        while done < permutations:
+            p_n = min(chunk, permutations - done)
+            got = bin_of[rng.integers(0, n_ids, (p_n, len(ranks)))]  # (P, q) bins of independent uniform ranks
+            exceed += int((_chi2(_per_bin(got, b), expected) >= t - 1e-12).sum())
+            done += p_n
+    else:
+        # Each source's K proxies go, together, to a random identity (all distinct): exact under
+        # exchangeability. The draws are made first, then the rank matrix is read block by block.
+        picks = []
+        while done < permutations:
+            p_n = min(chunk, permutations - done)
+            picks.append(np.argsort(rng.random((p_n, n_ids)), axis=1)[:, : len(groups)].astype(np.int32))  # (P, groups)
+            done += p_n
+        pick = np.concatenate(picks)  # (P, groups)
+        hist = np.zeros((len(pick), b), dtype=np.int64)
+        blocks = [(0, rank_matrix)] if isinstance(rank_matrix, np.ndarray) else rank_matrix
+        col = np.searchsorted(np.asarray(identities), source) if identities is not None else source
+        read = np.empty(q, dtype=np.int64)  # (q,) the source's rank, read from the matrix
+        for lo, block in blocks:
+            rows = np.arange(len(block))
+            read[lo : lo + len(block)] = block[rows, col[lo : lo + len(block)]]
+            binned = bin_of[block].astype(np.uint8 if b < 256 else np.int64)  # (c, N) each identity's rank bin
+            got = binned[rows[None, :], pick[:, where[lo : lo + len(block)]]]  # (P, c)
+            hist += _per_bin(got, b)
+        ranks = read if ranks is None else np.asarray(ranks, dtype=np.int64)
+        t = float(_chi2(np.histogram(ranks, bins=edges)[0][None, :], expected)[0])
+        exceed = int((_chi2(hist, expected) >= t - 1e-12).sum())
     p = (1 + exceed) / (1 + permutations)
     # The data bound the test too: G source groups placed on N identities have N!/(N-G)! arrangements
     # (N**q without the matrix), so no p-value falls below 1/arrangements, however many draws.
@@ -172,7 +254,7 @@ def uniformity_test(ranks: np.ndarray, source: np.ndarray, n_ids: int, *, bins: 
     log_arr = (math.lgamma(n_ids + 1) - math.lgamma(n_ids - g + 1)) if rank_matrix is not None else g * math.log(max(n_ids, 1))
     data_floor = math.exp(-log_arr) if log_arr < 700 else 0.0
     u = ranks / max(n_ids - 1, 1)
-    per_source = np.array([u[where == i].mean() for i in range(len(groups))])  # (clusters,)
+    per_source = np.bincount(where, weights=u, minlength=len(groups)) / np.bincount(where, minlength=len(groups))  # (clusters,)
     m = float(per_source.mean())
     se = float(per_source.std(ddof=1) / np.sqrt(len(per_source))) if len(per_source) > 1 else float("nan")
     # Student's t over the G source means: with z = 1.96 the interval missed 0.5 in 7 % of null audits
@@ -199,9 +281,17 @@ def source_rank_test(proxy_emb: Any, proxy_source: Any, private_emb: Any, privat
     src = np.asarray(proxy_source).ravel()
     lab = np.asarray(private_labels).ravel()
     _check_sources(src, lab, len(proxy_emb))
-    matrix, uniq = identity_ranks(proxy_emb, private_emb, private_labels, by=by)
-    ranks = matrix[np.arange(len(src)), np.searchsorted(uniq, src)]
-    test = uniformity_test(ranks, src, len(uniq), permutations=permutations, seed=seed, rank_matrix=matrix,
+    if by not in RANKINGS:
+        raise ValueError(f"by must be one of {RANKINGS}, got {by!r}")
+    templates, uniq = identity_templates(private_emb, lab)
+    idx = np.empty(len(src), dtype=np.int64)
+
+    def blocks() -> Iterator[tuple[int, np.ndarray]]:  # one pass: the test reads each block, rank-last its last column
+        for lo, r, _ in rank_blocks(proxy_emb, templates, by=by):
+            idx[lo : lo + len(r)] = r.argmax(1)  # the identity at rank N - 1
+            yield lo, r
+
+    test = uniformity_test(None, src, len(uniq), permutations=permutations, seed=seed, rank_matrix=blocks(),
                            identities=uniq)
-    last = rank_last(proxy_emb, src, private_emb, lab, by=by)
+    last = _last(proxy_emb, src, templates, uniq, idx, by)
     return {"by": by, "reid_last": last.as_dict(), **test}

@@ -181,7 +181,7 @@ def _common_size(released: Sequence[tuple[str, np.ndarray]]) -> tuple[tuple[int,
     counts = Counter(tuple(int(v) for v in img.shape[:2]) for _, img in released)
     size = max(counts, key=lambda hw: (counts[hw], hw))
     out = [(f, img if tuple(img.shape[:2]) == size else
-            _uint8(_resize(torch.from_numpy(np.ascontiguousarray(img[..., :3])).permute(2, 0, 1).float().div(255.0), size)))
+            _uint8(_resize(torch.from_numpy(np.array(img[..., :3])).permute(2, 0, 1).float().div(255.0), size)))
            for f, img in released]
     return size, out
 
@@ -290,8 +290,12 @@ def find_private_copies(
             emb(torch.stack([_resize(private.load(i), side) for i in range(lo, min(lo + 512, len(private)))]))
             for lo in range(0, len(private), 512)
         ])  # (m, D)  # fmt: skip
-        cos = e_rel @ e_priv.T  # (n, m)
-        best, arg = cos.max(dim=1)
+        best = torch.full((len(e_rel),), -2.0)  # (n,): each released image's closest private photo
+        arg = torch.zeros(len(e_rel), dtype=torch.long)
+        for lo in range(0, len(e_priv), 4096):  # (n, b) blocks: never the whole n × m at once
+            b_best, b_arg = (e_rel @ e_priv[lo:lo + 4096].T).max(dim=1)
+            better = b_best > best  # strictly: the first of equal maxima, as one (n, m) max
+            best, arg = torch.where(better, b_best, best), torch.where(better, b_arg + lo, arg)
         # Only far above what two *different* private photos reach under this model: a weak or
         # low-resolution model maps another person's photo as close as a copy.
         t = max(cosine_threshold(best.numpy()), distinct_photo_level(e_priv))

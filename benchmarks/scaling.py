@@ -46,6 +46,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
+from benchmarks.audit_scaling import splice
 from pfd.io import atomic_write_json, atomic_write_text
 from pfd.release.state_dir import StateDir
 
@@ -108,7 +109,7 @@ def _recipe(path: Path) -> Path:
 
 #: ``python -m pfd`` with the pipeline's stage clock (``time.perf_counter``) read as this process's CPU
 #: time: the run is single-threaded, so a stage's CPU time is its work, whatever the neighbours do.
-_CPU_CLOCK_DRIVER = (
+CPU_CLOCK_DRIVER = (
     "import runpy, sys, time; time.perf_counter = time.process_time; "
     "sys.argv = ['pfd'] + sys.argv[1:]; runpy.run_module('pfd', run_name='__main__', alter_sys=True)"
 )
@@ -117,7 +118,7 @@ _CPU_CLOCK_DRIVER = (
 def distill_point(workdir: Path, recipe: Path, *, ids: int, k: int, public: str | None, clock: str = "cpu") -> dict[str, Any]:
     """One ``pfd distill`` run; stage times (CPU or wall), whole-process wall and CPU time, peak RSS."""
     workdir.mkdir(parents=True, exist_ok=True)
-    launcher = [sys.executable, "-c", _CPU_CLOCK_DRIVER] if clock == "cpu" else [sys.executable, "-m", "pfd"]
+    launcher = [sys.executable, "-c", CPU_CLOCK_DRIVER] if clock == "cpu" else [sys.executable, "-m", "pfd"]
     cmd = [*launcher, "distill", "--recipe", str(recipe), "--private",
            f"synthetic:private,ids={ids},imgs=20", "--out", "release", "--state-dir", "state", "--threads", "1",
            "--ipc", str(k)]
@@ -363,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.results:
         out = Path(args.results)
         atomic_write_json(out / "scaling.json", doc, shared=True)
-        atomic_write_text(out / "scaling.md", text, shared=True)
+        audit = out / "audit_scaling.md"  # the audit's section (benchmarks.audit_scaling) stays in the file
+        atomic_write_text(out / "scaling.md", splice(text, audit.read_text()) if audit.is_file() else text, shared=True)
         plot(doc, out / "scaling.png")
         print(f"wrote {out / 'scaling.json'}, scaling.md, scaling.png")
     return 0

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from pfd.attacks.linkability.matching import _as_tensor, _check_sources, _unit
-from pfd.attacks.linkability.ranks import block_rows, identity_templates, rank_blocks
+from pfd.attacks.linkability.ranks import block_rows, identity_templates, injections, rank_blocks
 from pfd.errors import PfdError
 
 __all__ = ["CLASS_ATTACKS", "class_groups", "named_identities", "class_link_test"]
@@ -145,13 +145,13 @@ def class_link_test(proxy_emb: Any, proxy_source: Any, private_emb: Any, private
         raise PfdError(f"class-level linking needs at least 2 private identities, got {n_ids}")
     truth = np.searchsorted(uniq, sources)  # (G,)
     counts = (named == truth[None, :]).sum(1)  # (V,)
-    rng = np.random.default_rng([int(seed), 17])
+    all_inj = injections((int(seed), 17), n_ids, n_groups, permutations)  # (P, G) random injections
     exceed = np.zeros(len(counts) + 1, dtype=np.int64)  # per attack, then the best
     null_best = []
     done, chunk = 0, max(1, 1_000_000 // max(n_ids * len(counts), 1))
     while done < permutations:
         p_n = min(chunk, permutations - done)
-        inj = np.argsort(rng.random((p_n, n_ids)), axis=1)[:, :n_groups]  # (P, G) a random injection
+        inj = all_inj[done : done + p_n]  # (P, G)
         c = (named[None, :, :] == inj[:, None, :]).sum(2)  # (P, V)
         exceed[:-1] += (c >= counts[None, :]).sum(0)
         exceed[-1] += int((c.max(1) >= counts.max()).sum())

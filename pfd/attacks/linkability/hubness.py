@@ -71,12 +71,12 @@ def csls_top1(queries: Any, gallery: Any, *, k: int = CSLS_K, chunk: int = 2048,
     r = torch.empty(g.shape[0], dtype=dtype)  # (g,) r_Q: mean cosine to the k nearest queries
     for lo in range(0, g.shape[0], chunk):
         gb = g[lo : lo + chunk]
-        top = None  # (≤k, c) the block's largest cosines so far, over the query blocks seen
+        top = None  # (c, ≤k) the block's largest cosines so far, over the query blocks seen
         for qlo in range(0, q.shape[0], query_chunk):
-            s = q[qlo : qlo + query_chunk] @ gb.T  # (b, c)
-            s = s if top is None else torch.cat([top, s])
-            top = s.topk(min(kk, s.shape[0]), dim=0).values
-        r[lo : lo + gb.shape[0]] = top.mean(0)
+            s = gb @ q[qlo : qlo + query_chunk].T  # (c, b): each gallery item's cosines along a row (topk runs
+            s = s if top is None else torch.cat([top, s], dim=1)  # on contiguous rows, 3x faster than down columns)
+            top = s.topk(min(kk, s.shape[1]), dim=1).values
+        r[lo : lo + gb.shape[0]] = top.mean(1)
     best = torch.full((q.shape[0],), -torch.inf, dtype=dtype)
     idx = torch.zeros(q.shape[0], dtype=torch.int64)
     cos = torch.zeros(q.shape[0], dtype=dtype)

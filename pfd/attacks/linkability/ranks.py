@@ -20,6 +20,7 @@ this module checks the result on any release, by any model:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -32,7 +33,7 @@ from pfd.attacks.linkability.matching import LinkabilityResult, _as_tensor, _che
 from pfd.errors import PfdError
 
 __all__ = ["RANKINGS", "BLOCK", "block_rows", "identity_templates", "ranks_from_cos", "rank_blocks", "identity_ranks",
-           "source_ranks", "rank_last", "uniformity_test", "source_rank_test"]
+           "source_ranks", "rank_last", "injections", "uniformity_test", "source_rank_test"]
 
 
 #: How identities are ranked: by cosine to the template (0 = nearest), or by its absolute value
@@ -167,6 +168,38 @@ def _last(proxy_emb: Any, src: np.ndarray, templates: torch.Tensor, uniq: np.nda
     return _result("reid_last" if by == "cos" else "reid_orthogonal", uniq[idx], src, idx, score, uniq)
 
 
+@functools.lru_cache(maxsize=1)
+def _injections(seed: tuple[int, ...], n_ids: int, n_groups: int, permutations: int) -> np.ndarray:
+    rng = np.random.default_rng(list(seed))
+    out = np.empty((permutations, n_groups), dtype=np.int32)
+    step = max(1, 2_000_000 // max(n_ids, 1))  # rows of uniforms at a time; the stream is the same whatever the step
+    for lo in range(0, permutations, step):
+        p_n = min(step, permutations - lo)
+        out[lo : lo + p_n] = np.argsort(rng.random((p_n, n_ids)), axis=1)[:, :n_groups]
+    out.flags.writeable = False  # shared by every test of one audit
+    return out
+
+
+def injections(seed: tuple[int, ...], n_ids: int, n_groups: int, permutations: int) -> np.ndarray:
+    """The permutation null's draws: ``(P, G)`` int32, each row ``G`` distinct identities of ``N``
+    (the first ``G`` of a uniformly random permutation), from ``default_rng(seed)``.
+
+    The six source-rank tests of an audit (three attackers, by cos and by |cos|) draw the same
+    injections, as do its three class-level tests: the last draw is kept (one), so an audit at
+    10^4 identities sorts 20,000 random permutations once per test family, not once per test.
+
+    Args:
+        seed: The generator's seed sequence.
+        n_ids: Identities N.
+        n_groups: Groups G ≤ N (source identities).
+        permutations: Draws P.
+
+    Returns:
+        The read-only ``(P, G)`` array.
+    """
+    return _injections(tuple(int(v) for v in seed), int(n_ids), int(n_groups), int(permutations))
+
+
 def _chi2(hist: np.ndarray, expected: np.ndarray) -> np.ndarray:
     """``(P, b)`` counts -> ``(P,)`` chi-square distances from ``expected``."""
     return ((hist - expected) ** 2 / expected).sum(1)
@@ -228,12 +261,7 @@ def uniformity_test(ranks: np.ndarray | None, source: np.ndarray, n_ids: int, *,
     else:
         # Each source's K proxies go, together, to a random identity (all distinct): exact under
         # exchangeability. The draws are made first, then the rank matrix is read block by block.
-        picks = []
-        while done < permutations:
-            p_n = min(chunk, permutations - done)
-            picks.append(np.argsort(rng.random((p_n, n_ids)), axis=1)[:, : len(groups)].astype(np.int32))  # (P, groups)
-            done += p_n
-        pick = np.concatenate(picks)  # (P, groups)
+        pick = injections((int(seed), 11), n_ids, len(groups), permutations)  # (P, groups)
         hist = np.zeros((len(pick), b), dtype=np.int64)
         blocks = [(0, rank_matrix)] if isinstance(rank_matrix, np.ndarray) else rank_matrix
         col = np.searchsorted(np.asarray(identities), source) if identities is not None else source

@@ -55,7 +55,7 @@ from pfd.nn.inversion import batch_generator
 from pfd.progress import progress_bar, stage_line
 from pfd.release.format import to_uint8
 from pfd.release.private_set import check_private_set, private_set_record, record_private_set
-from pfd.release.state_dir import StateDir
+from pfd.release.state_dir import StateDir, check_digest, record_digest
 from pfd.release.writer import clear_interrupted_release, write_proxy_map, write_release
 from pfd.runtime import make_accelerator, set_threads
 
@@ -256,6 +256,7 @@ class Distillation:
                 atomic_write_bytes(dst, src.read_bytes())
             except PfdError:
                 save_checkpoint(dst, backbone=model, config={"source": str(src)})
+            record_digest(self.state.root, dst.name)  # the audit's public model or judge must be this one
         self.acc.wait_for_everyone()
 
     # -- stage 1: fine-tuning (OGP for pfd) ----------------------------------------------------
@@ -272,6 +273,7 @@ class Distillation:
         trainer = None
         skip = cfg.resume and st.adapted.is_file()
         if skip:
+            check_digest(st.root, st.adapted.name)  # a replaced adapted model would steer RTA and play the insider
             trainer = self._ogp_trainer()
             trainer.resume()
             done = int(load_checkpoint(st.adapted).get("step") or 0)
@@ -287,6 +289,8 @@ class Distillation:
                 if cfg.resume:
                     trainer.resume()
             trainer.fit()
+            if self.acc.is_main_process:
+                record_digest(st.root, st.adapted.name)  # the insider every audit plays must be this model
         if self.acc.is_main_process and not (skip and st.rotation.is_file()):
             self._write_rotation()
         self.acc.wait_for_everyone()

@@ -40,7 +40,7 @@ from pfd.release.format import (
     RELEASE_DIR_MODE,
     RELEASE_FILE_MODE,
 )
-from pfd.release.state_dir import PROXY_MAP, check_same_run, check_separate, release_sources
+from pfd.release.state_dir import PROXY_MAP, check_same_run, check_separate, read_proxy_map, release_sources
 from pfd.data.shape import pil_size
 from pfd.errors import PfdError
 from pfd.io import sha256_file
@@ -509,10 +509,10 @@ def _check_label_order(state_dir: Path, private: FaceSet | None, findings: list[
     p = state_dir / PROXY_MAP
     if not p.is_file():
         return
+    doc = read_proxy_map(state_dir)  # the map the run recorded (its digest checked)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
         pairs = {(str(r["label"]), int(r["source"])) for r in doc["proxies"]}
-    except (ValueError, KeyError, TypeError) as e:
+    except (KeyError, TypeError, ValueError) as e:
         raise PfdError(f"{p}: unreadable proxy map ({e}); the state dir is damaged") from None
     by_label: dict[str, int] = {}
     for lab, src in sorted(pairs):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,12 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
     gone, added = [i for i in was if i not in set(now)], [i for i in now if i not in set(was)]
     if gone or added:
         parts = []
-        if gone and added and len(gone) == len(added):
+        if gone and added and len(gone) == len(added) and (
+                unicodedata.normalize("NFC", gone[0]) == unicodedata.normalize("NFC", added[0])):
+            parts.append(f"identity {gone[0]!r} is spelt in another Unicode form ({ascii(gone[0])} recorded, "
+                         f"{ascii(added[0])} now; a folder copied through macOS is decomposed, NFD): rename the "
+                         "folder back to the recorded form")
+        elif gone and added and len(gone) == len(added):
             parts.append(f"identity {gone[0]!r} renamed or replaced by {added[0]!r}")
         else:
             if gone:

@@ -24,7 +24,9 @@ The rules, each in one place here:
 * **The marker** (:data:`MARKER`, :func:`write_marker`, :func:`read_marker`): the first file a run
   writes into its state dir, ``{"format": "pfd-state", "format_version": 1, "run_id": <uuid hex>}``.
   A folder without it is not pfd's and is never chmodded or written to. The release's manifest
-  names the same run id: :func:`check_same_run` pairs a release with its state dir.
+  names the same run id: :func:`check_same_run` pairs a release with its state dir. Once the run
+  has written ``proxy_map.json`` and ``adapted.pt`` the marker records their SHA-256 too
+  (:func:`record_digest`), and every reader compares them (:func:`check_digest`).
 * **Modes** (:func:`prepare_state_dir`, :func:`secure_state_dir`): every folder 0700, every file
   0600, whatever the umask.
 * **Separation** (:func:`check_separate`, :func:`check_outside_release`): the release and the
@@ -54,13 +56,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pfd.errors import PfdError
-from pfd.io import PidLock, atomic_write_json, check_writable, path_within
+from pfd.io import PidLock, atomic_write_json, check_writable, path_within, sha256_bytes, sha256_file
 from pfd.release.format import MANIFEST, read_manifest
 
 __all__ = [
     "MARKER", "MARKER_FORMAT", "MARKER_VERSION", "LOCK", "PROXY_MAP", "STATE_FILE_MODE", "STATE_DIR_MODE",
     "StateDir", "read_marker", "write_marker", "new_run_id", "check_same_run", "release_sources", "recorded_private_spec", "check_outside_release",
-    "check_separate", "check_apart_from_private", "prepare_state_dir", "secure_state_dir", "read_proxy_map", "StateLock", "check_outputs",
+    "check_separate", "check_apart_from_private", "prepare_state_dir", "secure_state_dir", "read_proxy_map", "DIGESTS", "record_digest", "check_digest", "StateLock", "check_outputs",
     "RunClaim", "claim_state_dir",
 ]
 
@@ -193,6 +195,62 @@ def write_marker(state_root: str | os.PathLike, run_id: str) -> Path:
     os.chmod(p, STATE_FILE_MODE)
     return p
 
+
+
+#: Marker key of the digests of the state files a run wrote (:func:`record_digest`).
+DIGESTS = "digests"
+
+
+def record_digest(state_dir: str | os.PathLike, name: str) -> None:
+    """Record a state file's SHA-256 in the marker, right after the run wrote it.
+
+    The proxy map (:func:`pfd.release.writer.write_proxy_map`) and the adapted model (after OGP)
+    are recorded; every reader compares (:func:`check_digest`): a map edited after the run (a
+    source renumbered, rows swapped or copied from another run) scores the release against sources
+    that are not its own, and an adapted model replaced by another checkpoint plays an insider who
+    never saw the private set; an audit at chance against either reads "publishable" (issue 54).
+    The digests stay in the private state dir: in the public manifest the map's would let anyone
+    test guessed maps of a small release.
+
+    Args:
+        state_dir: The run's state dir (a folder without a marker is not pfd's: nothing recorded).
+        name: The file's name in it.
+    """
+    marker = read_marker(state_dir)
+    if marker is None:
+        return
+    digests = dict(marker.get(DIGESTS) or {})
+    digests[name] = sha256_file(Path(state_dir) / name)
+    p = Path(state_dir) / MARKER
+    atomic_write_json(p, {**marker, DIGESTS: digests})
+    os.chmod(p, STATE_FILE_MODE)
+
+
+def check_digest(state_dir: str | os.PathLike, name: str, *, data: bytes | None = None) -> None:
+    """Refuse a state file that differs from the one the run recorded (:func:`record_digest`).
+
+    Args:
+        state_dir: The state dir.
+        name: The file's name in it.
+        data: Its bytes, if already read (else the file is hashed).
+
+    Raises:
+        PfdError: Naming the file, when the marker records a digest the file no longer has.
+    """
+    marker = read_marker(state_dir) or {}
+    digests = marker.get(DIGESTS, {})
+    if not isinstance(digests, dict):
+        raise PfdError(f"{Path(state_dir) / MARKER}: its {DIGESTS!r} is not a table of file digests; the state dir "
+                       "is damaged: publish again with pfd distill")
+    want = digests.get(name)
+    if not want:
+        return  # recorded by no run (a state dir from before digests, or written by hand): nothing to compare
+    path = Path(state_dir) / name
+    got = sha256_bytes(data) if data is not None else (sha256_file(path) if path.is_file() else None)
+    if got != want:
+        raise PfdError(f"{path}: {'missing' if got is None else 'edited or replaced'} after the run wrote it (its "
+                       f"SHA-256 differs from the one {MARKER} recorded); restore the file pfd distill wrote, or "
+                       "publish again with pfd distill")
 
 
 def check_same_run(release: str | os.PathLike, state_dir: str | os.PathLike, *, manifest: dict[str, Any] | None = None) -> None:
@@ -368,15 +426,19 @@ def read_proxy_map(state_dir: str | os.PathLike) -> dict[str, Any]:
     """Read ``state_dir/proxy_map.json``.
 
     Raises:
-        PfdError: If it is missing or unreadable.
+        PfdError: If it is missing, unreadable, or not the map the run recorded in its marker
+            (:func:`record_digest`).
     """
     path = Path(state_dir) / PROXY_MAP
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
+        doc = json.loads(data.decode("utf-8"))
     except OSError:
         raise PfdError(f"{path}: no proxy map; pass the --state-dir that pfd distill wrote") from None
     except ValueError as e:
         raise PfdError(f"{path}: not valid JSON ({e}); the state dir is damaged") from None
+    check_digest(state_dir, PROXY_MAP, data=data)
+    return doc
 
 
 

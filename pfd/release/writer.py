@@ -37,7 +37,7 @@ from pfd.release.format import (
     read_manifest,
     to_uint8,
 )
-from pfd.release.state_dir import PROXY_MAP, check_separate
+from pfd.release.state_dir import PROXY_MAP, check_separate, record_digest
 
 __all__ = ["WrittenRelease", "write_release", "release_layout", "clear_interrupted_release", "write_proxy_map"]
 
@@ -350,5 +350,6 @@ def write_proxy_map(
         doc["extra"] = dict(extra)
     path = Path(state_dir) / PROXY_MAP
     atomic_write_json(path, doc)
+    record_digest(state_dir, PROXY_MAP)  # readers refuse a map edited after this point
     return path
 

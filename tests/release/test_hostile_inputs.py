@@ -18,7 +18,8 @@ from pfd.io import sha256_file
 from pfd.release.format import MANIFEST
 from pfd.release.lint import lint_release
 from pfd.release.reader import read_release
-from pfd.release.state_dir import MARKER, PROXY_MAP, prepare_state_dir, write_marker
+from pfd.release.state_dir import (MARKER, PROXY_MAP, check_digest, prepare_state_dir, read_proxy_map, record_digest,
+                                    write_marker)
 from pfd.release.writer import write_proxy_map, write_release
 
 RUN_ID = "beef" * 8
@@ -66,8 +67,38 @@ def test_a_proxy_map_listing_one_file_twice_is_damaged(pair):
     doc = json.loads((sd / PROXY_MAP).read_text())
     doc["proxies"].append(dict(doc["proxies"][0], source=5))
     (sd / PROXY_MAP).write_text(json.dumps(doc))
+    record_digest(sd, PROXY_MAP)  # as a tool that rewrote the map and its digest would: the rows themselves are refused
     with pytest.raises(PfdError, match="has two rows; the state dir is damaged"):
         open_release_state(rel, sd)
+
+
+def test_a_proxy_map_edited_after_the_run_is_refused_by_every_reader(pair):
+    rel, sd, _ = pair
+    doc = json.loads((sd / PROXY_MAP).read_text())
+    a, b = doc["proxies"][0], doc["proxies"][2]
+    a["source"], b["source"] = b["source"], a["source"]  # two proxies' sources swapped: still a valid map
+    (sd / PROXY_MAP).write_text(json.dumps(doc))
+    with pytest.raises(PfdError, match="edited or replaced after the run wrote it") as e:
+        open_release_state(rel, sd)
+    assert "proxy_map.json" in _one_line(e)
+    assert "proxy-map" in {f.kind for f in lint_release(rel, state_dir=sd)}
+    with pytest.raises(PfdError, match="edited or replaced after the run wrote it"):
+        read_proxy_map(sd)
+
+
+@pytest.mark.parametrize("model", ["adapted.pt", "judge_model.pt", "public_model.pt"])
+def test_a_model_replaced_in_the_state_dir_after_the_run_is_refused(pair, model):
+    rel, sd, _ = pair
+    (sd / model).write_bytes(b"the checkpoint the run wrote")
+    record_digest(sd, model)
+    open_release_state(rel, sd)  # as recorded: opens
+    (sd / model).write_bytes(b"another run's checkpoint")  # e.g. the public model copied over the adapted one
+    with pytest.raises(PfdError, match="edited or replaced after the run wrote it") as e:
+        open_release_state(rel, sd)
+    assert model in _one_line(e)
+    (sd / model).unlink()  # a recorded model that is gone is refused as well (not silently skipped)
+    with pytest.raises(PfdError, match="missing after the run wrote it"):
+        check_digest(sd, model)
 
 
 @pytest.mark.parametrize("marker", ['{"format": "pfd-state", "run_id": 7}', "not json", ""])
@@ -188,3 +219,71 @@ def test_very_many_small_identities_are_checked_file_by_file(tmp_path):
     (rel / w.files[-1]).unlink()
     with pytest.raises(PfdError, match=r"in .*proxy_map.json but not in the release \(1 such\)"):
         open_release_state(rel, sd)
+
+
+def test_a_private_set_copied_through_macos_is_refused_with_the_unicode_form_named(tmp_path):
+    """The state dir recorded 'José' composed (NFC); the same folder copied back from macOS is decomposed (NFD)."""
+    from pfd.data.faces import FaceFolder
+    from pfd.release.private_set import check_audited_private_set, private_set_record, record_private_set
+
+    root = tmp_path / "private"
+    for name in ("Jos\u00e9", "bob"):
+        (root / name).mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(np.full((8, 8, 3), 40 * i + len(name), np.uint8)).save(root / name / f"{i}.png")
+    record = tmp_path / "private_set.json"
+    record_private_set(record, private_set_record(FaceFolder(root, size=8)))
+    os.rename(root / "Jos\u00e9", root / "Jose\u0301")
+    with pytest.raises(PfdError, match=r"spelt in another Unicode form .*rename the folder back") as e:
+        check_audited_private_set(record, FaceFolder(root, size=8), spec=str(root))
+    _one_line(e)
+
+
+def test_a_jpeg_saved_under_a_png_name_is_a_finding(pair):
+    """A publishing script that re-encodes the release as JPEG but keeps the names: lossy pixels under a lossless
+    name (and JPEG metadata lint does not read) are not the release pfd wrote."""
+    rel, sd, w = pair
+    p = rel / w.files[1]
+    Image.open(p).convert("RGB").save(p, format="JPEG", quality=95)
+    m = json.loads((rel / MANIFEST).read_text())
+    m["files"][w.files[1]] = sha256_file(p)  # the manifest rewritten to match
+    (rel / MANIFEST).write_text(json.dumps(m))
+    found = [f for f in lint_release(rel, state_dir=sd) if f.kind == "png-corrupt"]
+    assert [f.path for f in found] == [w.files[1]], found
+
+
+def test_a_damaged_digest_table_in_the_marker_is_a_refusal_not_a_pass(pair):
+    rel, sd, _ = pair
+    marker = json.loads((sd / MARKER).read_text())
+    (sd / MARKER).write_text(json.dumps({**marker, "digests": ["proxy_map.json"]}))
+    with pytest.raises(PfdError, match="is not a table of file digests") as e:
+        open_release_state(rel, sd)
+    _one_line(e)
+
+
+def test_a_truncated_private_set_record_is_one_line_naming_it(pair, tmp_path):
+    from pfd.release.private_set import check_audited_private_set
+
+    (sd_record := tmp_path / "private_set.json").write_text('{"format": "pfd-private-set", "identi')
+    faces = open_faces("synthetic:private,ids=3,imgs=2", size=16)
+    with pytest.raises(PfdError, match=r"private_set.json: unreadable private-set record .*the state dir is damaged") as e:
+        check_audited_private_set(sd_record, faces, spec="synthetic:private")
+    _one_line(e)
+
+
+def test_a_state_dir_reached_through_a_symlink_is_the_same_state_dir(pair, tmp_path):
+    """Told apart by content, not by how a path is spelt: a link or a trailing slash changes nothing."""
+    rel, sd, w = pair
+    (tmp_path / "link").symlink_to(sd, target_is_directory=True)
+    a = open_release_state(rel, tmp_path / "link")
+    b = open_release_state(str(rel) + "/", str(sd) + "/")
+    assert a.sources == b.sources == open_release_state(rel, sd).sources
+    assert not [f for f in lint_release(rel, state_dir=tmp_path / "link") if f.kind in ("other-run", "proxy-map")]
+
+
+def test_release_and_state_dir_given_the_wrong_way_round_is_one_line(pair):
+    rel, sd, _ = pair
+    with pytest.raises(PfdError) as e:
+        open_release_state(sd, rel)
+    msg = _one_line(e)
+    assert str(sd) in msg and ("manifest" in msg or "release" in msg), msg

@@ -28,7 +28,7 @@ else:  # pragma: no cover - Python 3.10 only
 
 from pfd.data.faceset import FaceSet
 from pfd.release.format import MANIFEST, read_manifest
-from pfd.release.state_dir import StateDir, release_sources
+from pfd.release.state_dir import StateDir, check_digest, release_sources
 from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
 
@@ -129,7 +129,8 @@ def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike)
     Raises:
         PfdError: Missing folder or manifest, a state dir of another run (its run id differs from
             the manifest's), missing/damaged proxy map, a released file that the map does not know, or
-            a mapped file missing from the release.
+            a mapped file missing from the release, or a proxy map or model of the state dir
+            edited or replaced after the run recorded it.
     """
     r, st = Path(release), StateDir.at(state_dir)
     s = st.root
@@ -141,6 +142,9 @@ def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike)
     if not s.is_dir():
         raise PfdError(f"{s}: no such state dir; pass the --state-dir that pfd distill wrote")
     sources = release_sources(r, s, manifest=manifest)  # the one check: same run, same files (lint's too)
+    for model in (st.public_model, st.adapted, st.judge_model):  # the attackers the run recorded, none replaced
+        if model.is_file():
+            check_digest(s, model.name)
     config: dict[str, Any] = {}
     if st.config.is_file():
         try:

@@ -41,9 +41,6 @@ def near_duplicate_bits(grid: int) -> int:
     """The near-duplicate threshold in bits for a ``grid × grid`` hash."""
     return int(NEAR_DUPLICATE_FRACTION * grid * grid)
 
-_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
-
-
 def _grey(img: np.ndarray) -> Image.Image:
     arr = np.asarray(img)
     if arr.ndim == 3 and arr.shape[0] == 3 and arr.shape[-1] != 3:  # (3, H, W) -> (H, W, 3)
@@ -99,23 +96,52 @@ def copy_variants(img: np.ndarray) -> list[np.ndarray]:
     return [np.ascontiguousarray(v) for v in out + [v[:, ::-1] for v in out]]
 
 
+def _words(h: np.ndarray) -> np.ndarray:
+    """``(n, B)`` packed hash bytes -> ``(⌈B/8⌉, n)`` uint64 words, word-major (zero-padded: a zero
+    byte adds no distance)."""
+    h = np.ascontiguousarray(np.atleast_2d(h), dtype=np.uint8)
+    pad = (-h.shape[1]) % 8
+    return np.ascontiguousarray((np.pad(h, ((0, 0), (0, pad))) if pad else h).view(np.uint64).T)
+
+
+def _distances(wa: np.ndarray, wb: np.ndarray) -> np.ndarray:
+    """``(W, n)`` and ``(W, m)`` words -> ``(n, m)`` uint16 bit distances: per word an XOR and a hardware
+    popcount (numpy's ``bitwise_count``) into reused buffers, four times a byte-table lookup."""
+    n, m = wa.shape[1], wb.shape[1]
+    d = np.zeros((n, m), dtype=np.uint16)
+    x, c = np.empty((n, m), dtype=np.uint64), np.empty((n, m), dtype=np.uint8)
+    for w in range(wa.shape[0]):
+        np.bitwise_xor(wa[w][:, None], wb[w][None, :], out=x)
+        d += np.bitwise_count(x, out=c)
+    return d
+
+
 def hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Bit distances between every row of ``a (n, B)`` and of ``b (m, B)`` packed hashes: ``(n, m)``."""
-    a = np.atleast_2d(a)
-    b = np.atleast_2d(b)
-    return _POPCOUNT[a[:, None, :] ^ b[None, :, :]].sum(axis=2, dtype=np.int32)
+    """Bit distances between every row of ``a (n, B)`` and of ``b (m, B)`` packed hashes: ``(n, m)`` int32."""
+    return _distances(_words(a), _words(b)).astype(np.int32)
 
 
-def nearest(a: np.ndarray, b: np.ndarray, *, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
+def nearest(a: np.ndarray, b: np.ndarray, *, chunk: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """For every hash in ``a (n, B)``, the index of and distance to the closest hash in ``b (m, B)``.
 
+    The search is exhaustive (``n · m`` distances: 10^4 released images against the copy variants
+    of 2 × 10^4 photos is over 10^10), on 64-bit words.
+
+    Args:
+        a: ``(n, B)`` packed hashes.
+        b: ``(m, B)`` packed hashes.
+        chunk: Rows of ``b`` per block (default: about 2^22 distances at a time).
+
     Returns:
-        ``(index (n,), distance (n,))``.
+        ``(index (n,), distance (n,))``; ties go to the lowest index in ``b``.
     """
-    idx = np.zeros(len(a), dtype=np.int64)
-    dist = np.full(len(a), np.iinfo(np.int32).max, dtype=np.int32)
-    for lo in range(0, len(b), chunk):
-        d = hamming(a, b[lo : lo + chunk])  # (n, c)
+    wa, wb = _words(a), _words(b)
+    n = wa.shape[1]
+    chunk = chunk or max(1, (1 << 22) // max(n, 1))
+    idx = np.zeros(n, dtype=np.int64)
+    dist = np.full(n, np.iinfo(np.int32).max, dtype=np.int32)
+    for lo in range(0, wb.shape[1], chunk):
+        d = _distances(wa, wb[:, lo : lo + chunk])  # (n, c)
         j = d.argmin(axis=1)
         best = d[np.arange(len(a)), j]
         better = best < dist

@@ -24,9 +24,10 @@ The rules, each in one place here:
 * **The marker** (:data:`MARKER`, :func:`write_marker`, :func:`read_marker`): the first file a run
   writes into its state dir, ``{"format": "pfd-state", "format_version": 1, "run_id": <uuid hex>}``.
   A folder without it is not pfd's and is never chmodded or written to. The release's manifest
-  names the same run id: :func:`check_same_run` pairs a release with its state dir. Once the run
-  has written ``proxy_map.json`` and ``adapted.pt`` the marker records their SHA-256 too
-  (:func:`record_digest`), and every reader compares them (:func:`check_digest`).
+  names the same run id: :func:`check_same_run` pairs a release with its state dir. As the run
+  writes its models (``public_model.pt``, ``judge_model.pt``, ``adapted.pt``) and ``proxy_map.json``
+  the marker records their SHA-256 too (:func:`record_digest`), and every reader compares them
+  (:func:`check_digest`).
 * **Modes** (:func:`prepare_state_dir`, :func:`secure_state_dir`): every folder 0700, every file
   0600, whatever the umask.
 * **Separation** (:func:`check_separate`, :func:`check_outside_release`): the release and the
@@ -204,8 +205,9 @@ DIGESTS = "digests"
 def record_digest(state_dir: str | os.PathLike, name: str) -> None:
     """Record a state file's SHA-256 in the marker, right after the run wrote it.
 
-    The proxy map (:func:`pfd.release.writer.write_proxy_map`) and the adapted model (after OGP)
-    are recorded; every reader compares (:func:`check_digest`): a map edited after the run (a
+    The proxy map (:func:`pfd.release.writer.write_proxy_map`), the public model and judge (as
+    they are stored) and the adapted model (after OGP) are recorded; every reader compares
+    (:func:`check_digest`): a map edited after the run (a
     source renumbered, rows swapped or copied from another run) scores the release against sources
     that are not its own, and an adapted model replaced by another checkpoint plays an insider who
     never saw the private set; an audit at chance against either reads "publishable" (issue 54).

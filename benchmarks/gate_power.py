@@ -19,7 +19,7 @@ Usage:
     python -m benchmarks.gate_power [--draws 2000] [--multiples 4 5 6]
     python -m benchmarks.gate_power --whole-gate [--ids 24] [--ipc 10] [--draws 1000] [--out FILE]
 
-``--whole-gate`` runs :func:`pfd.audit.null.simulate` instead: the one verdict (every registered
+``--whole-gate`` runs :func:`pfd.attacks.null.simulate` instead: the one verdict (every registered
 embedding attack of insider, public model and judge on simulated embeddings with clustered
 proxies, decided at the audit's family-wise level) on releases at chance and with planted leaks,
 and prints how often it refuses: the null's false-refusal rate and the power table of
@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 
-from pfd.attacks.metrics import clustered_interval
+from pfd.audit.intervals import clustered_interval
 
 
 def pass_rates(n_ids: int, k: int, ratio: float, multiples: list[float], *, draws: int, seed: int) -> dict[str, float]:
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 def whole_gate(args: argparse.Namespace) -> int:
     """Print the one verdict's refusal rate for each (N, K) and planted leak (0: at chance).
 
-    Each row is :func:`pfd.audit.null.simulate`: the registered linkability, hubness, source-rank
+    Each row is :func:`pfd.attacks.null.simulate`: the registered linkability, hubness, source-rank
     and class-level attacks of three models (insider, public, judge) on simulated embeddings, decided by
     :func:`pfd.audit.verdict.decide` at its family-wise level. ``Re-ID / chance`` is what the
     planted pull amounts to (mean over audits and models), so rows near 2x and 3x read as power.
@@ -96,8 +96,8 @@ def whole_gate(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from pfd.attacks.metrics import clopper_pearson
-    from pfd.audit.null import simulate
+    from pfd.audit.intervals import clopper_pearson
+    from pfd.attacks.null import simulate
     from pfd.audit.verdict import LEVEL, VERSION
 
     out = Path(args.out) if args.out else None

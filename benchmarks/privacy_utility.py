@@ -30,7 +30,7 @@ fine-tuned on public data + the release). Every row but ``base`` runs for ``seed
 * **Utility**: 10-fold verification accuracy and TAR@FAR=1e-2 on the test identities' pairs
   (:func:`pfd.card.pairs.adaptive_pairs`; Yale B also on its subsets 1-3), each as a difference against
   ``public-ft`` with a 95 % identity-bootstrap interval (:func:`pfd.card.stats.paired_difference`).
-* **Privacy**: the one audit of each written release (:func:`pfd.attacks.scorecard.run.run_scorecard`,
+* **Privacy**: the one audit of each written release (:func:`pfd.audit.engine.run_scorecard`,
   what ``pfd attack`` and ``pfd card`` run, with the benchmark's in-memory private set passed in):
   integrity and private-copy checks, VisMatch and Rank-1 Re-ID of the proxies and their
   hubness-corrected forms, rank-last and orthogonal Re-ID, the source-rank tests by cos and |cos|,

@@ -1,6 +1,6 @@
 """Is the one verdict calibrated at every size and class tightness? Simulated audits through the registered checks.
 
-Each cell of the grid is a number of simulated audits (:func:`pfd.audit.null.simulate`: every
+Each cell of the grid is a number of simulated audits (:func:`pfd.attacks.null.simulate`: every
 registered embedding attack of the insider, the public model and the judge on simulated
 embeddings, decided by :func:`pfd.audit.verdict.decide`) of a release of ``n_ids`` people × ``k``
 proxies whose classes have spread ``sigma`` (0.02: the K proxies of a source nearly one point, as
@@ -36,8 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pfd.attacks.metrics import clopper_pearson
-from pfd.audit.null import simulate
+from pfd.audit.intervals import clopper_pearson
+from pfd.attacks.null import simulate
 from pfd.audit.verdict import BOUND, LEVEL, RULE_OUT, VERSION, design_share
 from pfd.io import atomic_write_json, atomic_write_text
 
@@ -144,7 +144,7 @@ def markdown(cells: list[dict[str, Any]]) -> str:
     rows = sorted({(c["n_ids"], c["k"], c["sigma"]) for c in cells})
     by = {_key(c): c for c in cells}
     lines = [f"# Verdict calibration (verdict version {VERSION})", "",
-             f"Simulated audits (`pfd.audit.null.simulate`, three attackers, D 64, 20 private images a person) decided "
+             f"Simulated audits (`pfd.attacks.null.simulate`, three attackers, D 64, 20 private images a person) decided "
              f"by `pfd.audit.verdict.decide` at family-wise {100 * LEVEL:g} %; a design is resolved when it rules out "
              f"{100 * BOUND:g} % of the people or {RULE_OUT:g}x chance. Each entry: audits refused / audits (rate, exact "
              "95 % interval). null: at chance; linked-5/10: 5 %/10 % of the people linked; times-2/3: r - 1 people "

@@ -31,7 +31,7 @@ def test_former_module_paths_are_plain_import_errors(old):
 
 
 def test_family_packages_hold_no_re_exports():
-    for pkg in ("pfd.attacks.linkability", "pfd.attacks.membership", "pfd.attacks.attributes", "pfd.attacks.models",
+    for pkg in ("pfd.attacks.linkability", "pfd.attacks.membership", "pfd.attacks.attributes", "pfd.attackers",
                 "pfd.attacks.scorecard", "pfd.data"):
         names = {n for n in vars(importlib.import_module(pkg)) if not n.startswith("_")}
         assert names <= set(pfd_submodules(pkg)), (pkg, sorted(names))

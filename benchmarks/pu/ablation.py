@@ -251,7 +251,7 @@ def _store(doc: dict[str, Any], name: str, key: str, summary: dict[str, Any], re
 def release_geometry(release: Path, model: Path) -> dict[str, float]:
     """How "solved" a release is for ``model``: mean cosine within and between labels, and the share
     of released images whose nearest other released image has the same label (``nn_same``)."""
-    from pfd.attacks.models.loading import load_attacker
+    from pfd.attackers.loading import load_attacker
     from pfd.release.reader import read_release
 
     a = load_attacker(model, role="model", progress=False)

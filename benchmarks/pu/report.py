@@ -112,7 +112,7 @@ def rescore_membership(mem: Mapping[str, Any], alpha: float = 0.05) -> dict[str,
 
 def rescore_link(r: Mapping[str, Any], k: int) -> dict[str, Any]:
     """Conservative clustered interval (design effect K) of a stored linkability figure."""
-    from pfd.attacks.metrics import clopper_pearson
+    from pfd.audit.intervals import clopper_pearson
 
     if "n_eff" in r:
         lo, hi = r["ci95"]

@@ -19,7 +19,7 @@ import torch
 from pfd.attacks.membership.audit import resolve_head
 from pfd.attacks.membership.reference import group_separation
 from pfd.attacks.membership.statistics import membership_report
-from pfd.attacks.models.loading import load_attacker
+from pfd.attackers.loading import load_attacker
 from pfd.audit.verdict import REFUSING
 from pfd.config import DistillConfig, build_config, config_to_dict, load_recipe
 from pfd.data.faceset import ConcatFaces, to_memory
@@ -242,7 +242,7 @@ class Bench:
         own settings (reconstructions included), and kept every figure in the state dir
         (``state/audit.json``): that audit is read, not run again (about 2-4 minutes a unit). A
         state dir without it (made before) is audited here with
-        :func:`pfd.attacks.scorecard.run.run_scorecard` at the benchmark's reconstruction budget.
+        :func:`pfd.audit.engine.run_scorecard` at the benchmark's reconstruction budget.
 
         Returns:
             ``{"audit": {"verdict", "summary", "skipped", "source"}, "linkability": ...}``: the verdict
@@ -259,7 +259,7 @@ class Bench:
                 out["linkability"]["reconstruction"] = {k: v for k, v in data["reconstruction"].items()
                                                         if isinstance(v, (int, float, str))}
             return out
-        from pfd.attacks.scorecard.run import run_scorecard
+        from pfd.audit.engine import run_scorecard
         from pfd.config import AttackConfig, build_config
 
         r = self.s["recon"]

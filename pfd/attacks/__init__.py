@@ -10,7 +10,7 @@
   their fusion; Öztürk & Marcel 2026), its permutation verdict and reference check, dataset-level
   MIA (Borsukiewicz et al. 2026), and the audits that run them on a model or a release;
 * :mod:`pfd.attacks.attributes`: attribute recovery from proxies (PFD paper, Tab. 4);
-* :mod:`pfd.attacks.models`: the attacker's models (pfd / insightface / AdaFace checkpoints,
+* :mod:`pfd.attackers`: the attacker's models (pfd / insightface / AdaFace checkpoints,
   TorchScript, ONNX, TOML specs, Python entry points) with their input conventions;
 * :mod:`pfd.attacks.scorecard`: the layer above: run every registered attack on a release, write
   the report;

@@ -63,6 +63,7 @@ class IntegrityCheck(Check):
     """The release on disk is exactly what pfd writes (module docstring)."""
 
     name, title, config = "integrity", "Release integrity", _NoConfig
+    stage, when_skipped = 0, "optional"  # only a written release has files to check
 
     def applicable(self, inputs: AuditInputs) -> str | None:
         if inputs.state.release is None:
@@ -85,6 +86,7 @@ class PrivateCopiesCheck(Check):
     """No released image is a copy of any private photo (module docstring)."""
 
     name, title, config = "private_copies", "No private photo in the release", _NoConfig
+    stage = 0
     cost = "minutes"
 
     def applicable(self, inputs: AuditInputs) -> str | None:
@@ -93,7 +95,6 @@ class PrivateCopiesCheck(Check):
     def run(self, inputs: AuditInputs) -> ChecksResult:
         from pfd.release.private_copies import find_private_copies
 
-        size = inputs.state.image_size
         released = inputs.sets.released_pixels()  # [(name, (H, W, 3) uint8)]
         # Each photo as the set opens it by default (its own size where the spec has one), not already shrunk
         # to the release's: a copy resized by another library is then found exactly (issue 54).
@@ -111,6 +112,7 @@ class OgpMarginCheck(Check):
     """OGP's eq. 3 margin was reached (pfd's hinge repulsion only)."""
 
     name, title, config = "ogp_margin", "OGP margin (eq. 3)", _NoConfig
+    stage, when_skipped = 0, "optional"  # only pfd's own method has an OGP stage
 
     def applicable(self, inputs: AuditInputs) -> str | None:
         if _ogp(inputs) is None:
@@ -171,7 +173,7 @@ def competence(private_emb: Any, private_labels: np.ndarray, *, multiple: float 
         ``rate``, ``count``, ``n`` (probes), ``chance`` (of naming the right identity by a random other
         image), ``ci95``, ``multiple`` and ``passed``.
     """
-    from pfd.attacks.metrics import wilson_interval
+    from pfd.audit.intervals import wilson_interval
 
     e = private_emb.double()  # (m, D)
     labels = np.asarray(private_labels)
@@ -198,6 +200,7 @@ class JudgeCompetenceCheck(Check):
     """The judge, a model no loss saw, recognises the private people."""
 
     name, title, config = "judge_competence", "Judge recognises the private people", _NoConfig
+    stage, when_skipped = 0, "optional"  # only a run with a judge
 
     def applicable(self, inputs: AuditInputs) -> str | None:
         if not any(a.role == "judge" for a in inputs.attackers):

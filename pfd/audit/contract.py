@@ -1,7 +1,7 @@
 """The audit's contract: what every check is, and the one registry that every audit iterates.
 
 ``pfd distill``'s gate, ``pfd attack``, ``pfd card`` and the benchmark run the same registered
-checks (:func:`pfd.attacks.scorecard.run.run_audit`) and take the one verdict of
+checks (:func:`pfd.audit.engine.run_audit`) and take the one verdict of
 :func:`pfd.audit.verdict.decide`. A check is the release's integrity, its private copies, OGP's
 margin, the judge's competence, or an attack (linkability, hubness, the source's rank,
 reconstruction, attributes, membership); each is a class with its own config dataclass, a test of
@@ -16,10 +16,11 @@ its own report parts::
         def applicable(self, inputs): ...      # None, or why it cannot run (the report lists it)
         def run(self, inputs): ...             # -> an CheckResult
 
-:func:`pfd.attacks.scorecard.run.run_audit` runs every registered check in registration order
-on one :class:`AuditInputs` (the release on disk or in memory, its state, the private set, the
+:func:`pfd.audit.engine.run_audit` runs every registered check (:func:`ordered_checks`: the
+pass/fail checks, then the attacks, each in registration order) on one :class:`AuditInputs`
+(the release on disk or in memory, its state, the private set, the
 attackers and their embeddings, and the results of the checks that ran before);
-:mod:`pfd.attacks.scorecard.report` writes what the results render. Each summary row states its
+the report pages (:mod:`pfd.attacks.scorecard.report`) write what the results render. Each summary row states its
 chance level, a 95 % interval (or a p-value) and its nominal verdict (:func:`verdict`, 95 %),
 which :func:`pfd.audit.verdict.decide` replaces by the family-wise one; a pass/fail check's row is
 :func:`check_row`. ``tests/attacks/test_contract.py`` runs over every
@@ -32,15 +33,21 @@ import dataclasses
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+from pfd.errors import PfdError
 
 if TYPE_CHECKING:  # the registry is read by the CLI at start-up, before torch is needed
     import numpy as np
     import torch
 
+#: A user's reconstructor: ``f(embeddings (n, D) unit rows, public-model space) -> images (n, 3, H, W) in [0, 1]``.
+Reconstructor = Callable[["torch.Tensor"], "torch.Tensor"]
+
 __all__ = ["verdict", "summary_row", "check_row", "Clock", "AuditInputs", "CheckResult", "Check", "CHECKS", "register_check",
-           "option", "check_options"]
+           "load_checks", "ordered_checks", "ENTRY_POINTS", "Reconstructor", "option", "check_options"]
 
 
 def verdict(ci: tuple[float, float] | list[float] | None, chance: float, *, p: float | None = None,
@@ -115,7 +122,7 @@ class AuditInputs:
 
     Attributes:
         cfg: The shared settings (:class:`~pfd.config.AttackConfig`).
-        state: The release and the publisher's state (:class:`~pfd.attacks.scorecard.inputs.ReleaseState`).
+        state: The release and the publisher's state (:class:`~pfd.audit.inputs.ReleaseState`).
         sets: The private set and the release, opened once per image size (``private(size)``, ``proxies(size)``).
         attackers: The models, the public one first, then the insider, the gate's judge and the auditor's own.
         source: ``(q,)`` private label of each proxy (scoring only).
@@ -139,7 +146,7 @@ class AuditInputs:
     private_spec: str
     progress: bool = True
     clock: Clock = field(default_factory=Clock)
-    reconstructor: "Callable[[torch.Tensor], torch.Tensor] | None" = None
+    reconstructor: "Reconstructor | None" = None
     results: dict[str, "CheckResult"] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     cache_dir: "Any" = None
@@ -178,6 +185,15 @@ class CheckResult:
         """Write its plots into ``folder``; ``{name: file name}``."""
         return {}
 
+    def identity_links(self) -> list[dict[str, Any]]:
+        """Its links of proxies to private people that the per-identity risk table counts
+        (:func:`pfd.audit.risk.per_identity_risk`); none by default."""
+        return []
+
+    def grid(self, inputs: AuditInputs, rows: int) -> dict[str, Any]:
+        """The report's image grid, built after every check ran (``{}``: this result shows none)."""
+        return {}
+
 
 class Check(ABC):
     """One check of the audit (see the module docstring).
@@ -190,6 +206,15 @@ class Check(ABC):
         flag_prefix: Prefix of its options' flags (``--<prefix>-<field>``) unless a field names its flag.
         gates: Whether its rows decide publication (a row may still say ``gates: False``).
         cost: ``"seconds"`` or ``"minutes"`` on the demo's size (the docs' table of checks).
+        stage: When it runs: 0 for the pass/fail checks of the release and the models (a failed one
+            explains the figures after it), 1 for the attacks; registration order within a stage.
+        when_skipped: What its absence means for the verdict: ``"gap"`` (a gating check that did not
+            run: the verdict names it), ``"optional"`` (a matter of the inputs given: nothing) or
+            ``"not audited"`` (an attack whose inputs were not given: the verdict says it was not measured).
+        empty_sections: Its keys of ``report.json`` when it did not run (readers expect the layout).
+        embeddings_only: Whether it runs on the attackers' embeddings alone (the null simulation,
+            :mod:`pfd.attacks.null`, runs exactly these on simulated embeddings).
+        rows_per_attacker: Its gating rows per cosine attacker (the null simulation's count of tests).
 
     Args:
         config: An instance of :attr:`config`.
@@ -201,6 +226,11 @@ class Check(ABC):
     flag_prefix: ClassVar[str] = ""
     gates: ClassVar[bool] = True
     cost: ClassVar[str] = "seconds"
+    stage: ClassVar[int] = 1
+    when_skipped: ClassVar[str] = "gap"
+    empty_sections: ClassVar[dict[str, Any]] = {}
+    embeddings_only: ClassVar[bool] = False
+    rows_per_attacker: ClassVar[int] = 0
 
     def __init__(self, config: Any) -> None:
         self.cfg = config
@@ -214,18 +244,50 @@ class Check(ABC):
         """Run it; raises :class:`~pfd.errors.PfdError` for bad input."""
 
 
-#: Registered attacks in the order the scorecard runs them (a later one may read an earlier one's result).
+#: Registered checks by name, in registration order (:func:`ordered_checks` is the order they run in).
 CHECKS: dict[str, type[Check]] = {}
+#: The entry-point group through which a package registers checks: each entry names a module whose
+#: import registers them (pfd's built-in attacks: ``pfd.attacks.builtin``, declared in pyproject.toml).
+ENTRY_POINTS = "pfd.checks"
+_WHEN_SKIPPED = ("gap", "optional", "not audited")
+_loaded: set[str] = set()
 
 
 def register_check(cls: type[Check]) -> type[Check]:
-    """Class decorator: add an attack to :data:`CHECKS` (its name must be new)."""
+    """Class decorator: add a check to :data:`CHECKS` (its name must be new)."""
     if cls.name in CHECKS:
         raise ValueError(f"attack {cls.name!r} is already registered")
     if not dataclasses.is_dataclass(cls.config):
         raise TypeError(f"attack {cls.name!r}: config must be a dataclass")
+    if cls.when_skipped not in _WHEN_SKIPPED:
+        raise ValueError(f"attack {cls.name!r}: when_skipped must be one of {', '.join(_WHEN_SKIPPED)}")
     CHECKS[cls.name] = cls
     return cls
+
+
+def load_checks() -> dict[str, type[Check]]:
+    """:data:`CHECKS` with every installed package's checks registered.
+
+    Imports each module of the :data:`ENTRY_POINTS` group once, by entry name (pfd's own attacks
+    and any plug-in's): the audit's floor names no attack, the attacks register themselves.
+
+    Raises:
+        PfdError: No attack is registered (pfd was not installed, so its entry points are unknown).
+    """
+    for ep in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
+        if ep.value not in _loaded:
+            ep.load()
+            _loaded.add(ep.value)
+    if not any(cls.stage > 0 for cls in CHECKS.values()):
+        raise PfdError(f"no attack is registered (entry-point group {ENTRY_POINTS!r} is empty): install pfd "
+                       "(pip install -e .) rather than running it from a source tree on PYTHONPATH")
+    return CHECKS
+
+
+def ordered_checks() -> list[type[Check]]:
+    """Every registered check (:func:`load_checks`) in the order an audit runs them: by
+    :attr:`Check.stage`, then by registration."""
+    return sorted(load_checks().values(), key=lambda cls: cls.stage)
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str, flag: str | None = None, cli: bool = True,

@@ -187,7 +187,7 @@ def _pct(x: float) -> str:
 
 
 def _rate_leaks(row: Mapping[str, Any], a: float) -> bool:
-    from pfd.attacks.metrics import clopper_pearson
+    from pfd.audit.intervals import clopper_pearson
 
     n = float(row.get("n_eff") or row.get("n") or 0)
     if n <= 0:
@@ -211,7 +211,7 @@ def design_share(chance: float, people: int, *, alpha: float = 0.05) -> float:
     Returns:
         The share in (0, 1].
     """
-    from pfd.attacks.metrics import clopper_pearson
+    from pfd.audit.intervals import clopper_pearson
 
     n = max(int(people), 1)
     return clopper_pearson(min(float(chance) * n, n), n, alpha=alpha)[1]

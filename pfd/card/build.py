@@ -6,7 +6,7 @@
   the release (:mod:`pfd.card.downstream`, the privacy-utility benchmark's protocol, the same
   seeds and schedule on both sides) and both verify the held-out test people; the card reports the
   gain with its identity-bootstrap interval (accuracy, TAR at each FAR) and the ROC curves.
-* **Is it safe?** The release scorecard (:func:`pfd.attacks.scorecard.run.run_scorecard`: every
+* **Is it safe?** The release scorecard (:func:`pfd.audit.engine.run_scorecard`: every
   registered attack, the same code as ``pfd attack``) with each figure's chance and interval.
 
 The folder (``--out``) holds ``config.toml`` (the resolved settings), ``downstream/<side>/seed<s>/``
@@ -107,7 +107,7 @@ def _claim(cfg: CardConfig, out: Path) -> set[str]:
 
 def _inputs(cfg: CardConfig) -> dict[str, Any]:
     """Open and cross-check everything before any work: release, state dir, public model, specs."""
-    from pfd.attacks.scorecard.inputs import open_release_state, state_private_spec
+    from pfd.audit.inputs import open_release_state, state_private_spec
     from pfd.data.faceset import to_memory
     from pfd.data.sources import open_faces
     from pfd.nn.checkpoints import read_arch
@@ -155,7 +155,7 @@ def _attack_config(cfg: CardConfig, private: str, public_model: Path) -> Any:
     A broken setting names the card's recipe key (``card.attack.hubness.k``), not ``pfd attack``'s
     flag (``--csls-k``), which pfd card does not have (issue 34).
     """
-    from pfd.attacks.scorecard.run import attack_configs
+    from pfd.audit.engine import attack_configs
     from pfd.config import AttackConfig, build_config
     from pfd.config.checks import recipe_keys
 
@@ -178,7 +178,7 @@ def _attack_config(cfg: CardConfig, private: str, public_model: Path) -> Any:
 def _open_private(cfg: CardConfig, spec: str, size: Any) -> Any:
     """The private set, opened before any fine-tune (issue 34: a state dir's recorded set that does not
     open here failed after both fine-tunes, 306 s on 30 real people)."""
-    from pfd.attacks.scorecard.inputs import recorded_private_unopenable
+    from pfd.audit.inputs import recorded_private_unopenable
     from pfd.data.sources import open_faces
 
     try:
@@ -291,7 +291,7 @@ def _check_inputs(out: Path, hashes: dict[str, Any], resume: bool) -> set[str]:
 
 def _scores(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) -> dict[str, Any]:
     """Every seed's fine-tunes and their test-pair scores (kept; a resumed run skips what is done)."""
-    from pfd.attacks.models.loading import load_attacker
+    from pfd.attackers.loading import load_attacker
     from pfd.data.faceset import ConcatFaces, to_memory
     from pfd.release.reader import read_release
 
@@ -355,7 +355,7 @@ def _utility(cfg: CardConfig, s: dict[str, Any]) -> dict[str, Any]:
 def _privacy(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) -> dict[str, Any]:
     """The scorecard (every registered attack), written to ``out/privacy``; a finished one is kept on --resume."""
     from pfd.attacks.scorecard.report import write_report
-    from pfd.attacks.scorecard.run import run_scorecard
+    from pfd.audit.engine import run_scorecard
     from pfd.config.checks import recipe_keys
 
     folder = out / "privacy"

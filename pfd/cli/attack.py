@@ -113,7 +113,7 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
         return
     from pfd.attacks.report_folder import check_apart, report_folder
     from pfd.attacks.scorecard.report import summary_table, write_report
-    from pfd.attacks.scorecard.run import run_scorecard
+    from pfd.audit.engine import run_scorecard
     from pfd.config import AttackConfig, build_config, load_recipe
 
     table = dict(load_recipe(recipe).get("attack", {})) if recipe else {}

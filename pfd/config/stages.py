@@ -437,7 +437,7 @@ class AttackConfig:
         grid_rows: Proxies shown in the match grid.
         seed: Seed.
         attackers: Outside attacker models, each adding linkability rows: ``.onnx``, TorchScript,
-            ``.toml`` attacker spec or ``module:callable`` (:mod:`pfd.attacks.models.outside`).
+            ``.toml`` attacker spec or ``module:callable`` (:mod:`pfd.attackers.outside`).
         attacker_size: Input side of the outside attackers (0: declared by the model, else 112).
         attacker_mean: Their input mean on the 0..255 scale, one value or R, G, B (insightface: 127.5).
         attacker_std: Their input std on the 0..255 scale (insightface: 127.5).

@@ -1,7 +1,7 @@
 """The publication gate: ``pfd distill`` publishes only what the audit calls publishable.
 
 A release is the last thing a run writes, and only when the one audit passes it (DESIGN, *One
-audit, one verdict*): :func:`pfd.attacks.scorecard.run.audit_in_memory` runs every registered
+audit, one verdict*): :func:`pfd.audit.engine.audit_in_memory` runs every registered
 check of :data:`pfd.audit.contract.CHECKS` on the released (uint8) pixels before they are written
 (private copies, OGP's margin, the judge's competence, every attack × attacker: the public model,
 the publisher's adapted model and the judge), and :func:`pfd.audit.verdict.decide` gives the one

@@ -473,7 +473,7 @@ class Distillation:
             source: ``(NK,)`` each proxy's source identity.
         """
 
-        from pfd.attacks.scorecard.run import audit_in_memory
+        from pfd.audit.engine import audit_in_memory
 
         return audit_in_memory(audit_config(self.cfg, self.state.root), proxies=proxies, source=source,
                                private=self.faces, state_dir=self.state.root, method=self.cfg.method,

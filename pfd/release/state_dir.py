@@ -42,7 +42,7 @@ The rules, each in one place here:
 
 Every file is written atomically; a batch file exists only once its batch is finished, so after a
 kill the state dir holds finished work only. :func:`pfd.distill.claim.claim_run` applies these
-rules for ``pfd distill``; the scorecard (:mod:`pfd.attacks.scorecard.inputs`) and ``pfd release
+rules for ``pfd distill``; the scorecard (:mod:`pfd.audit.inputs`) and ``pfd release
 lint`` read the layout through :class:`StateDir`.
 """
 
@@ -137,7 +137,7 @@ class StateDir:
 
     @property
     def audit(self) -> Path:
-        """The publication gate's whole audit (:attr:`pfd.attacks.scorecard.run.Scorecard.data`, JSON)."""
+        """The publication gate's whole audit (:attr:`pfd.audit.engine.Scorecard.data`, JSON)."""
         return self.root / "audit.json"
 
     @property

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 import pfd.attacks.builtin  # noqa: F401 - registers the built-in attacks
 from pfd.audit.contract import CHECKS, CheckResult, check_options
-from pfd.attacks.scorecard.run import attack_configs, run_scorecard
+from pfd.audit.engine import attack_configs, run_scorecard
 from pfd.cli import main
 from pfd.config import AttackConfig, build_config
 from pfd.errors import PfdError

@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from pfd.attacks.metrics import auc, auc_standard_error, oriented_auc, roc_points, tpr_at_fpr, wilson_interval
+from pfd.attacks.metrics import auc, auc_standard_error, oriented_auc, roc_points, tpr_at_fpr
+
+from pfd.audit.intervals import wilson_interval
 from pfd.errors import PfdError
 
 
@@ -107,7 +109,7 @@ def test_roc_points_span_corners():
 def test_clopper_pearson_matches_the_beta_quantiles_and_covers():
     from scipy.stats import binom
 
-    from pfd.attacks.metrics import clopper_pearson
+    from pfd.audit.intervals import clopper_pearson
 
     lo, hi = clopper_pearson(3, 28)
     # By definition P(X >= 3 | lo) = 0.025 and P(X <= 3 | hi) = 0.025.
@@ -118,7 +120,7 @@ def test_clopper_pearson_matches_the_beta_quantiles_and_covers():
 
 
 def test_clustered_interval_widens_with_correlated_clusters_and_not_without():
-    from pfd.attacks.metrics import clopper_pearson, clustered_interval
+    from pfd.audit.intervals import clopper_pearson, clustered_interval
 
     cluster = np.repeat(np.arange(40), 5)
     together = np.repeat(np.arange(40) < 10, 5)  # whole clusters succeed: deff = K = 5
@@ -133,7 +135,7 @@ def test_clustered_interval_widens_with_correlated_clusters_and_not_without():
 
 
 def test_composition_chance_weights_gallery_shares_by_proxy_shares():
-    from pfd.attacks.metrics import composition_chance
+    from pfd.audit.intervals import composition_chance
 
     gallery = np.array([0] * 8 + [1] * 2)  # identity 0 holds 80 % of the images
     assert composition_chance([0, 0, 1, 1], gallery) == pytest.approx(0.5 * 0.8 + 0.5 * 0.2)
@@ -143,7 +145,7 @@ def test_composition_chance_weights_gallery_shares_by_proxy_shares():
 
 def test_a_first_success_never_narrows_the_clustered_interval():
     """Issue 27: 0 of 300 proxies (K = 10) gave [0, 11.6 %] and 1 of 300 gave [0, 1.8 %]."""
-    from pfd.attacks.metrics import MIN_CLUSTERS_FOR_DEFF, clustered_interval
+    from pfd.audit.intervals import MIN_CLUSTERS_FOR_DEFF, clustered_interval
 
     for n_ids, k in ((30, 10), (24, 5), (150, 10), (10, 3)):
         cluster = np.repeat(np.arange(n_ids), k)
@@ -166,7 +168,7 @@ def test_clustered_interval_covers_small_clustered_rates():
     with probability 0.6 each. The true rate is 0.6 q; the 95 % upper end must cover it in >= 95 %
     of audits for every q, the few-success audits included.
     """
-    from pfd.attacks.metrics import clustered_interval
+    from pfd.audit.intervals import clustered_interval
 
     rng = np.random.default_rng(27)
     cluster = np.repeat(np.arange(30), 10)

@@ -8,7 +8,7 @@ from pfd.audit.verdict import decide
 
 
 def _rate(attacker: str, k: int, n: int, chance: float = 0.05):
-    from pfd.attacks.metrics import clopper_pearson
+    from pfd.audit.intervals import clopper_pearson
 
     return summary_row("VisMatch (proxies)", attacker, k / n, chance, clopper_pearson(k, n, alpha=0.05), "rate",
                        count=k, n=n, n_eff=n, rule_out=True)

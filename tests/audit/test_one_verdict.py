@@ -1,7 +1,7 @@
 """Gate = card = attack: the audit of a release before it is written and of the written release agree.
 
-``pfd distill``'s gate runs :func:`pfd.attacks.scorecard.run.audit_in_memory` on the pixels it is
-about to write; ``pfd attack`` and ``pfd card`` run :func:`pfd.attacks.scorecard.run.run_scorecard`
+``pfd distill``'s gate runs :func:`pfd.audit.engine.audit_in_memory` on the pixels it is
+about to write; ``pfd attack`` and ``pfd card`` run :func:`pfd.audit.engine.run_scorecard`
 on the written release. Over releases at chance and releases with planted leaks, every row (its
 value and its verdict) and the verdict itself must be the same; a release tampered with after it
 was written is refused naming the check that caught it.
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from pfd.attacks.scorecard.run import audit_in_memory, run_scorecard
+from pfd.audit.engine import audit_in_memory, run_scorecard
 from pfd.audit.verdict import label
 from pfd.config import AttackConfig, build_config
 from pfd.data.sources import open_faces

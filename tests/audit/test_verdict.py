@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from pfd.audit.contract import check_row, summary_row
-from pfd.audit.null import simulate
+from pfd.attacks.null import simulate
 from pfd.audit.verdict import BOUND, LEVEL, RULE_OUT, decide, design_share, people_needed
 from pfd.errors import PfdError
 
 
 def _rate(attack: str, k: int, n: int, chance: float = 0.05, **kw):
-    from pfd.attacks.metrics import clopper_pearson
+    from pfd.audit.intervals import clopper_pearson
 
     lo, hi = clopper_pearson(k, n, alpha=0.05)
     return summary_row(attack, "public", k / n, chance, (lo, hi), "rate", count=k, n=n, n_eff=n, rule_out=True, **kw)

@@ -170,7 +170,7 @@ def test_attack_commands_take_skip_bad_and_no_progress(cmd):
 
 def test_attack_skip_bad_reaches_the_private_set(tmp_path):
     """A corrupt private image stops the scorecard's loader unless --skip-bad is given."""
-    from pfd.attacks.scorecard.run import ReleaseSets
+    from pfd.audit.sets import ReleaseSets
 
     folder = tmp_path / "private"
     g = np.random.default_rng(0)
@@ -382,7 +382,7 @@ def test_mia_with_one_fold_and_an_attacker_spec_with_a_word_for_a_size(tmp_path)
         run_mia("x.pt", PRIVATE, "synthetic:test", folds=1)
     (tmp_path / "a.toml").write_text('model = "m.onnx"\nsize = "abc"\n')
     (tmp_path / "m.onnx").write_bytes(b"")
-    from pfd.attacks.models.outside import read_attacker_spec
+    from pfd.attackers.outside import read_attacker_spec
 
     with pytest.raises(PfdError, match="size must be S or \\[H, W\\] with positive whole sides, got 'abc'"):
         read_attacker_spec(tmp_path / "a.toml")

@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from pfd.attacks.scorecard.inputs import open_release_state
+from pfd.audit.inputs import open_release_state
 from pfd.data.sources import open_faces
 from pfd.errors import PfdError
 from pfd.io import sha256_file

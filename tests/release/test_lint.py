@@ -493,7 +493,7 @@ def _forge(rel, how):
 @pytest.mark.parametrize("how", ["extra class", "deleted file", "renamed label", "duplicated proxy"])
 def test_lint_and_the_audit_refuse_files_the_proxy_map_does_not_know(release, how):
     """Issue 54, item 1: with the manifest rewritten to match, lint said OK while attack and card refused."""
-    from pfd.attacks.scorecard.inputs import open_release_state
+    from pfd.audit.inputs import open_release_state
 
     rel, sd, *_ = release
     assert lint_release(rel, state_dir=sd) == []
@@ -510,7 +510,7 @@ def test_lint_and_the_audit_refuse_files_the_proxy_map_does_not_know(release, ho
 @pytest.mark.parametrize("side", ["state dir without its marker", "manifest without a run id"])
 def test_a_missing_run_id_on_either_side_is_a_refusal_naming_the_file(release, side):
     """Issue 54, item 2: `if ours and theirs` passed another run's state dir when one id was missing."""
-    from pfd.attacks.scorecard.inputs import open_release_state
+    from pfd.audit.inputs import open_release_state
     from pfd.release.state_dir import MARKER
 
     rel, sd, *_ = release

@@ -85,6 +85,7 @@ class AttributesAttack(Check):
     """Attribute recovery: do the proxies carry their sources' attributes to a probe the attacker fits?"""
 
     name, title, config = "attributes", "Attribute recovery", AttributesConfig
+    when_skipped, empty_sections = "not audited", {"attributes": {}}
     flag_prefix = "attr"
 
     def applicable(self, inputs: AuditInputs) -> str | None:

@@ -83,6 +83,23 @@ class LinkRows(CheckResult):
     def markdown(self) -> list[str]:
         return self.text
 
+    def identity_links(self) -> list[dict[str, Any]]:
+        return self.links
+
+
+class MatchRows(LinkRows):
+    """The plain linkability rows, which also show the report's grid of matches (with the
+    reconstructions beside their proxies when the reconstruction attack ran)."""
+
+    def grid(self, inputs: AuditInputs, rows: int) -> dict[str, Any]:
+        import numpy as np
+
+        from pfd.attacks.linkability.grid import match_grid
+
+        recon = inputs.results.get("reconstruction")
+        return match_grid(self.links[0], inputs.sets, inputs.public, inputs.source, getattr(recon, "images", None),
+                          getattr(recon, "pick", np.arange(len(inputs.source))), rows)
+
 
 def _cosine_attackers(inputs: AuditInputs) -> list[tuple[Any, dict[str, "torch.Tensor"]]]:
     """The attackers that rank by cosine, with their embeddings (rank and CSLS attacks are cosine-only)."""
@@ -124,11 +141,13 @@ class LinkabilityAttack(Check):
     by every attacker (PFD paper, "Source-Identity Linkability")."""
 
     name, title, config = "linkability", "Linkability", LinkabilityConfig
+    empty_sections = {"linkability": []}
+    embeddings_only, rows_per_attacker = True, 2  # VisMatch, Re-ID
 
     def applicable(self, inputs: AuditInputs) -> str | None:
         return None
 
-    def run(self, inputs: AuditInputs) -> LinkRows:
+    def run(self, inputs: AuditInputs) -> MatchRows:
         links = [_link(inputs, "proxies", a, inputs.embeddings(a)["proxies"], inputs.source, chunk=self.cfg.chunk)
                  for a in inputs.attackers]
         text = ["", "## Linkability", "",
@@ -139,7 +158,7 @@ class LinkabilityAttack(Check):
                 "public model and the private gallery; the insider also holds the publisher's adapted model "
                 "(worst case); other rows are the auditor's own models. Intervals: exact, at the effective sample "
                 "size of proxies clustered by source identity (report.json: n_eff, design_effect)."]
-        return LinkRows("linkability", links, ("vismatch", "reid"), text)
+        return MatchRows("linkability", links, ("vismatch", "reid"), text)
 
 
 @dataclass
@@ -162,6 +181,7 @@ class HubnessAttack(Check):
     attacker: a private identity near most proxies (a hub) no longer takes every match."""
 
     name, title, config = "hubness", "Linkability, hubness-corrected", HubnessConfig
+    embeddings_only, rows_per_attacker = True, 2  # VisMatch and Re-ID by CSLS
 
     def applicable(self, inputs: AuditInputs) -> str | None:
         return None
@@ -235,6 +255,7 @@ class SourceRankAttack(Check):
     """Where the source ranks: a release linked by being reliably *far* from its sources is linkable too."""
 
     name, title, config = "source_rank", "Rank of the source", SourceRankConfig
+    embeddings_only, rows_per_attacker = True, 4  # rank-last, orthogonal Re-ID, the rank tests by cos and |cos|
 
     def applicable(self, inputs: AuditInputs) -> str | None:
         return None
@@ -306,6 +327,7 @@ class ClassLinkAttack(Check):
     and the identity whose rank varies most or least across its proxies, by every cosine attacker."""
 
     name, title, config = "class_link", "Class-level linking", ClassLinkConfig
+    embeddings_only, rows_per_attacker = True, 1  # the best of the class-level attacks
 
     def applicable(self, inputs: AuditInputs) -> str | None:
         return None
@@ -367,6 +389,9 @@ class ReconstructionRows(LinkRows):
     def sections(self) -> dict[str, Any]:
         return {"reconstruction": self.info, **super().sections()}
 
+    def identity_links(self) -> list[dict[str, Any]]:
+        return []  # the per-identity table counts the proxies' own links
+
     def markdown(self) -> list[str]:
         rec = self.info
         extra = f", final cosine to the targets {rec['final_cosine_mean']:.3f}" if "final_cosine_mean" in rec else ""
@@ -391,6 +416,7 @@ class ReconstructionAttack(Check):
     (the PFD paper's post-release reconstruction stress test, Fig. 5)."""
 
     name, title, config = "reconstruction", "Reconstruction", ReconstructionConfig
+    empty_sections = {"reconstruction": {}}
     flag_prefix = "recon"
 
     def applicable(self, inputs: AuditInputs) -> str | None:

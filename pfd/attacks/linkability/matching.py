@@ -11,11 +11,11 @@ its reconstruction) back to the identity it was distilled from.
 
 With every one of the ``N`` private identities as a candidate, random assignment succeeds with
 probability ``1/N`` when identities are balanced (the paper: 1/150 = 0.67 %). In general chance
-comes from the gallery's composition, :func:`~pfd.attacks.metrics.composition_chance`:
+comes from the gallery's composition, :func:`~pfd.audit.intervals.composition_chance`:
 ``Σ_c (share of proxies of c) × (share of gallery rows of c)``, gallery rows being images for
 VisMatch and one template per identity for Re-ID. The ``K`` proxies of one source identity share
 it and its prototypes, so their successes are clustered: the 95 % interval is the exact binomial
-interval at the effective sample size of :func:`~pfd.attacks.metrics.clustered_interval`
+interval at the effective sample size of :func:`~pfd.audit.intervals.clustered_interval`
 (cluster = source identity), never narrower than the plain exact interval and up to ``√K`` wider.
 The proxy -> source map is used only for scoring.
 
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pfd.attacks.metrics import clustered_interval, composition_chance
+from pfd.audit.intervals import clustered_interval, composition_chance
 from pfd.errors import PfdError
 
 __all__ = ["streamed_top1", "LinkabilityResult", "visual_matching", "rank1_reid", "HUB_SHARE", "hub_share"]
@@ -132,9 +132,9 @@ class LinkabilityResult:
         n: Proxies attacked.
         rate: ``count / n``.
         chance: Random assignment's success rate from the gallery's composition
-            (:func:`~pfd.attacks.metrics.composition_chance`; ``1 / n_identities`` when balanced).
+            (:func:`~pfd.audit.intervals.composition_chance`; ``1 / n_identities`` when balanced).
         ci95: 95 % interval of ``rate`` respecting the clustering of proxies by source identity
-            (:func:`~pfd.attacks.metrics.clustered_interval`).
+            (:func:`~pfd.audit.intervals.clustered_interval`).
         n_identities: Candidate identities in the private gallery.
         n_eff: Effective number of independent trials behind ``ci95``.
         design_effect: ``n / n_eff``.

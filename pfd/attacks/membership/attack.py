@@ -142,6 +142,7 @@ class MembershipAttack(Check):
     """Membership of the release's people in a model trained on it (the geometric MIA; Öztürk & Marcel 2026)."""
 
     name, title, config = "membership", "Membership of the release", MembershipConfig
+    when_skipped, empty_sections = "not audited", {"membership": {}}
     flag_prefix = "mia"
 
     def applicable(self, inputs: AuditInputs) -> str | None:
@@ -152,7 +153,7 @@ class MembershipAttack(Check):
     def run(self, inputs: AuditInputs) -> MembershipResult:
         from pfd.attacks.membership.audit import membership_audit, resolve_head
         from pfd.attacks.membership.downstream import downstream_config, train_downstream
-        from pfd.attacks.models.loading import load_attacker
+        from pfd.attackers.loading import load_attacker
         from pfd.data.sources import open_faces
 
         cfg, c = inputs.cfg, self.cfg

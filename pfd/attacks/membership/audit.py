@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from pfd.attacks.membership.dataset import dataset_membership
 from pfd.attacks.membership.statistics import STATISTICS, membership_report
-from pfd.attacks.models.loading import Attacker, checkpoint_head, load_attacker
+from pfd.attackers.loading import Attacker, checkpoint_head, load_attacker
 from pfd.attacks.report_folder import check_report_folder, report_folder
 from pfd.data.faceset import FaceSet
 from pfd.data.sources import open_faces

@@ -14,7 +14,7 @@ Parts (each returns HTML text):
 * :func:`link_bars`: each linkage rate as a bar with its 95 % interval and its chance level;
 * :func:`rank_histogram`: where each proxy's source ranks among the private identities, per attacker;
 * :func:`membership_roc`: the membership statistics' ROC on log axes down to 1e-3 FPR;
-* :func:`risk_table`: the per-identity risk table (:mod:`pfd.attacks.scorecard.risk`), most linkable first;
+* :func:`risk_table`: the per-identity risk table (:mod:`pfd.audit.risk`), most linkable first;
 * :func:`page`: the document around them.
 """
 

@@ -12,8 +12,8 @@ level, with a rule whose false-LEAKS rate under the null is tested by simulation
 
 * **rates** (linkability, its hubness-corrected form, rank-last): **LEAKS** when the whole 95 %
   interval lies above chance. The interval is the exact binomial interval at the effective sample
-  size of the proxies, clustered by source identity (:func:`pfd.attacks.metrics.clustered_interval`);
-  chance comes from the gallery's composition (:func:`pfd.attacks.metrics.composition_chance`).
+  size of the proxies, clustered by source identity (:func:`pfd.audit.intervals.clustered_interval`);
+  chance comes from the gallery's composition (:func:`pfd.audit.intervals.composition_chance`).
 * **tests** (attributes, the source-rank uniformity, membership): **LEAKS** when the test's
   p-value is <= 0.05; the interval shown is descriptive. Membership is **inconclusive** instead
   of LEAKS when the reference model (the public one) already separates members from non-members.
@@ -135,7 +135,7 @@ def write_report(card: Any, out: str | os.PathLike) -> dict[str, Path]:
     """Write ``report.json``, ``report.md``, ``report.html`` and the plots of a scorecard into ``out``.
 
     Args:
-        card: A :class:`pfd.attacks.scorecard.run.Scorecard`.
+        card: A :class:`pfd.audit.engine.Scorecard`.
         out: The report folder (created).
 
     Returns:

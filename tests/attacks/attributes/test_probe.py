@@ -8,7 +8,7 @@ import torch
 from sklearn.metrics import balanced_accuracy_score, f1_score
 
 from pfd.attacks.attributes.probe import bootstrap_recovery, default_aux_spec, probe_attribute_recovery
-from pfd.attacks.models.loading import load_attacker
+from pfd.attackers.loading import load_attacker
 from pfd.data.faceset import TensorFaces
 from pfd.data.sources import open_faces
 from pfd.errors import PfdError

@@ -17,7 +17,7 @@ from pfd.audit.contract import verdict
 from pfd.attacks.linkability.attacks import LinkRows
 from pfd.attacks.membership.attack import MembershipResult, membership_row
 from pfd.attacks.scorecard.report import format_markdown, jsonable, write_report
-from pfd.attacks.scorecard.run import Scorecard
+from pfd.audit.engine import Scorecard
 
 
 def _clusters(n_ids, k, spread, rng, d=16):

@@ -50,7 +50,7 @@ def test_pfd_rows_share_one_ogp_per_seed_and_ogp_settings_and_rta_variants_pay_o
         summary = rta_variant.distill_row("pfd", {}, tmp_path / "row", 0, adapted)
         assert "adapt" in summary["skipped"] and (tmp_path / "row" / "release" / "manifest.json").is_file()
         # The unit's audit is the gate's, read from the state dir: nothing is audited twice.
-        import pfd.attacks.scorecard.run as scorecard
+        import pfd.audit.engine as scorecard
 
         monkeypatch.setattr(scorecard, "run_scorecard", lambda *a, **k: pytest.fail("audited the release again"))
         audit = rta_variant.audit(tmp_path / "row", reconstruct=False)

@@ -1,7 +1,7 @@
 """TorchScript attacker models: recognise an archive, load it, read its declared input side.
 
-Shared by :mod:`pfd.attacks.models.loading` (pfd-convention TorchScript) and
-:mod:`pfd.attacks.models.outside` (TorchScript under an outside convention). Loading runs TorchScript
+Shared by :mod:`pfd.attackers.loading` (pfd-convention TorchScript) and
+:mod:`pfd.attackers.outside` (TorchScript under an outside convention). Loading runs TorchScript
 code from the file (TorchScript, not arbitrary Python), so only use files you trust.
 """
 

@@ -2,9 +2,9 @@
 
 A release at chance is one whose proxies no model links to their sources: for every attacker the
 audit consults (insider, public and the judge) the proxies' embeddings are independent of their
-source identities. :func:`simulate` draws such audits at a release's size, runs the *registered*
-embedding attacks on them (linkability, hubness, the source's rank, class-level linking; the same
-classes ``pfd attack`` runs) and takes :func:`pfd.audit.verdict.decide`'s verdict. Two planted signals:
+source identities. :func:`simulate` draws such audits at a release's size, runs every *registered*
+check that reads embeddings alone (:attr:`~pfd.audit.contract.Check.embeddings_only`: linkability,
+hubness, the source's rank, class-level linking; the same classes ``pfd attack`` runs) and takes :func:`pfd.audit.verdict.decide`'s verdict. Two planted signals:
 ``leak`` pulls each proxy towards its source's centre in every model (``leak = 0`` is the null), and
 ``linked`` places the proxies of that share of the people among their source's own photos (a leak
 that links some people fully and the rest not at all, the form a publisher's bound speaks of).
@@ -18,12 +18,16 @@ enter the same Bonferroni split, whose bound holds whatever their dependence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
+
+import pfd.attacks.builtin  # noqa: F401 - the built-in attacks registered, whether or not pfd is installed
+from pfd.audit.contract import AuditInputs, Check, ordered_checks
+from pfd.audit.verdict import LEVEL, decide, label
 
 __all__ = ["NullAudits", "simulate"]
 
@@ -69,6 +73,12 @@ def _view(gen: torch.Generator, n_ids: int, k: int, imgs: int, dim: int, sigma: 
     return {"private": private, "proxies": proxies}
 
 
+def _null_config(cls: type[Check], permutations: int) -> Any:
+    """A check's default config, with the simulation's number of permutations where it has that setting."""
+    names = {f.name for f in fields(cls.config)}
+    return cls.config(**({"permutations": permutations} if "permutations" in names else {}))
+
+
 def simulate(n_ids: int, k: int, *, draws: int = 100, imgs: int = 20, attackers: int = 3, dim: int = 64,
              sigma: float = 0.5, leak: float = 0.0, linked: float = 0.0, seed: int = 0,
              permutations: int | None = None) -> NullAudits:
@@ -92,20 +102,15 @@ def simulate(n_ids: int, k: int, *, draws: int = 100, imgs: int = 20, attackers:
     Returns:
         A :class:`NullAudits`.
     """
-    from pfd.attacks.linkability.attacks import ClassLinkAttack, HubnessAttack, LinkabilityAttack, SourceRankAttack
-    from pfd.attacks.linkability.attacks import ClassLinkConfig, HubnessConfig, LinkabilityConfig, SourceRankConfig
-    from pfd.audit.contract import AuditInputs
-    from pfd.audit.verdict import LEVEL, decide, label
-
-    m = attackers * 9  # VisMatch, Re-ID, two CSLS, rank-last, orthogonal, two rank tests, class-level per attacker
+    kinds = [cls for cls in ordered_checks() if cls.embeddings_only]
+    m = attackers * sum(cls.rows_per_attacker for cls in kinds)  # the gating tests the Bonferroni split counts
     perms = permutations or int(np.ceil(1.5 * m / LEVEL))
     gen = torch.Generator().manual_seed(int(seed))
     source = np.repeat(np.arange(n_ids), k)
     labels = np.repeat(np.arange(n_ids), imgs)
     roles = ["insider", "public", "judge"][:attackers]
     models = [SimpleNamespace(role=r, distance="cosine") for r in roles]
-    checks = [LinkabilityAttack(LinkabilityConfig()), HubnessAttack(HubnessConfig()),
-              SourceRankAttack(SourceRankConfig(permutations=perms)), ClassLinkAttack(ClassLinkConfig(permutations=perms))]
+    checks = [cls(_null_config(cls, perms)) for cls in kinds]
     out = NullAudits(draws=draws)
     for d in range(draws):
         inputs = AuditInputs(cfg=SimpleNamespace(seed=int(seed) * 100_003 + d), state=None, sets=None, attackers=models,

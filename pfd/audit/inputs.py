@@ -33,7 +33,7 @@ from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
 
 __all__ = ["ReleaseState", "open_release_state", "state_private_spec", "proxy_sources", "recorded_private_unopenable",
-           "state_run_size"]
+           "state_run_size", "unwritten_release_state"]
 
 
 @dataclass
@@ -145,18 +145,49 @@ def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike)
     for model in (st.public_model, st.adapted, st.judge_model):  # the attackers the run recorded, none replaced
         if model.is_file():
             check_digest(s, model.name)
-    config: dict[str, Any] = {}
-    if st.config.is_file():
-        try:
-            config = tomllib.loads(st.config.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise PfdError(f"{st.config}: invalid TOML ({e}); the state dir is damaged") from None
+    return ReleaseState(release=r, state_dir=s, manifest=manifest, files=sorted(sources), sources=sources,
+                        config=_run_config(st), **_models(st))
+
+
+def unwritten_release_state(state_dir: str | os.PathLike, *, method: str, image_size: tuple[int, int],
+                            num_classes: int) -> ReleaseState:
+    """The state of a release not yet written (``pfd distill``'s gate): the state dir's models and
+    config, a manifest of what the release will record, and no files.
+
+    Args:
+        state_dir: The run's state dir.
+        method: The distillation method.
+        image_size: ``(H, W)`` of the proxies.
+        num_classes: Classes the release will hold.
+
+    Returns:
+        The :class:`ReleaseState` with ``release=None``.
+
+    Raises:
+        PfdError: A damaged ``config.toml``.
+    """
+    st = StateDir.at(state_dir)
+    h, w = (int(v) for v in image_size)
+    manifest = {"method": method, "image_size": h if h == w else [h, w], "num_classes": int(num_classes)}
+    return ReleaseState(release=None, state_dir=st.root, manifest=manifest, files=[], sources={},  # type: ignore[arg-type]
+                        config=_run_config(st), **_models(st))
+
+
+def _run_config(st: StateDir) -> dict[str, Any]:
+    """The run's parsed ``config.toml`` (empty if absent)."""
+    if not st.config.is_file():
+        return {}
+    try:
+        return tomllib.loads(st.config.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise PfdError(f"{st.config}: invalid TOML ({e}); the state dir is damaged") from None
+
+
+def _models(st: StateDir) -> dict[str, Path | None]:
+    """The public, adapted and judge models the state dir holds (``None``: absent)."""
     present = lambda p: p if p.is_file() else None  # noqa: E731
-    return ReleaseState(
-        release=r, state_dir=s, manifest=manifest, files=sorted(sources), sources=sources,
-        public_model=present(st.public_model), adapted_model=present(st.adapted), config=config,
-        judge_model=present(st.judge_model),
-    )
+    return {"public_model": present(st.public_model), "adapted_model": present(st.adapted),
+            "judge_model": present(st.judge_model)}
 
 
 def proxy_sources(state: ReleaseState, names: list[str], private: FaceSet, *, private_spec: str = "") -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Per-identity risk (pfd/attacks/scorecard/risk.py) and the privacy verdict of the pages (html.py)."""
+"""Per-identity risk (pfd/audit/risk.py) and the privacy verdict of the pages (html.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from pfd.attacks.scorecard.html import privacy_verdict, report_html
-from pfd.attacks.scorecard.risk import per_identity_risk
+from pfd.audit.risk import per_identity_risk
 
 
 def test_counts_the_linked_proxies_of_each_identity_and_finds_the_hub():
@@ -57,21 +57,3 @@ def test_report_page_is_self_contained():
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
     assert "http://" not in page and "https://" not in page
     assert page.count("<img") == 1  # the linkage bars
-
-
-def test_the_match_grid_points_out_a_hub_that_is_the_nearest_photo_in_most_rows():
-    """Issue 34: a hub (one photo nearest to every proxy) filled the grid's "nearest private" column
-    like a wall of links, with no word that it is one photo."""
-    from pfd.attacks.scorecard.run import _grid
-    from pfd.data.faceset import to_memory
-    from pfd.data.sources import open_faces
-
-    private = to_memory(open_faces("synthetic:private,ids=4,imgs=2,size=32"))
-    proxies = to_memory(open_faces("synthetic:test,ids=4,imgs=2,size=32"))
-    sets = SimpleNamespace(proxies=lambda size: proxies, private=lambda size: private)
-    source = np.repeat(np.arange(4), 2)
-    hub = SimpleNamespace(match_index=np.array([5, 5, 5, 5, 5, 5, 0, 5]), success=np.zeros(8, bool))
-    grid = _grid({"vismatch": hub}, sets, SimpleNamespace(size=32), source, None, np.arange(8), 8)
-    assert grid["hub"] == {"rows": 3, "of": 4, "identity": private.identities[2]}  # rows: proxies 0, 2, 4, 6; photo 5 is identity 2's
-    spread = SimpleNamespace(match_index=np.array([0, 1, 2, 3, 4, 5, 6, 7]), success=np.zeros(8, bool))
-    assert "hub" not in _grid({"vismatch": spread}, sets, SimpleNamespace(size=32), source, None, np.arange(8), 8)

@@ -1,6 +1,6 @@
 """Attacker models: any face-recognition model an auditor holds, as an image -> embedding map.
 
-:func:`load_attacker` loads every kind; the last three go through :mod:`pfd.attacks.models.outside`,
+:func:`load_attacker` loads every kind; the last three go through :mod:`pfd.attackers.outside`,
 with an input convention (insightface's by default):
 
 * pfd / insightface / AdaFace **checkpoints** and pfd-convention **TorchScript** (below);
@@ -47,7 +47,7 @@ from torch import nn
 
 from pfd.data.faceset import FaceSet
 from pfd.embed import Embedder
-from pfd.attacks.models.torchscript import first_line, is_torchscript, load_torchscript
+from pfd.attackers.torchscript import first_line, is_torchscript, load_torchscript
 from pfd.data.shape import canonical_size, image_hw, same_size, size_text
 from pfd.errors import PfdError
 
@@ -263,7 +263,7 @@ def load_attacker(
         PfdError: Missing or unreadable file, a size that does not fit the model, or a model that
             does not map ``(B, 3, H, W)`` images to ``(B, D)`` features.
     """
-    from pfd.attacks.models.outside import is_entry_point
+    from pfd.attackers.outside import is_entry_point
 
     if not isinstance(path, (str, os.PathLike)) or is_entry_point(path) or Path(path).suffix.lower() in (".onnx", ".toml"):
         return load_outside_attacker(path, role=None if role == "model" else role, size=size, batch_size=batch_size,
@@ -303,11 +303,11 @@ def load_outside_attacker(
     """Load an outside attacker: ONNX, TorchScript, ``module:callable``, a module/function or a TOML spec.
 
     Args:
-        spec: An :class:`~pfd.attacks.models.outside.AttackerSpec`, a ``.toml`` spec, an ``.onnx`` or
+        spec: An :class:`~pfd.attackers.outside.AttackerSpec`, a ``.toml`` spec, an ``.onnx`` or
             TorchScript file, ``"module:callable"``, an ``nn.Module`` or a function
             ``images -> embeddings``.
         role: Row label (default: the spec's name, else the file stem / callable name).
-        convention: :class:`~pfd.attacks.models.outside.InputConvention` for a spec that does not carry
+        convention: :class:`~pfd.attackers.outside.InputConvention` for a spec that does not carry
             its own (a TOML spec or an ``AttackerSpec`` does); default insightface's.
         size: Input side, overriding the convention's (``--model-size``).
         batch_size: Embedding batch size.
@@ -322,7 +322,7 @@ def load_outside_attacker(
         PfdError: Unreadable model or spec, a size that contradicts the model's declared one, or
             a model that does not return ``(B, D)`` embeddings.
     """
-    from pfd.attacks.models.outside import (
+    from pfd.attackers.outside import (
         INSIGHTFACE,
         AttackerSpec,
         ConventionAdapter,
@@ -360,7 +360,7 @@ def checkpoint_head(path: str | os.PathLike) -> dict[str, Any] | None:
     """
     from pfd.nn.checkpoints import load_checkpoint
 
-    from pfd.attacks.models.outside import is_entry_point
+    from pfd.attackers.outside import is_entry_point
 
     if not isinstance(path, (str, os.PathLike)) or is_entry_point(path) or Path(path).suffix.lower() in (".onnx", ".toml"):
         return None

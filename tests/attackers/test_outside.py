@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from click.testing import CliRunner
 
 from pfd.attacks.linkability.matching import rank1_reid, streamed_top1, visual_matching
-from pfd.attacks.models.loading import load_attacker, load_outside_attacker
-from pfd.attacks.models.outside import AttackerSpec, ConventionAdapter, InputConvention, read_attacker_spec
+from pfd.attackers.loading import load_attacker, load_outside_attacker
+from pfd.attackers.outside import AttackerSpec, ConventionAdapter, InputConvention, read_attacker_spec
 from pfd.cli import main
 from pfd.errors import PfdError
 from pfd.nn.backbones import create_backbone
@@ -154,7 +154,7 @@ def test_toml_spec_reads_the_convention_relative_to_itself(tmp_path, exported):
 def test_pfd_attack_with_outside_attackers_adds_their_rows(exported, tmp_path, tmp_path_factory):
     """Acceptance: `pfd attack --attacker tiny.onnx --attacker tiny.ts` writes their rows in both reports."""
     from tests.attack_world import build_world
-    from tests.attacks.scorecard.test_run import _layout, _raw
+    from tests.audit.test_engine import _layout, _raw
 
     world = build_world(str(tmp_path_factory.getbasetemp() / "attack-world"))  # shared with test_scorecard
     _, onnx_path, ts_path = exported
@@ -258,7 +258,7 @@ def test_pad_sees_the_releases_own_aspect():
 def test_probing_names_the_model_and_warns_when_it_hangs(caplog, monkeypatch):
     import time
 
-    import pfd.attacks.models.loading as loading
+    import pfd.attackers.loading as loading
 
     monkeypatch.setattr(loading, "PROBE_PATIENCE", 0.05)
 

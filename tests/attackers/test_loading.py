@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pfd.attacks.models.loading import is_torchscript, load_attacker, resize_images
+from pfd.attackers.loading import is_torchscript, load_attacker, resize_images
 from pfd.errors import PfdError
 from pfd.nn.checkpoints import save_checkpoint
 from pfd.nn.backbones import create_backbone

@@ -11,7 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from pfd.attacks.scorecard.run import run_scorecard
+from pfd.audit.engine import run_scorecard
 from pfd.cli import main
 from pfd.config import AttackConfig
 from pfd.errors import PfdError
@@ -187,7 +187,7 @@ def grey(embeddings: torch.Tensor) -> torch.Tensor:
 def test_external_reconstructor_hook_replaces_the_inversion(world, tmp_path):
     release, state = _layout(tmp_path, world, *_raw(world))
     res = CliRunner().invoke(main, ["attack", "--release", str(release), "--state-dir", str(state), "--no-insider",
-                                    "--no-attributes", "--reconstructor", "tests.attacks.scorecard.test_run:grey",
+                                    "--no-attributes", "--reconstructor", "tests.audit.test_engine:grey",
                                     "--recon-limit", "10", "--report", str(tmp_path / "r")])
     assert res.exit_code == 3, res.output  # a raw release: its report is written, and it is refused
     data = json.loads((tmp_path / "r" / "report.json").read_text())
@@ -197,7 +197,7 @@ def test_external_reconstructor_hook_replaces_the_inversion(world, tmp_path):
     # Identical grey images all match the same private image: at most one source is hit.
     assert rec[0]["vismatch"]["count"] <= 2
     bad = CliRunner().invoke(main, ["attack", "--release", str(release), "--state-dir", str(state),
-                                    "--reconstructor", "tests.attacks.scorecard.test_run:nothing_here",
+                                    "--reconstructor", "tests.audit.test_engine:nothing_here",
                                     "--report", str(tmp_path / "bad-report")])
     assert bad.exit_code == 2 and "cannot import it" in bad.output
     assert not (tmp_path / "bad-report").exists()  # refused before the report folder was made

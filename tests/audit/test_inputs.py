@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from pfd.attacks.scorecard.inputs import open_release_state, proxy_sources, state_private_spec
+from pfd.audit.inputs import open_release_state, proxy_sources, state_private_spec
 from pfd.data.faceset import TensorFaces
 from pfd.release.reader import read_release
 from pfd.errors import PfdError

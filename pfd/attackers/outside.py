@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pfd.attacks.models.torchscript import META_FILE, is_torchscript, jit_load, torchscript_size
+from pfd.attackers.torchscript import META_FILE, is_torchscript, jit_load, torchscript_size
 from pfd.errors import PfdError
 
 if sys.version_info >= (3, 11):

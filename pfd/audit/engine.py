@@ -1,0 +1,269 @@
+"""The audit: every registered check on a release, the figures they found, and the one verdict.
+
+``pfd attack --release R --private P --state-dir S --report OUT`` calls :func:`run_scorecard`,
+which opens and cross-checks the inputs once (the release, the publisher's state dir, the private
+set and the attackers: ``public`` (the public model), ``insider`` (the publisher's adapted model,
+worst case), the gate's ``judge`` and every outside attacker the auditor brings with
+``--attacker``), then :func:`run_audit` runs each check of the registry
+(:data:`pfd.audit.contract.CHECKS`, in registration order: integrity, private copies, OGP's
+margin, the judge's competence, then the attacks: linkability, its hubness-corrected form, the
+source's rank, reconstruction, attribute recovery, membership) that is applicable; why another did
+not run goes to ``skipped``. :func:`pfd.audit.verdict.decide` turns the rows into the verdict.
+``pfd distill``'s gate calls :func:`audit_in_memory`: the same checks and verdict on the release
+before it is written, with the state dir's models. ``pfd card`` and the benchmark call
+:func:`run_scorecard`.
+
+The proxy -> source map of the state dir is used only to score. The returned :class:`Scorecard`
+holds the results, which render their own report parts;
+:func:`pfd.attacks.scorecard.report.write_report` writes ``report.json``, ``report.md`` and the plots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import pfd.audit.checks  # noqa: F401 - registers the pass/fail checks
+from pfd.audit.contract import AuditInputs, CheckResult, Clock, Reconstructor, ordered_checks
+from pfd.audit.inputs import (ReleaseState, open_release_state, proxy_sources, recorded_private_unopenable,
+                              state_private_spec, state_run_size, unwritten_release_state)
+from pfd.audit.risk import per_identity_risk
+from pfd.audit.sets import MemorySets, OpenedPrivateSets, ReleaseSets
+from pfd.audit.team import outside_attackers, own_attackers, refuse_duplicate_models
+from pfd.audit.verdict import LEVEL, RULE_OUT, Verdict, decide
+from pfd.config import AttackConfig, build_config, config_to_dict
+from pfd.config.checks import outer_key
+from pfd.data.faceset import FaceSet
+from pfd.data.shape import plain_size
+from pfd.data.sources import open_faces
+from pfd.errors import PfdError
+from pfd.release.private_set import check_audited_private_set
+from pfd.release.state_dir import StateDir
+from pfd.release.writer import release_layout
+
+__all__ = ["Scorecard", "attack_configs", "run_scorecard", "run_audit", "audit_in_memory"]
+
+
+@dataclass
+class Scorecard:
+    """What a scorecard run produced.
+
+    Attributes:
+        data: JSON-ready figures (see :mod:`pfd.attacks.scorecard.report` for the layout).
+        grid: Images of the match grid: ``{"proxies", "matches", "sources", "reconstructions"?}``
+            tensors ``(r, 3, H, W)`` and ``"success"`` (r,) bool.
+        results: Each attack's result, by name (they render their report parts).
+    """
+
+    data: dict[str, Any]
+    grid: dict[str, Any] = field(default_factory=dict)
+    results: dict[str, CheckResult] = field(default_factory=dict)
+    verdict: Verdict | None = None
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The summary table's rows, in the registry's order (each with chance, interval and the
+        family-wise verdict of :func:`pfd.audit.verdict.decide`)."""
+        return self.data.get("summary") or [row for r in self.results.values() for row in r.rows()]
+
+
+def attack_configs(cfg: AttackConfig) -> dict[str, Any]:
+    """Each registered attack's config, built from its table of ``cfg.attacks`` and checked.
+
+    Raises:
+        PfdError: A table of an attack that does not exist, or a setting out of range.
+    """
+    checks = ordered_checks()
+    unknown = sorted(set(cfg.attacks) - {cls.name for cls in checks})
+    if unknown:
+        raise PfdError(f"[{outer_key('attack.' + unknown[0])}]: no such attack; the attacks are "
+                       f"{', '.join(cls.name for cls in checks)}")
+    return {cls.name: build_config(cls.config, cfg.attacks.get(cls.name, {}), where=f"attack.{cls.name}")
+            for cls in checks}
+
+
+def run_scorecard(
+    cfg: AttackConfig, *, reconstructor: Reconstructor | None = None, attackers: list[Any] | None = None,
+    progress: bool = True, level: float = LEVEL, rule_out: float = RULE_OUT, private: FaceSet | None = None,
+) -> Scorecard:
+    """Run every applicable registered attack on a release.
+
+    Args:
+        cfg: The attack configuration (release, state dir, private set, options; each attack's own
+            settings in ``cfg.attacks``).
+        attackers: Outside attackers in addition to ``cfg.attackers``: paths, ``module:callable``,
+            ``nn.Module`` objects, functions ``images (B, 3, H, W) -> embeddings`` or
+            :class:`~pfd.attackers.outside.AttackerSpec` (model + input convention). Each adds
+            linkability rows (proxies and reconstructions) beside ``public`` and ``insider``.
+        reconstructor: Replaces the built-in BN-prior inversion: ``f(embeddings (n, D) unit rows,
+            public-model space) -> images (n, 3, H, W) in [0, 1]`` (e.g. an Arc2Face wrapper).
+        progress: Progress bars.
+
+        level: The verdict's family-wise level (:data:`pfd.audit.verdict.LEVEL`).
+        rule_out: The multiple of chance each proxy rate must exclude.
+        private: The private set, already opened at the attackers' image size, where its spec
+            (``cfg.private``, or the state dir's record) names nothing :func:`pfd.data.sources.open_faces`
+            opens: the benchmark's in-memory sets. Its identities must be the ones the state dir recorded.
+
+    Returns:
+        The :class:`Scorecard` (write it with :func:`pfd.attacks.scorecard.report.write_report`).
+
+    Raises:
+        PfdError: For missing or mismatched inputs (release, state dir, private set, models) or settings.
+    """
+    clock = Clock()
+    configs = attack_configs(cfg)  # every attack's settings checked before any work
+    if not cfg.release or not cfg.state_dir:
+        raise PfdError("pass --release (the released folder) and --state-dir (the publisher's state dir)")
+    state = clock.run("load", lambda: open_release_state(cfg.release, cfg.state_dir))
+    private_spec = cfg.private or state_private_spec(state)
+    if not private_spec:
+        raise PfdError(f"no private set: pass --private (the state dir {state.state_dir} records none)")
+    own = clock.run("load", lambda: own_attackers(cfg, state, progress))
+    outside = clock.run("load", lambda: outside_attackers(cfg, list(attackers or []), [a.role for a in own], progress))
+    models = own + outside
+    refuse_duplicate_models(own, outside)
+    sets = (ReleaseSets(private_spec, state.release, skip_bad=cfg.skip_bad) if private is None else
+            OpenedPrivateSets(private, private_spec, state.release, skip_bad=cfg.skip_bad))
+    size = models[0].size
+    try:
+        private0 = clock.run("load", lambda: sets.private(size))
+    except PfdError as e:
+        if cfg.private or private is not None:
+            raise
+        # The spec the state dir recorded, not one the auditor typed: a benchmark's in-memory set
+        # ("celeba:private+lowres (in memory)") or a folder that moved.
+        raise recorded_private_unopenable(state.state_dir, private_spec, e) from None
+    source = proxy_sources(state, clock.run("load", lambda: sets.proxies(size)).names, private0,
+                           private_spec=private_spec)
+    clock.run("load", lambda: _check_recorded_private(state, sets, private_spec))
+    inputs = AuditInputs(cfg=cfg, state=state, sets=sets, attackers=models, source=source, labels=private0.labels,
+                         private_spec=private_spec, progress=progress, clock=clock, reconstructor=reconstructor)
+    return run_audit(inputs, configs, level=level, rule_out=rule_out)
+
+
+def _check_recorded_private(state: ReleaseState, sets: Any, spec: str) -> None:
+    """The private set by content: the pixel digests the state dir recorded, at the run's size."""
+    size = state_run_size(state)
+    if size is not None:
+        check_audited_private_set(StateDir.at(state.state_dir).private_set, sets.private(size), spec=spec)
+
+
+def run_audit(inputs: AuditInputs, configs: dict[str, Any], *, level: float = LEVEL,
+              rule_out: float = RULE_OUT) -> Scorecard:
+    """Run every applicable registered check on opened inputs and decide (the one engine).
+
+    Args:
+        inputs: The release (on disk or in memory), its state, the private set and the attackers.
+        configs: Each check's config (:func:`attack_configs`).
+        level: The verdict's family-wise level (:data:`pfd.audit.verdict.LEVEL`).
+        rule_out: The multiple of chance each proxy rate must exclude.
+
+    Returns:
+        The :class:`Scorecard`: its ``data["summary"]`` rows carry the family-wise verdict,
+        ``data["verdict"]`` and :attr:`Scorecard.verdict` the decision.
+
+    Raises:
+        PfdError: Bad input, or a setting under which a gating test could never flag.
+    """
+    cfg, state, sets, clock = inputs.cfg, inputs.state, inputs.sets, inputs.clock
+    checks = ordered_checks()
+    for cls in checks:
+        check = cls(configs[cls.name])
+        why = check.applicable(inputs)
+        if why is not None:
+            inputs.skipped[cls.name] = why
+            continue
+        inputs.results[cls.name] = check.run(inputs)
+    absence = {cls.name: cls.when_skipped for cls in checks}
+    rows = [row for r in inputs.results.values() for row in r.rows()]
+    gaps = {cls.name for cls in checks if cls.gates and cls.when_skipped == "gap"}
+    verdict = decide(rows, level=level, rule_out=rule_out,
+                     skipped={k: v for k, v in inputs.skipped.items() if k in gaps},
+                     not_audited={k: v for k, v in inputs.skipped.items() if absence[k] == "not audited"})
+    source, private0 = inputs.source, sets.private(inputs.attackers[0].size)
+    data: dict[str, Any] = {
+        "format": "pfd-attack-report",
+        "version": 1,
+        "settings": {**config_to_dict(cfg), **{n: config_to_dict(c) for n, c in configs.items()}},
+        "release": {"path": str(state.release), "method": state.method,
+                    "image_size": plain_size(state.image_size) if state.image_size else 0,
+                    "num_classes": int(state.manifest.get("num_classes", len(np.unique(source)))),
+                    "num_images": len(source)},
+        "private": {"spec": inputs.private_spec, "identities": private0.num_classes, "images": len(private0),
+                    "source_identities": int(len(np.unique(source)))},
+        "attackers": [a.describe() for a in inputs.attackers],
+        "verdict": verdict.as_dict(),
+        "summary": rows,
+    }
+    for result in inputs.results.values():
+        for key, value in result.sections().items():
+            if isinstance(value, list) and isinstance(data.get(key), list):
+                data[key] = data[key] + value  # the reconstructions' links join the proxies'
+            elif isinstance(value, dict) and isinstance(data.get(key), dict) and key == "checks":
+                data[key] = {**data[key], **value}
+            else:
+                data[key] = value
+    for cls in checks:  # the layout readers expect, whether or not the check ran
+        for key, empty in cls.empty_sections.items():
+            data.setdefault(key, type(empty)())
+    links = [link for r in inputs.results.values() for link in r.identity_links()]
+    data["per_identity"] = per_identity_risk(links, source, private0.labels, private0.identities)
+    data["skipped"] = inputs.skipped
+    data["timings"] = clock.seconds
+    grid: dict[str, Any] = {}
+    if state.release is not None:  # nothing to show before the release is written
+        grid = next((g for r in inputs.results.values() if (g := r.grid(inputs, cfg.grid_rows))), {})
+    return Scorecard(data=data, grid=grid, results=inputs.results, verdict=verdict)
+
+
+def audit_in_memory(
+    cfg: AttackConfig, *, proxies: np.ndarray, source: np.ndarray, private: FaceSet, state_dir: str | Path,
+    method: str, label_seed: int, progress: bool = False, cache_dir: str | Path | None = None,
+    level: float = LEVEL, rule_out: float = RULE_OUT,
+) -> Scorecard:
+    """The audit of a release before it is written (``pfd distill``'s gate): the same checks and verdict.
+
+    Args:
+        cfg: The audit's settings (the same :class:`~pfd.config.AttackConfig` ``pfd attack`` builds).
+        proxies: ``(n, 3, H, W)`` uint8, exactly the pixels the release would hold, in internal order.
+        source: ``(n,)`` each proxy's source label in ``private`` (its internal class too).
+        private: The private set at the release's size.
+        state_dir: The run's state dir (its public, adapted and judge models, prototypes and config).
+        method: The method (for the report).
+        label_seed: The release's label seed (its layout: :func:`pfd.release.writer.release_layout`).
+        progress: Progress bars.
+        cache_dir: The embedding cache for the private set.
+        level: The verdict's family-wise level.
+        rule_out: The multiple of chance each proxy rate must exclude.
+
+    Returns:
+        The :class:`Scorecard` (no match grid: nothing is on disk yet).
+    """
+    clock = Clock()
+    configs = attack_configs(cfg)
+    size = tuple(int(v) for v in proxies.shape[-2:])
+    state = unwritten_release_state(state_dir, method=method, image_size=size, num_classes=len(np.unique(source)))
+    models = clock.run("load", lambda: own_attackers(cfg, state, progress))
+    # The private set as pfd attack and pfd card open it, from its spec (what the attribute probe's
+    # default auxiliary set and every cache key derive from); the run's own copy only where the spec
+    # names nothing that opens (a benchmark's in-memory set).
+    spec = cfg.private or ""
+    try:
+        opened = open_faces(spec, size=private.size, skip_bad=cfg.skip_bad) if spec else None
+    except PfdError:
+        opened = None
+    if opened is not None and len(opened) == len(private) and list(opened.identities) == list(private.identities):
+        private = opened
+    source = np.asarray(source)
+    files, _, _ = release_layout(source, label_seed=label_seed, avoid_labels=private.identities)
+    order = np.argsort(np.asarray(files), kind="stable")  # a reader lists label folders, then files, sorted
+    sets = MemorySets(private, cfg.private or "the private set", proxies[order], [files[i] for i in order],
+                      skip_bad=cfg.skip_bad)
+    inputs = AuditInputs(cfg=cfg, state=state, sets=sets, attackers=models, source=source[order],
+                         labels=np.asarray(private.labels), private_spec=sets.private_spec, progress=progress,
+                         clock=clock, cache_dir=cache_dir)
+    return run_audit(inputs, configs, level=level, rule_out=rule_out)

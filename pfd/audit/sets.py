@@ -1,0 +1,118 @@
+"""The private set and the release an audit reads, opened once per image size.
+
+Every attacker may take another image size; each opens the private set and the release at its own
+size once (:class:`ReleaseSets`). A benchmark's private set that lives only in memory
+(:class:`OpenedPrivateSets`) and the gate's release before it is written (:class:`MemorySets`) are
+read through the same three methods, so every check sees the same images whatever the way in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from pfd.data.faceset import FaceSet, TensorFaces
+from pfd.data.shape import same_size, size_text
+from pfd.data.sources import open_faces
+from pfd.errors import PfdError
+from pfd.release.reader import read_release, release_tensor
+
+__all__ = ["ReleaseSets", "OpenedPrivateSets", "MemorySets", "private_spec_text"]
+
+
+class ReleaseSets:
+    """The private set and the release, opened once per image size."""
+
+    def __init__(self, private_spec: str, release: Path, *, skip_bad: bool = False) -> None:
+        self.private_spec, self.release, self.skip_bad = private_spec, release, skip_bad
+        self._private: dict[Any, FaceSet] = {}
+        self._release: dict[Any, FaceSet] = {}
+
+    def private(self, size: Any) -> FaceSet:
+        if size not in self._private:
+            self._private[size] = open_faces(self.private_spec, size=size, skip_bad=self.skip_bad)
+        return self._private[size]
+
+    def proxies(self, size: Any) -> FaceSet:
+        if size not in self._release:
+            self._release[size] = read_release(self.release, size=size)
+        return self._release[size]
+
+    def released_pixels(self) -> list[tuple[str, np.ndarray]]:
+        """``(name, (H, W, 3) uint8)`` of every released image, as written."""
+        out = []
+        for name in read_release(self.release).names:
+            with Image.open(self.release / name) as im:
+                out.append((name, np.asarray(im.convert("RGB"), dtype=np.uint8)))
+        return out
+
+
+class OpenedPrivateSets(ReleaseSets):
+    """A written release and a private set the caller has already opened (a benchmark's set that
+    lives only in memory, e.g. ``celeba:private+lowres``), at the attackers' image size.
+
+    Args:
+        private: The private set.
+        private_spec: How it is named in the report.
+        release: The released folder.
+        skip_bad: As :class:`ReleaseSets`.
+    """
+
+    def __init__(self, private: FaceSet, private_spec: str, release: Path, *, skip_bad: bool = False) -> None:
+        super().__init__(private_spec, release, skip_bad=skip_bad)
+        self._base = private
+
+    def private(self, size: Any) -> FaceSet:
+        if size is not None and not same_size(size, self._base.size):
+            raise PfdError(f"the private set given ({private_spec_text(self.private_spec)}) is "
+                           f"{size_text(self._base.size)} but an attacker takes {size_text(size)} images; open it at "
+                           "that size, or pass its spec instead")
+        return self._base
+
+
+def private_spec_text(spec: str) -> str:
+    return spec if len(spec) <= 80 else spec[:77] + "..."
+
+
+class MemorySets(ReleaseSets):
+    """The private set and a release still in memory (the gate's, before it is written).
+
+    The proxies are held in the order, and under the names, that the written release will have
+    (:func:`pfd.release.writer.release_layout`), and read at another size through the reader's own
+    resize (:func:`pfd.release.reader.release_tensor`): the audit before writing and the audit of
+    the written release see the same images in the same order.
+
+    Args:
+        private: The private set (at the release's size).
+        private_spec: How it was given.
+        proxies: ``(n, 3, H, W)`` uint8: exactly the pixels that would be released, in ``names``' order.
+        names: ``(n,)`` each proxy's file in the release, sorted as a reader lists them.
+        skip_bad: As :class:`ReleaseSets`.
+    """
+
+    def __init__(self, private: FaceSet, private_spec: str, proxies: np.ndarray, names: list[str], *,
+                 skip_bad: bool = False) -> None:
+        super().__init__(private_spec, Path("<in memory>"), skip_bad=skip_bad)
+        self._base = private
+        self._pixels = np.ascontiguousarray(proxies.transpose(0, 2, 3, 1))  # (n, H, W, 3)
+        self.names = list(names)
+
+    def private(self, size: Any) -> FaceSet:
+        if size not in self._private:
+            self._private[size] = (self._base if size is None or same_size(size, self._base.size) else
+                                   open_faces(self.private_spec, size=size, skip_bad=self.skip_bad))
+        return self._private[size]
+
+    def proxies(self, size: Any) -> FaceSet:
+        if size not in self._release:
+            want = size or tuple(self._pixels.shape[1:3])
+            x = torch.stack([release_tensor(img, want) for img in self._pixels])  # (n, 3, H, W)
+            self._release[size] = TensorFaces(x, np.zeros(len(x), dtype=np.int64), names=self.names)
+        return self._release[size]
+
+    def released_pixels(self) -> list[tuple[str, np.ndarray]]:
+        return list(zip(self.names, self._pixels))

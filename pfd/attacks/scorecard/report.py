@@ -54,8 +54,9 @@ def _success(row: Mapping[str, Any]) -> str:
 
 
 def _ci(row: Mapping[str, Any]) -> str:
-    if row["ci95"] is None:
-        return f"p = {row['p']:.3g} (null 95%: {row['null95']:.3f})"
+    if row["ci95"] is None:  # a test: its p-value, and the statistic's null quantile where the test has one
+        null = f" (null 95%: {row['null95']:.3f})" if row.get("null95") is not None else ""
+        return f"p = {row['p']:.3g}{null}"
     lo, hi = row["ci95"]
     text = f"[{lo:.3f}, {hi:.3f}]" if row["kind"] == "auc" else f"[{100 * lo:.1f}, {100 * hi:.1f}]%"
     return f"{text}, p = {row['p']:.3g}" if "p" in row else text

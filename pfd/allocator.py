@@ -26,6 +26,7 @@ import ctypes.util
 import os
 import platform
 import sys
+from pfd.errors import PfdError
 
 __all__ = ["tune_allocator", "release_free_memory", "ALLOCATOR_ENV"]
 
@@ -56,7 +57,6 @@ def tune_allocator(*, env: dict[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     choice = env.get(ALLOCATOR_ENV, "").strip().lower()
     if choice not in ("", "tune", "system"):
-        from pfd.errors import PfdError
 
         raise PfdError(f"{ALLOCATOR_ENV}={env[ALLOCATOR_ENV]!r}: not a setting; use 'system' (leave malloc as it is), "
                        f"'tune' (the default), or unset it")

@@ -20,7 +20,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,15 @@ from pfd.data.shape import same_size, size_text
 from pfd.errors import PfdError
 from pfd.io import atomic_open, same_path
 from pfd.runtime import make_accelerator, set_threads
+from pfd.data.sources import open_faces
+from pfd.embed import Embedder, class_centers
+from pfd.nn.backbones import create_backbone
+from pfd.nn.checkpoints import load_checkpoint
+from pfd.nn.checkpoints import save_checkpoint
+from pfd.nn.heads import create_head
+from pfd.progress import progress_bar
+from pfd.release.reader import check_complete_release, looks_like_release
+from pfd.nn.checkpoints import load_backbone
 
 __all__ = ["Trainer", "MarginStep", "StepOutput", "train", "lr_lambda", "open_training_data", "global_batches"]
 
@@ -97,9 +105,6 @@ def open_training_data(specs: Sequence[str], *, size: Any, min_images: int, skip
     Raises:
         PfdError: No data, an incomplete release, or a size mismatch.
     """
-    from pfd.release.reader import check_complete_release, looks_like_release
-    from pfd.data.sources import open_faces
-
     if not specs:
         raise PfdError("no training data given; pass --data SPEC (e.g. --data synthetic:public)")
     for spec in specs:
@@ -198,8 +203,6 @@ class Trainer:
         progress: bool = True,
         final_path: str | Path | None = None,
     ) -> None:
-        from pfd.nn.backbones import create_backbone
-
         self.cfg = cfg
         self.out = Path(cfg.out)
         self.final_path = Path(final_path) if final_path is not None else self.out / "model.pt"
@@ -219,7 +222,6 @@ class Trainer:
             )
         torch.manual_seed(cfg.seed)
         if cfg.init:
-            from pfd.nn.checkpoints import load_backbone
 
             backbone = load_backbone(cfg.init)
             arch = getattr(backbone, "arch", {})
@@ -280,15 +282,11 @@ class Trainer:
 
     def make_head(self, dim: int) -> nn.Module:
         """The margin head: ``cfg.head`` with ``cfg.scale`` / ``cfg.margin``, :meth:`num_head_classes` rows."""
-        from pfd.nn.heads import create_head
-
         cfg = self.cfg
         return create_head(cfg.head, embedding_dim=dim, num_classes=self.num_head_classes(), scale=cfg.scale, margin=cfg.margin)
 
     def init_head_at_class_means(self, step: nn.Module, backbone: nn.Module) -> None:
         """``head_init = class_means``: every head row at the normalised mean embedding of its class."""
-        from pfd.embed import Embedder, class_centers
-
         head = getattr(step, "head", None)
         weight = getattr(head, "weight", None)
         if not isinstance(weight, torch.Tensor) or weight.shape[0] != self.faces.num_classes:
@@ -343,8 +341,6 @@ class Trainer:
 
     def save(self, path: Path, *, resumable: bool) -> None:
         """Write a checkpoint (main process only); resumable ones carry optimiser state."""
-        from pfd.nn.checkpoints import save_checkpoint
-
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
             save_checkpoint(
@@ -361,8 +357,6 @@ class Trainer:
 
     def resume(self) -> bool:
         """Load the newest resumable checkpoint; return whether one was found."""
-        from pfd.nn.checkpoints import load_checkpoint
-
         path = self._latest_checkpoint()
         if path is None:
             return False
@@ -407,8 +401,6 @@ class Trainer:
 
     def fit(self) -> Path:
         """Run (or continue) training to ``total_steps``; return the final model path."""
-        from pfd.progress import progress_bar
-
         cfg = self.cfg
         if self.acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -494,8 +486,6 @@ def _check_resume(cfg: TrainConfig, path: str | Path) -> None:
     Raises:
         PfdError: Naming the checkpoint and up to five differing settings (saved -> now).
     """
-    from pfd.nn.checkpoints import load_checkpoint
-
     saved = (load_checkpoint(path).get("config") or {}).get("train")
     if not isinstance(saved, dict):
         return

@@ -30,6 +30,12 @@ import torch
 from pfd.config import EvalConfig, validate_config
 from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
+from pathlib import Path
+from pfd.data.pairs import generate_pairs, read_bin, read_pairs_txt
+from pfd.data.sources import open_faces
+from pfd.embed import Embedder
+from pfd.io import atomic_write_json
+from pfd.nn.checkpoints import load_backbone
 
 __all__ = [
     "insightface_thresholds",
@@ -387,13 +393,6 @@ def evaluate(cfg: EvalConfig, *, model: Any | None = None, progress: bool = Fals
     Raises:
         PfdError: Missing model or pairs, or bad data.
     """
-    from pathlib import Path
-
-    from pfd.data.pairs import generate_pairs, read_bin, read_pairs_txt
-    from pfd.data.sources import open_faces
-    from pfd.embed import Embedder
-    from pfd.io import atomic_write_json
-    from pfd.nn.checkpoints import load_backbone
 
     validate_config(cfg)
     if model is None:

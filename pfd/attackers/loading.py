@@ -50,6 +50,12 @@ from pfd.embed import Embedder
 from pfd.attackers.torchscript import first_line, is_torchscript, load_torchscript
 from pfd.data.shape import canonical_size, image_hw, same_size, size_text
 from pfd.errors import PfdError
+from pfd.attackers.outside import INSIGHTFACE, AttackerSpec, ConventionAdapter, describe_convention, load_outside_model, read_attacker_spec
+from pfd.attackers.outside import is_entry_point
+from pfd.nn.checkpoints import load_checkpoint
+import logging
+import threading
+from pfd.nn.checkpoints import load_backbone
 
 __all__ = ["Attacker", "load_attacker", "load_outside_attacker", "is_torchscript", "resize_images", "checkpoint_head",
            "check_not_constant"]
@@ -199,9 +205,6 @@ def _probe_dim(model: nn.Module, size: Any, path: Path, *, size_flag: str = "--m
     A line is logged first (a model that hangs is then named in the log), and a warning when it has
     not answered after :data:`PROBE_PATIENCE` seconds.
     """
-    import logging
-    import threading
-
     log = logging.getLogger("pfd.attacks")
     h, w = image_hw(size)
     log.info("probing %s with a (2, 3, %d, %d) batch", path, h, w)
@@ -263,8 +266,6 @@ def load_attacker(
         PfdError: Missing or unreadable file, a size that does not fit the model, or a model that
             does not map ``(B, 3, H, W)`` images to ``(B, D)`` features.
     """
-    from pfd.attackers.outside import is_entry_point
-
     if not isinstance(path, (str, os.PathLike)) or is_entry_point(path) or Path(path).suffix.lower() in (".onnx", ".toml"):
         return load_outside_attacker(path, role=None if role == "model" else role, size=size, batch_size=batch_size,
                                      flip=flip, device=device, progress=progress)
@@ -276,7 +277,6 @@ def load_attacker(
         model, side = load_torchscript(p, size)
         kind = "torchscript"
     else:
-        from pfd.nn.checkpoints import load_backbone
 
         model = load_backbone(p)
         side = canonical_size(model.arch["size"])
@@ -322,15 +322,6 @@ def load_outside_attacker(
         PfdError: Unreadable model or spec, a size that contradicts the model's declared one, or
             a model that does not return ``(B, D)`` embeddings.
     """
-    from pfd.attackers.outside import (
-        INSIGHTFACE,
-        AttackerSpec,
-        ConventionAdapter,
-        describe_convention,
-        load_outside_model,
-        read_attacker_spec,
-    )
-
     if isinstance(spec, (str, os.PathLike)) and Path(spec).suffix.lower() == ".toml":
         spec = read_attacker_spec(spec)
     if not isinstance(spec, AttackerSpec):
@@ -358,9 +349,6 @@ def checkpoint_head(path: str | os.PathLike) -> dict[str, Any] | None:
 
     Used to default the grey-box MIA statistics to the head the model was trained with.
     """
-    from pfd.nn.checkpoints import load_checkpoint
-
-    from pfd.attackers.outside import is_entry_point
 
     if not isinstance(path, (str, os.PathLike)) or is_entry_point(path) or Path(path).suffix.lower() in (".onnx", ".toml"):
         return None

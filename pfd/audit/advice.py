@@ -17,6 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from pfd.audit.contract import CHECKS
+from pfd.audit.verdict import BOUND, REFUSING, RULE_OUT, label, people_needed
+
 __all__ = ["advice", "refusal_advice", "remedy", "REMEDIES", "CHECK_REMEDIES"]
 
 #: The one remedy table (issue 52: the gate said "longer OGP schedule" where the card said "fewer RTA
@@ -32,15 +35,15 @@ REMEDIES: dict[str, str] = {
                 "counts.ogp_steps of summary.json) so that the rotation decouples them, keep pfd's source-rank defaults "
                 "(rta.source_ranks, rta.lambda_insider), and keep the state dir private: it holds that model"),
 }
-#: ... and by the pass/fail check's title.
+#: ... and by the pass/fail check (its registry name, the row's ``check``).
 CHECK_REMEDIES: dict[str, str] = {
-    "OGP margin (eq. 3)": ("continue OGP longer: --resume --ogp-steps (e.g. twice counts.ogp_steps of summary.json); "
+    "ogp_margin": ("continue OGP longer: --resume --ogp-steps (e.g. twice counts.ogp_steps of summary.json); "
                            "what follows it is redone"),
-    "No private photo in the release": "a released image copies a private photo: distill again from noise (--init noise) "
+    "private_copies": "a released image copies a private photo: distill again from noise (--init noise) "
                                        "into a new --state-dir",
-    "Judge recognises the private people": ("the judge recognises no one, so its rows would vouch for nothing: --resume "
+    "judge_competence": ("the judge recognises no one, so its rows would vouch for nothing: --resume "
                                             "with another --judge, a face model no loss sees that recognises the private people"),
-    "Release integrity": "the release on disk is not what pfd wrote: run pfd release lint and publish again with pfd "
+    "integrity": "the release on disk is not what pfd wrote: run pfd release lint and publish again with pfd "
                          "distill --resume",
 }
 _OUTSIDE = ("an outside face model links the release: distill again with the de-linking term against it "
@@ -58,14 +61,17 @@ def remedy(row: Mapping[str, Any]) -> str:
         One sentence.
     """
     if row.get("kind") == "check":
-        return CHECK_REMEDIES.get(str(row.get("attack")), "fix what the check names, then distill or audit again "
+        return CHECK_REMEDIES.get(_check_name(row), "fix what the check names, then distill or audit again "
                                                            "(the detail says how)")
     if row.get("family") == "unresolved":
-        from pfd.audit.verdict import BOUND, RULE_OUT, people_needed
-
         need = people_needed(float(row.get("bound_required", BOUND)), float(row.get("rule_out_multiple", RULE_OUT)))
         return _DESIGN.format(need=need)
     return REMEDIES.get(str(row.get("attacker") or "-"), _OUTSIDE)
+
+
+def _check_name(row: Mapping[str, Any]) -> str:
+    """A check row's registry name; a row written before rows named their check, by its registered title."""
+    return str(row.get("check") or next((n for n, cls in CHECKS.items() if cls.title == row.get("attack")), ""))
 
 
 def advice(row: Mapping[str, Any]) -> dict[str, str]:
@@ -78,8 +84,6 @@ def advice(row: Mapping[str, Any]) -> dict[str, str]:
     Returns:
         ``{"row", "gain", "remedy"}``: the row's label and two sentences.
     """
-    from pfd.audit.verdict import label
-
     who = str(row.get("attacker") or "-")
     fix = remedy(row)
     if row.get("kind") == "check":
@@ -107,8 +111,6 @@ def advice(row: Mapping[str, Any]) -> dict[str, str]:
 
 def refusal_advice(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     """:func:`advice` of every refusing row (failed checks first), in the audit's order."""
-    from pfd.audit.verdict import REFUSING
-
     order = {family: k for k, family in enumerate(REFUSING)}
     refusing = [r for r in rows if r.get("family") in order]
     return [advice(r) for r in sorted(refusing, key=lambda r: order[str(r["family"])])]

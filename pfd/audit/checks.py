@@ -29,6 +29,11 @@ import numpy as np
 import torch
 
 from pfd.audit.contract import AuditInputs, Check, CheckResult, check_row, register_check
+from pfd.audit.intervals import wilson_interval
+from pfd.config import OGPConfig
+from pfd.release.lint import lint_release
+from pfd.release.private_copies import find_private_copies
+from pfd.release.state_dir import StateDir
 
 __all__ = ["ChecksResult", "IntegrityCheck", "PrivateCopiesCheck", "OgpMarginCheck", "JudgeCompetenceCheck",
            "competence", "JUDGE_COMPETENCE"]
@@ -71,13 +76,11 @@ class IntegrityCheck(Check):
         return None
 
     def run(self, inputs: AuditInputs) -> ChecksResult:
-        from pfd.release.lint import lint_release
-
         findings = inputs.clock.run("checks", lambda: lint_release(inputs.state.release, state_dir=inputs.state.state_dir))
         first = f"{findings[0].kind}: {findings[0].path}: {findings[0].detail}" if findings else ""
         detail = (f"{len(findings)} finding(s), first {first}; run pfd release lint" if findings
                   else "every file listed with its sha256, pixels only, no state, labels unordered")
-        return ChecksResult("integrity", [check_row(self.title, not findings, detail, value=len(findings),
+        return ChecksResult("integrity", [check_row(self.title, not findings, detail, check=self.name, value=len(findings),
                                                     findings=[f.kind for f in findings[:20]])])
 
 
@@ -93,8 +96,6 @@ class PrivateCopiesCheck(Check):
         return None
 
     def run(self, inputs: AuditInputs) -> ChecksResult:
-        from pfd.release.private_copies import find_private_copies
-
         released = inputs.sets.released_pixels()  # [(name, (H, W, 3) uint8)]
         # Each photo as the set opens it by default (its own size where the spec has one), not already shrunk
         # to the release's: a copy resized by another library is then found exactly (issue 54).
@@ -104,7 +105,7 @@ class PrivateCopiesCheck(Check):
         detail = (f"{len(copies)} released image(s) copy private photos, first {copies[0].file}: {copies[0].how} of "
                   f"{copies[0].private}; remove them and distill again" if copies
                   else f"none of {len(released)} images is a copy of any of {len(private)} private photos")
-        return ChecksResult("private_copies", [check_row(self.title, not copies, detail, value=len(copies))])
+        return ChecksResult("private_copies", [check_row(self.title, not copies, detail, check=self.name, value=len(copies))])
 
 
 @register_check
@@ -122,16 +123,14 @@ class OgpMarginCheck(Check):
     def run(self, inputs: AuditInputs) -> ChecksResult:
         below, margin, target = _ogp(inputs)  # type: ignore[misc]
         return ChecksResult("ogp_margin", [check_row(
-            self.title, below >= target, f"{below:.3f} of the private embeddings below |cos(Me, e)| < {margin:g} "
+            self.title, below >= target, check=self.name,
+            detail=f"{below:.3f} of the private embeddings below |cos(Me, e)| < {margin:g} "
             f"(target {target:.2f}); below it, rerun with --resume and a longer OGP schedule (--ogp-steps)",
             value=below, target=target)])
 
 
 def _ogp(inputs: AuditInputs) -> tuple[float, float, float] | None:
     """``(share below the margin, margin, target)`` from the state dir, or ``None`` for a run without OGP."""
-    import torch
-
-    from pfd.release.state_dir import StateDir
 
     path = StateDir.at(inputs.state.state_dir).prototypes
     if not path.is_file():
@@ -140,7 +139,6 @@ def _ogp(inputs: AuditInputs) -> tuple[float, float, float] | None:
     if not protos.get("rotated", False) or "cos_rotated" not in protos:
         return None
     ogp = (inputs.state.config.get("distill") or {}).get("ogp") or {}
-    from pfd.config import OGPConfig
 
     margin = float(ogp.get("rep_margin", OGPConfig.rep_margin))
     target = float(ogp.get("target_below_margin", OGPConfig.target_below_margin))
@@ -173,8 +171,6 @@ def competence(private_emb: Any, private_labels: np.ndarray, *, multiple: float 
         ``rate``, ``count``, ``n`` (probes), ``chance`` (of naming the right identity by a random other
         image), ``ci95``, ``multiple`` and ``passed``.
     """
-    from pfd.audit.intervals import wilson_interval
-
     e = private_emb.double()  # (m, D)
     labels = np.asarray(private_labels)
     m = labels.size
@@ -228,7 +224,7 @@ class JudgeCompetenceCheck(Check):
                 name = "the public model" if other.role == "public" else "the adapted model (insider)"
                 detail += (f"; it embeds the private photos as {name} does (mean cosine {agree:.4f} >= "
                            f"{SAME_EMBEDDINGS}): it is {name} under another file; pass a judge that no loss has seen")
-        return ChecksResult("judge_competence", [check_row(self.title, passed, detail, value=c["rate"], **{
+        return ChecksResult("judge_competence", [check_row(self.title, passed, detail, check=self.name, value=c["rate"], **{
             k: c[k] for k in ("count", "n", "multiple")})])
 
 

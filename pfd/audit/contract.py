@@ -87,18 +87,19 @@ def summary_row(attack: str, attacker: str, value: float, chance: float, ci: Any
             "verdict": verdict(ci, chance, p=test_p), **({"p": test_p} if test_p is not None else {}), **extra}
 
 
-def check_row(name: str, passed: bool, detail: str, *, value: float = 0.0, **extra: Any) -> dict[str, Any]:
+def check_row(name: str, passed: bool, detail: str, *, check: str, value: float = 0.0, **extra: Any) -> dict[str, Any]:
     """The row of a pass/fail check (``kind = "check"``): the verdict counts it, outside the family-wise test.
 
     Args:
         name: The check's title (``"Release integrity"``).
         passed: Whether it passed.
         detail: What it measured or found (one line; the first finding when it failed).
+        check: The check's registry name (``"integrity"``): the remedy table's key.
         value: A number to show (findings, a share).
         extra: More fields.
     """
     return {"attack": name, "attacker": "-", "value": float(value), "chance": 0.0, "ci95": None,
-            "kind": "check", "passed": bool(passed), "detail": detail, "verdict": "passed" if passed else "FAILED",
+            "kind": "check", "check": check, "passed": bool(passed), "detail": detail, "verdict": "passed" if passed else "FAILED",
             **extra}
 
 

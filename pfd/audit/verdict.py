@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from pfd.errors import PfdError
+from pfd.audit.intervals import clopper_pearson
 
 __all__ = ["LEVEL", "RULE_OUT", "BOUND", "VERSION", "REFUSING", "Verdict", "decide", "label", "failure", "design_share",
            "people_needed"]
@@ -187,8 +188,6 @@ def _pct(x: float) -> str:
 
 
 def _rate_leaks(row: Mapping[str, Any], a: float) -> bool:
-    from pfd.audit.intervals import clopper_pearson
-
     n = float(row.get("n_eff") or row.get("n") or 0)
     if n <= 0:
         return row.get("verdict") == "LEAKS"
@@ -211,8 +210,6 @@ def design_share(chance: float, people: int, *, alpha: float = 0.05) -> float:
     Returns:
         The share in (0, 1].
     """
-    from pfd.audit.intervals import clopper_pearson
-
     n = max(int(people), 1)
     return clopper_pearson(min(float(chance) * n, n), n, alpha=alpha)[1]
 

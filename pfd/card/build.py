@@ -39,6 +39,25 @@ from pfd.config import config_to_dict, dump_toml, load_recipe
 from pfd.errors import PfdError
 from pfd.io import atomic_write_bytes, atomic_write_text, sha256_file
 from pfd.progress import PROGRESS_LOGGER
+import io
+from pfd.attackers.loading import load_attacker
+from pfd.attacks.report_folder import check_apart
+from pfd.attacks.report_folder import report_folder
+from pfd.attacks.scorecard.report import write_report
+from pfd.audit.engine import attack_configs
+from pfd.audit.engine import run_scorecard
+from pfd.audit.inputs import open_release_state, state_private_spec
+from pfd.audit.inputs import recorded_private_unopenable
+from pfd.card.render import write_card
+from pfd.config import AttackConfig, build_config
+from pfd.config.checks import recipe_keys
+from pfd.data.faceset import ConcatFaces, to_memory
+from pfd.data.sources import open_faces
+from pfd.nn.checkpoints import read_arch
+from pfd.release.disjoint import check_disjoint_sets, check_other_people, content_digest
+from pfd.release.format import MANIFEST
+from pfd.release.reader import read_release
+from pfd.release.state_dir import StateDir
 
 __all__ = ["Card", "make_card", "CARD_ENTRIES", "SIDES"]
 
@@ -107,11 +126,6 @@ def _claim(cfg: CardConfig, out: Path) -> set[str]:
 
 def _inputs(cfg: CardConfig) -> dict[str, Any]:
     """Open and cross-check everything before any work: release, state dir, public model, specs."""
-    from pfd.audit.inputs import open_release_state, state_private_spec
-    from pfd.data.faceset import to_memory
-    from pfd.data.sources import open_faces
-    from pfd.nn.checkpoints import read_arch
-
     if not cfg.release or not cfg.state_dir:
         raise PfdError("pass --release (the released folder) and --state-dir (the publisher's state dir)")
     if not cfg.public:
@@ -155,10 +169,6 @@ def _attack_config(cfg: CardConfig, private: str, public_model: Path) -> Any:
     A broken setting names the card's recipe key (``card.attack.hubness.k``), not ``pfd attack``'s
     flag (``--csls-k``), which pfd card does not have (issue 34).
     """
-    from pfd.audit.engine import attack_configs
-    from pfd.config import AttackConfig, build_config
-    from pfd.config.checks import recipe_keys
-
     layers: dict[str, Any] = {"release": cfg.release, "state_dir": cfg.state_dir, "private": private,
                               "public_model": str(public_model), "report": str(Path(cfg.out).expanduser() / "privacy"),
                               "skip_bad": cfg.skip_bad}
@@ -178,9 +188,6 @@ def _attack_config(cfg: CardConfig, private: str, public_model: Path) -> Any:
 def _open_private(cfg: CardConfig, spec: str, size: Any) -> Any:
     """The private set, opened before any fine-tune (issue 34: a state dir's recorded set that does not
     open here failed after both fine-tunes, 306 s on 30 real people)."""
-    from pfd.audit.inputs import recorded_private_unopenable
-    from pfd.data.sources import open_faces
-
     try:
         return open_faces(spec, size=size, skip_bad=cfg.skip_bad)
     except PfdError as e:
@@ -196,10 +203,6 @@ def _check_disjoint(cfg: CardConfig, private_spec: str, private: Any, public: li
     Returns:
         The content digest of every data set (``private``, ``public`` (a list), ``test``, ``holdout``).
     """
-    from pfd.data.sources import open_faces
-    from pfd.release.disjoint import check_disjoint_sets, check_other_people, content_digest
-    from pfd.release.reader import read_release
-
     held_out = "the test people must be held out of the release"
     check_disjoint_sets(test, private, a_flag=f"--test {cfg.test}", b_flag=f"the private set {private_spec}",
                         fix=f"{held_out}: remove them from --test")
@@ -237,9 +240,6 @@ def _hashes(cfg: CardConfig, inputs: dict[str, Any]) -> dict[str, Any]:
     file's sha256), the state dir's files the audit reads, the public model, every data set's pixel
     digest and the settings. ``--resume`` continues only when all are unchanged (issue 34: a release
     distilled again into the same folder kept the old figures under the new release's hash)."""
-    from pfd.release.format import MANIFEST
-    from pfd.release.state_dir import StateDir
-
     settings = dump_toml({"card": {k: v for k, v in _settings(cfg).items() if k not in _CONTENT and k != "attack"}}).encode()
     attack = dump_toml({"attack": dict(cfg.attack)}).encode()
     st = StateDir.at(cfg.state_dir)
@@ -291,10 +291,6 @@ def _check_inputs(out: Path, hashes: dict[str, Any], resume: bool) -> set[str]:
 
 def _scores(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) -> dict[str, Any]:
     """Every seed's fine-tunes and their test-pair scores (kept; a resumed run skips what is done)."""
-    from pfd.attackers.loading import load_attacker
-    from pfd.data.faceset import ConcatFaces, to_memory
-    from pfd.release.reader import read_release
-
     size, e = inputs["size"], cfg.eval
     test, pairs, info = inputs["test"], inputs["pairs"], inputs["pairs_info"]
     public: Any = None
@@ -332,8 +328,6 @@ def _scores(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) 
 
 
 def _npy(a: np.ndarray) -> bytes:
-    import io
-
     buf = io.BytesIO()
     np.save(buf, a)
     return buf.getvalue()
@@ -354,10 +348,6 @@ def _utility(cfg: CardConfig, s: dict[str, Any]) -> dict[str, Any]:
 
 def _privacy(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) -> dict[str, Any]:
     """The scorecard (every registered attack), written to ``out/privacy``; a finished one is kept on --resume."""
-    from pfd.attacks.scorecard.report import write_report
-    from pfd.audit.engine import run_scorecard
-    from pfd.config.checks import recipe_keys
-
     folder = out / "privacy"
     done = folder / "report.json"
     if cfg.resume and done.is_file():
@@ -371,8 +361,6 @@ def _privacy(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool)
 
 
 def _gate(state_dir: str) -> dict[str, Any] | None:
-    from pfd.release.state_dir import StateDir
-
     path = StateDir.at(state_dir).summary
     try:
         return json.loads(path.read_text(encoding="utf-8")).get("gate")
@@ -401,8 +389,6 @@ def verdict(privacy: dict[str, Any], utility: dict[str, Any]) -> dict[str, Any]:
 
 def _check_out(cfg: CardConfig, out: Path) -> None:
     """``--out`` apart from every input folder (``--out`` inside the release is refused by its report folder)."""
-    from pfd.attacks.report_folder import check_apart
-
     check_apart(out, [("--state-dir", cfg.state_dir), *[("--public", p) for p in cfg.public], ("--test", cfg.test),
                       ("--holdout", cfg.holdout), ("--private", cfg.private)], option="--out", what="card")
 
@@ -441,9 +427,6 @@ def make_card(cfg: CardConfig, *, progress: bool = True) -> Card:
         PfdError: Bad or mismatched inputs, a foreign or busy ``--out``, or ``--resume`` with other settings;
             each before any work.
     """
-    from pfd.attacks.report_folder import report_folder
-    from pfd.card.render import write_card
-
     out = Path(cfg.out).expanduser()
     _check_out(cfg, out)
     inputs = _inputs(cfg)

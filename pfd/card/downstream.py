@@ -28,6 +28,8 @@ from pfd.config import TrainConfig, build_config
 from pfd.data.faceset import ConcatFaces, FaceSet
 from pfd.data.pairs import VerificationPairs
 from pfd.verify import roc_curve_points, tar_at_far, verification_metrics
+from pfd.train import train
+import torch
 
 __all__ = ["sample_images", "downstream_config", "finetune", "pair_scores", "verification", "utility_gain",
            "roc_curve"]
@@ -90,8 +92,6 @@ def finetune(cfg: TrainConfig, public: FaceSet, release: FaceSet | None, *, prog
     Returns:
         The model checkpoint.
     """
-    from pfd.train import train
-
     sources: list[FaceSet] = [public] + ([release] if release is not None else [])
     return train(cfg, faces=ConcatFaces(sources), progress=progress, resume=resume)
 
@@ -106,8 +106,6 @@ def pair_scores(embeddings: Any, pairs: VerificationPairs) -> np.ndarray:
     Returns:
         ``float64 (P,)`` scores in pair order.
     """
-    import torch
-
     e = torch.as_tensor(embeddings)  # (n, D), the embedder's float32: the benchmark's stored scores
     return (e[pairs.left] * e[pairs.right]).sum(1).double().numpy()  # (P,)
 

@@ -17,6 +17,11 @@ from typing import Any, Mapping
 import numpy as np
 
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
+import html
+from pfd.attacks.scorecard.html import esc, page, privacy_sections
+from pfd.attacks.scorecard.html import figure_img
+from pfd.attacks.scorecard.report import summary_table
+from pfd.audit.advice import refusal_advice
 
 __all__ = ["write_card", "card_markdown", "card_html"]
 
@@ -29,8 +34,6 @@ def md_text(text: Any) -> str:
     """A user-supplied name (an identity folder) as inert Markdown text: a Markdown viewer renders raw
     HTML, so ``<img src=x onerror=...>`` as a folder name ran in it (issue 34); markup characters are
     escaped too."""
-    import html
-
     out = html.escape(str(text), quote=False)
     return "".join("\\" + ch if ch in "\\`*_[]|#" else ch for ch in out)
 
@@ -74,8 +77,6 @@ def _utility_rows(u: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
 
 def card_markdown(data: Mapping[str, Any]) -> str:
     """The ``card.md`` text."""
-    from pfd.attacks.scorecard.report import summary_table
-
     u, p = data["utility"], data["privacy"]
     out = ["# pfd card", "", f"**{data['verdict']['text']}**", "", "## Utility", "",
            f"{u['seeds']} seed(s) per side; {u['pairs']['used']} genuine + {u['pairs']['used']} impostor pairs of "
@@ -84,7 +85,6 @@ def card_markdown(data: Mapping[str, Any]) -> str:
     out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _utility_rows(u)]
     out += ["", f"The public model alone: accuracy {_metric(u['base']['accuracy'])}.", "", "## Privacy", ""]
     out += summary_table(p.get("summary", [])) if p.get("summary") else ["No attack could run."]
-    from pfd.audit.advice import refusal_advice
 
     hints = refusal_advice(p.get("summary", []))
     if hints:
@@ -107,7 +107,6 @@ def card_markdown(data: Mapping[str, Any]) -> str:
 def _roc_plot(u: Mapping[str, Any]) -> str:
     from matplotlib.figure import Figure
 
-    from pfd.attacks.scorecard.html import figure_img
 
     fig = Figure(figsize=(5.6, 4.0))
     ax = fig.add_subplot(1, 1, 1)
@@ -127,8 +126,6 @@ def _roc_plot(u: Mapping[str, Any]) -> str:
 
 def card_html(data: Mapping[str, Any], privacy_folder: Path | None = None) -> str:
     """The self-contained ``card.html``."""
-    from pfd.attacks.scorecard.html import esc, page, privacy_sections
-
     v, u, p = data["verdict"], data["utility"], data["privacy"]
     cls = {True: "ok", False: "bad", None: "neutral"}[v["publishable"]]
     rows = "".join(f"<tr><td>{esc(a)}</td><td class=num>{esc(b)}</td><td class=num>{esc(c)}</td>"

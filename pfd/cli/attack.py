@@ -42,7 +42,6 @@ def _floats(value: str | None, flag: str) -> list[float] | None:
 def _attack_options(fn: Any) -> Any:
     """One option per field of every registered attack's config (:func:`pfd.audit.contract.check_options`):
     a bool is an on/off switch, the rest take a value; the parameter is ``<attack>__<field>``."""
-    import typing
 
     import pfd.attacks.builtin  # noqa: F401 - registers the built-in attacks (their configs only: no torch)
     from pfd.audit.contract import check_options

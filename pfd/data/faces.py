@@ -43,6 +43,8 @@ from pfd.data.faceset import FaceSet, FaceSubset
 from pfd.data.images import IMAGE_EXTENSIONS, ImageDecodeError, ImageDecoder, is_image_name
 from pfd.data.shape import ImageSize, canonical_size
 from pfd.errors import PfdError
+import hashlib
+import unicodedata
 
 __all__ = [
     "FaceFolder",
@@ -281,8 +283,6 @@ def _check_symlinked_identities(root: Path, ids: list[str]) -> None:
     Raises:
         PfdError: Naming both folders.
     """
-    import unicodedata
-
     spelled: dict[str, str] = {}
     for ident in sorted(ids, key=natural_key):
         key = unicodedata.normalize("NFC", ident)
@@ -313,8 +313,6 @@ def _check_shared_photos(root: Path, listing: dict[str, list[str]]) -> None:
     Raises:
         PfdError: Naming both identities, one shared photo and how many they share.
     """
-    import hashlib
-
     by_size: dict[int, list[tuple[str, str, tuple[int, int]]]] = {}
     for ident, files in listing.items():
         for f in files:

@@ -22,6 +22,7 @@ from pfd.config import DistillConfig, config_to_dict, load_recipe
 from pfd.errors import PfdError
 from pfd.io import same_path
 from pfd.release.state_dir import RunClaim, StateDir, claim_state_dir
+from pfd.config.checks import same_model
 
 __all__ = ["claim_run", "check_same_settings", "is_main_rank"]
 
@@ -70,8 +71,6 @@ def _check_public_weights(state: StateDir, given: str) -> None:
     keeps: a ``--public`` given now must hold those weights, wherever it lies (a moved or re-saved
     copy resumes; the same path overwritten with other weights is refused). Told apart by weights,
     not by path (issue 34: such a file was silently ignored)."""
-    from pfd.config.checks import same_model
-
     path = Path(given).expanduser()
     if path.is_file() and not same_model(path, state.public_model):
         raise PfdError(f"--public {given} holds other weights than the public model this run started from "

@@ -18,6 +18,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from pfd.errors import REFUSED, PfdError
+from pfd import __version__
+from pfd.audit.advice import remedy
+from pfd.audit.verdict import label
+from pfd.config import AttackConfig, build_config
+from pfd.config import config_to_dict
+from pfd.data.shape import plain_size
+from pfd.distill.methods import get_method
+from pfd.release.dataset_card import dataset_card, settings_digest
 
 __all__ = ["PublicationRefused", "audit_config", "format_checks", "refusal_message", "release_card"]
 
@@ -42,16 +50,12 @@ def audit_config(cfg: Any, state_dir: Path) -> Any:
         cfg: The run's :class:`~pfd.config.DistillConfig`.
         state_dir: Its state dir.
     """
-    from pfd.config import AttackConfig, build_config
-
     return build_config(AttackConfig, {}, {"private": cfg.private if isinstance(cfg.private, str) else "",
                                            "state_dir": str(state_dir), "report": ""})
 
 
 def format_checks(rows: Sequence[Mapping[str, Any]]) -> str:
     """One line per gating row, e.g. ``Rank-1 Re-ID (proxies) by public  4.2% (CI 2.0-7.5%, chance 4.2%) ≈ chance``."""
-    from pfd.audit.verdict import label
-
     lines = []
     for r in rows:
         if not r.get("gates", True):
@@ -80,9 +84,6 @@ def refusal_message(verdict: Any, cfg: Any, state_dir: Path) -> str:
         cfg: The run's :class:`~pfd.config.DistillConfig`.
         state_dir: Where the state is kept (for ``--resume``).
     """
-    from pfd.audit.advice import remedy
-    from pfd.distill.methods import get_method
-
     keep = f"The state is kept in {state_dir}"
     first = verdict.refusals[0] if verdict.refusals else None
     if first is not None and first.get("kind") != "check" and not get_method(cfg.method).decouples:
@@ -98,12 +99,6 @@ def refusal_message(verdict: Any, cfg: Any, state_dir: Path) -> str:
 def release_card(cfg: Any, proxies: Any, source: Any, audit: Mapping[str, Any] | None) -> str:
     """The card of the release a run is about to write (aggregates of ``proxies (n, 3, H, W)`` and
     ``source (n,)``, the run's :class:`~pfd.config.DistillConfig` and the audit's summary)."""
-    from pfd import __version__
-    from pfd.config import config_to_dict
-    from pfd.data.shape import plain_size
-    from pfd.distill.methods import get_method
-    from pfd.release.dataset_card import dataset_card, settings_digest
-
     return dataset_card(num_classes=int(len(np.unique(np.asarray(source)))), num_images=int(len(source)),
                         image_size=plain_size(tuple(proxies.shape[-2:])), method=cfg.method, pfd_version=__version__,
                         settings_digest=settings_digest(config_to_dict(cfg)), license=cfg.release.license, audit=audit,

@@ -35,6 +35,7 @@ import torch
 
 from pfd.data.faceset import FaceSet
 from pfd.errors import PfdError
+from pfd.release.private_copies import find_private_copies
 
 __all__ = ["INITS", "init_assignment", "check_disjoint", "InitPool"]
 
@@ -105,7 +106,6 @@ def check_disjoint(pool: FaceSet, private: FaceSet, *, pool_spec: str, private_s
                        "public faces, never private ones; pass a folder of public faces")
     if pool_spec.strip() == private_spec.strip():
         raise PfdError(f"--init-data {pool_spec} is the private set: pass a set of public faces")
-    from pfd.release.private_copies import find_private_copies
 
     idx = np.unique(np.arange(len(pool)) if used is None else np.asarray(used))
     images = [(pool.name(int(i)), np.clip(np.round(pool.load(int(i)).permute(1, 2, 0).numpy() * 255.0), 0, 255)

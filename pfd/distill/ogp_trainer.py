@@ -37,6 +37,7 @@ from pfd.config import OGPConfig, TrainConfig
 from pfd.data.faceset import FaceSet
 from pfd.distill.ogp import OGPStep, Rotation, ogp_param_groups
 from pfd.train import MarginStep, Trainer
+from pfd.embed import Embedder
 
 __all__ = ["OGPTrainer", "ogp_train_config", "ogp_schedule_steps"]
 
@@ -243,8 +244,6 @@ class OGPTrainer(Trainer):
         Every process computes it on the whole private set with the same weights, so all of them
         take the same decision without communicating.
         """
-        from pfd.embed import Embedder
-
         E = Embedder(self.backbone, batch_size=256, device=self.acc.device)(self.faces)  # (n, D), normalised
         M = self.rotation_matrix()  # (D, D)
         cos = (E @ M.T * E).sum(1)  # (n,), cos(M e, e) row-wise (eq. 1)

@@ -58,6 +58,7 @@ from pfd.release.private_set import check_private_set, private_set_record, recor
 from pfd.release.state_dir import StateDir, check_digest, record_digest
 from pfd.release.writer import clear_interrupted_release, write_proxy_map, write_release
 from pfd.runtime import make_accelerator, set_threads
+from pfd.audit.engine import audit_in_memory
 
 __all__ = ["DistillResult", "Distillation", "distill"]
 
@@ -473,7 +474,6 @@ class Distillation:
             source: ``(NK,)`` each proxy's source identity.
         """
 
-        from pfd.audit.engine import audit_in_memory
 
         return audit_in_memory(audit_config(self.cfg, self.state.root), proxies=proxies, source=source,
                                private=self.faces, state_dir=self.state.root, method=self.cfg.method,

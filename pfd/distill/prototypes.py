@@ -19,6 +19,7 @@ import torch
 
 from pfd.distill.delink import rank_target
 from pfd.errors import PfdError
+from pfd.distill.lighting import allocate_proxies
 
 __all__ = ["kmeans_prototypes", "lighting_prototypes", "uniform_source_ranks", "raw_selection"]
 
@@ -102,8 +103,6 @@ def lighting_prototypes(
     Raises:
         PfdError: If an identity has fewer than K images.
     """
-    from pfd.distill.lighting import allocate_proxies
-
     x, y, n_id = _prepare(emb_rot, labels, k, num_identities, identities)
     g = np.asarray(groups, dtype=np.int64)
     n_groups = int(g.max()) + 1 if g.size else 1

@@ -14,14 +14,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from torch import nn
 
 from pfd.config import TrainConfig, config_to_dict
 from pfd.data.faceset import FaceSet
-from pfd.data.shape import same_size, size_text
 from pfd.errors import PfdError
+from pfd.data.faceset import to_memory
+from pfd.train import Trainer, open_training_data
 
 __all__ = ["public_cache_dir", "pretrain_key", "pretrained_public_model"]
 
@@ -74,9 +74,6 @@ def pretrained_public_model(cfg: TrainConfig, *, accelerator: Any | None = None,
     Returns:
         Path of ``model.pt`` in the cache.
     """
-    from pfd.data.faceset import to_memory
-    from pfd.train import Trainer, open_training_data
-
     faces = open_training_data(cfg.data, size=cfg.size, min_images=cfg.min_images)
     out = public_cache_dir() / pretrain_key(cfg, faces)
     final = out / "model.pt"

@@ -24,6 +24,7 @@ import torch
 
 from pfd.config import DistillConfig
 from pfd.memory import StagePeaks
+from pfd.distill.gate import format_checks
 
 __all__ = ["STAGES", "proxy_rates", "build_summary", "format_summary"]
 
@@ -197,7 +198,6 @@ def format_summary(summary: dict[str, Any], *, private: str = "SPEC", skip_bad: 
     )
     gate = summary.get("gate")
     if gate:
-        from pfd.distill.gate import format_checks
 
         head = "passed" if gate["passed"] else ("FAILED, published with --allow-linkable" if gate["published"] else "FAILED, not published")
         lines.append(f"gate        {head}: {(gate.get('verdict') or {}).get('text', '')}")

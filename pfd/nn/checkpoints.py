@@ -32,12 +32,13 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from pfd.data.shape import plain_size, same_size, size_text
+from pfd.data.shape import same_size, size_text
 from pfd.errors import PfdError
 from pfd.io import atomic_torch_save
 from pfd.nn.heads import MarginHead, create_head
 from pfd.nn.backbones import create_backbone
 from pfd.nn.registry import FAMILIES, strip_wrappers
+import zipfile
 
 __all__ = [
     "FORMAT",
@@ -206,8 +207,6 @@ def _torch_load(path: str | os.PathLike) -> Any:
 
 def _is_torchscript(path: Path) -> bool:
     """Whether ``path`` is a TorchScript zip (it holds ``<name>/code/`` or ``constants.pkl``)."""
-    import zipfile
-
     try:
         if not zipfile.is_zipfile(path):
             return False

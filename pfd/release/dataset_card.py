@@ -21,6 +21,8 @@ from typing import Any, Mapping
 from pfd.config.checks import check_license
 from pfd.config.stages import DEFAULT_LICENSE
 from pfd.release.format import CARD
+import hashlib
+import json
 
 __all__ = ["CARD", "DEFAULT_LICENSE", "check_license", "dataset_card", "settings_digest", "size_category",
            "card_vocabulary"]
@@ -164,9 +166,6 @@ def card_vocabulary() -> str:
 
 def settings_digest(settings: Mapping[str, Any]) -> str:
     """sha256 of a run's resolved settings without the ones that name files or folders."""
-    import hashlib
-    import json
-
     def strip(d: Any) -> Any:
         if isinstance(d, Mapping):
             return {k: strip(v) for k, v in sorted(d.items()) if k not in _PATHS}

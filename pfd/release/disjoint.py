@@ -34,6 +34,8 @@ import numpy as np
 from pfd.data.faceset import FaceSet
 from pfd.data.shape import image_hw
 from pfd.errors import PfdError
+from pfd.release.private_copies import find_private_copies
+import torch.nn.functional as F
 
 __all__ = ["SharedPhoto", "shared_photos", "shared_identities", "check_disjoint_sets", "check_other_people",
            "content_digest"]
@@ -58,8 +60,6 @@ class SharedPhoto:
 
 def _pixels(faces: FaceSet, i: int, hw: tuple[int, int]) -> np.ndarray:
     """``(H, W, 3)`` uint8 of image ``i`` at ``hw`` (bilinear where a set was opened at another size)."""
-    import torch.nn.functional as F
-
     x = faces.load(i)
     if tuple(x.shape[-2:]) != hw:
         x = F.interpolate(x[None], size=hw, mode="bilinear", align_corners=False, antialias=True)[0].clamp(0, 1)
@@ -156,8 +156,6 @@ def check_other_people(a: FaceSet, private: FaceSet, *, a_flag: str, b_flag: str
         PfdError: ``a`` has an identity name of the private set, or an identity most of whose photos
             (at least 2) are perceptual copies of photos of one private identity.
     """
-    from pfd.release.private_copies import find_private_copies
-
     named = [i for i in a.identities if i in set(private.identities)]
     if named:
         raise PfdError(f"{a_flag} has {len(named)} identity name(s) of {b_flag} ({_names(named)}): the same people under "

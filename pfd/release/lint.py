@@ -44,6 +44,9 @@ from pfd.release.state_dir import PROXY_MAP, check_same_run, check_separate, rea
 from pfd.data.shape import pil_size
 from pfd.errors import PfdError
 from pfd.io import sha256_file
+from PIL import Image
+from pfd.release.private_copies import find_private_copies
+from pfd.release.dataset_card import card_vocabulary
 
 __all__ = [
     "Finding", "lint_release", "format_findings", "png_chunks", "check_png", "ALLOWED_PNG_CHUNKS", "STATE_SUFFIXES",
@@ -368,8 +371,6 @@ def _check_manifest(root: Path, findings: list[Finding]) -> dict[str, Any] | Non
 
 
 def _decode(path: Path) -> np.ndarray:
-    from PIL import Image
-
     with Image.open(path) as im:
         return np.asarray(im.convert("RGB"), dtype=np.uint8)
 
@@ -446,7 +447,6 @@ def lint_release(
             if hits:
                 findings.append(Finding("source-name", where, f"contains source name(s) {', '.join(hits[:3])}; remove them"))
         if CARD in seen and (root / CARD).is_file():  # the card's own words are not names; anything else may be
-            from pfd.release.dataset_card import card_vocabulary
 
             words = card_vocabulary()
             low = (root / CARD).read_text(encoding="utf-8", errors="replace").lower()
@@ -488,8 +488,6 @@ def lint_release(
 def _check_private_images(root: Path, images: list[str], private: FaceSet, model: Any | None,
                           findings: list[Finding]) -> None:
     """Released images that are private photos (:func:`pfd.release.private_copies.find_private_copies`)."""
-    from pfd.release.private_copies import find_private_copies
-
     released = [(rel, _decode(root / rel)) for rel in images]
     if len({img.shape for _, img in released}) > 1:
         return  # sizes differ: already an image-size finding; compare nothing rather than guess

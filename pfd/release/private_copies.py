@@ -34,6 +34,10 @@ import torch.nn.functional as F
 from pfd.data.faceset import FaceSet
 from pfd.release.phash import copy_variants, dhash, grid_for, hamming, near_duplicate_bits, nearest
 from pfd.data.shape import image_hw
+from PIL import Image
+from collections import Counter
+from pfd.release.aligned_copies import find_aligned_copies
+from pfd.embed import Embedder
 
 __all__ = ["PrivateCopy", "find_private_copies", "cosine_threshold", "distinct_photo_level", "distinct_hash_level",
            "COSINE_FLOOR", "COSINE_CEILING"]
@@ -161,8 +165,6 @@ _FILTERS = ("NEAREST", "BILINEAR", "BICUBIC", "LANCZOS", "BOX", "HAMMING")
 def _resamplings(original: torch.Tensor, size: tuple[int, int]) -> list[np.ndarray]:
     """``(H, W, 3)`` uint8 versions of a ``(3, h, w)`` photo at ``size`` by each of :data:`_FILTERS` and
     torch's area and bicubic modes (none when the photo already has that size)."""
-    from PIL import Image
-
     if tuple(original.shape[-2:]) == tuple(size):
         return []
     h, w = size
@@ -176,8 +178,6 @@ def _resamplings(original: torch.Tensor, size: tuple[int, int]) -> list[np.ndarr
 
 def _common_size(released: Sequence[tuple[str, np.ndarray]]) -> tuple[tuple[int, int], list[tuple[str, np.ndarray]]]:
     """The release's size (the most common ``(H, W)``) and every image at it (others resized, area-averaged)."""
-    from collections import Counter
-
     counts = Counter(tuple(int(v) for v in img.shape[:2]) for _, img in released)
     size = max(counts, key=lambda hw: (counts[hw], hw))
     out = [(f, img if tuple(img.shape[:2]) == size else
@@ -269,7 +269,6 @@ def find_private_copies(
         elif dist[k] <= limit:
             found[k] = PrivateCopy(f, names[int(idx[k])], "near-duplicate", float(dist[k]), float(limit), grid * grid)
     # Rotated, shifted, cropped, upside-down, negative, pasted or tiled copies: aligned pixel matching.
-    from pfd.release.aligned_copies import find_aligned_copies
 
     rel_t = torch.stack([torch.from_numpy(img.copy()).permute(2, 0, 1).float().div(255.0) for _, img in released])
     todo = [k for k in range(len(released)) if k not in found] if aligned else []
@@ -279,7 +278,6 @@ def find_private_copies(
             k = todo[m.index]
             found[k] = PrivateCopy(released[k][0], names[m.private], m.how, m.score, m.threshold)
     if model is not None:
-        from pfd.embed import Embedder
 
         side = getattr(model, "arch", {}).get("size", size) if hasattr(model, "arch") else size
         emb = Embedder(model, batch_size=batch_size, device="cpu")

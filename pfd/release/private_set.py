@@ -24,6 +24,7 @@ import torch
 from pfd.data.faceset import FaceSet
 from pfd.errors import PfdError
 from pfd.io import atomic_write_json
+import logging
 
 __all__ = ["private_set_record", "record_private_set", "check_private_set", "check_audited_private_set"]
 
@@ -111,7 +112,6 @@ def check_private_set(path: Path, faces: FaceSet, *, spec: str) -> dict[str, Any
     """
     new = private_set_record(faces)
     if not path.is_file():
-        import logging
 
         logging.getLogger(__name__).warning(
             "%s: no record of the private set this run started from (a state dir of an older pfd); recording %s now, "

@@ -16,7 +16,7 @@ def _rate(attacker: str, k: int, n: int, chance: float = 0.05):
 
 def test_each_refusal_says_what_an_attacker_gains_and_what_to_do_by_who_attacks():
     rows = [_rate("public", 2, 240), _rate("insider", 120, 240), _rate("judge", 60, 240),
-            check_row("No private photo in the release", False, "0007/003.png is a copy of alice/2.png")]
+            check_row("No private photo in the release", False, "0007/003.png is a copy of alice/2.png", check="private_copies")]
     decide(rows)
     hints = refusal_advice(rows)
     assert [h["row"] for h in hints] == ["No private photo in the release", "VisMatch (proxies) by insider",
@@ -25,7 +25,7 @@ def test_each_refusal_says_what_an_attacker_gains_and_what_to_do_by_who_attacks(
     assert "alice/2.png" in check["gain"]
     assert "names the source person of 120 of 240 proxies (50.0 %, 10.0× chance)" in insider["gain"]
     assert insider["remedy"] == REMEDIES["insider"] and judge["remedy"] == REMEDIES["judge"]
-    assert check["remedy"] == CHECK_REMEDIES["No private photo in the release"]
+    assert check["remedy"] == CHECK_REMEDIES["private_copies"]
     assert "--attacker" in advice({**rows[1], "attacker": "arcface-r100"})["remedy"]  # an outside model
 
 
@@ -55,7 +55,7 @@ def test_the_gate_and_the_pages_give_one_remedy_for_one_refusal(tmp_path):
 
     cfg = SimpleNamespace(method="pfd")
     for rows in ([_rate("insider", 120, 240)], [_rate("public", 120, 240)], [_rate("judge", 120, 240)],
-                 [check_row("OGP margin (eq. 3)", False, "0.54 of the private embeddings below the margin")]):
+                 [check_row("OGP margin (eq. 3)", False, "0.54 of the private embeddings below the margin", check="ogp_margin")]):
         v = decide(rows)
         message = refusal_message(v, cfg, tmp_path)
         assert advice(v.refusals[0])["remedy"] in message and "\n" not in message

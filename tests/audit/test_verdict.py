@@ -84,10 +84,10 @@ def test_a_row_leaking_at_its_own_95_percent_is_not_a_leak_at_the_family_level()
 
 
 def test_a_failed_check_refuses_whatever_the_figures_say():
-    rows = [_rate("a", 5, 200), check_row("Release integrity", False, "checksum: 0001/000.png: sha256 differs")]
+    rows = [_rate("a", 5, 200), check_row("Release integrity", False, "checksum: 0001/000.png: sha256 differs", check="integrity")]
     v = decide(rows)
     assert not v.publishable and v.failed and "Release integrity failed: checksum" in v.text
-    assert decide([_rate("a", 5, 200), check_row("Release integrity", True, "ok")]).publishable
+    assert decide([_rate("a", 5, 200), check_row("Release integrity", True, "ok", check="integrity")]).publishable
 
 
 def test_a_test_that_cannot_reach_the_per_figure_level_is_a_setting_error():

@@ -35,6 +35,7 @@ from pfd.attacks.attributes.recovery import (
 )
 from pfd.data.faceset import FaceSet
 from pfd.errors import PfdError
+from pfd.data.synthetic import SyntheticFaces
 
 __all__ = ["default_aux_spec", "bootstrap_recovery", "probe_attribute_recovery"]
 
@@ -56,8 +57,6 @@ def default_aux_spec(private: FaceSet, *, identities: int | None = None, images:
     Returns:
         A dataset spec, or ``None`` for non-synthetic private sets.
     """
-    from pfd.data.synthetic import SyntheticFaces
-
     base = private
     while not isinstance(base, SyntheticFaces) and hasattr(base, "parent"):
         base = base.parent  # a subset of a synthetic set

@@ -30,6 +30,7 @@ from pfd.data.sources import open_faces
 from pfd.data.shape import same_size
 from pfd.errors import PfdError
 from pfd.io import atomic_write_json, jsonable, same_path
+from pfd.attacks.membership.dataset import dataset_caveats
 
 __all__ = [
     "HEAD_MARGINS",
@@ -198,7 +199,6 @@ def format_dataset_table(rows: Sequence[Mapping[str, Any]]) -> str:
         mark = "  <- most likely training set" if r["rank"] == 1 else ""
         lines.append(f"{r['rank']:>4} {r['z']:>8.2f} {r['x']:>8.4f} {r['n']:>5}  {str(r['name']):<{width}}{mark}")
     lines.append("x: mean probe-to-centroid cosine; z: robust z-score against the other candidates (lowest = trained on)")
-    from pfd.attacks.membership.dataset import dataset_caveats
 
     lines += [f"caveat: {c}" for c in dataset_caveats(list(rows))]
     return "\n".join(lines)
@@ -316,7 +316,6 @@ def run_dataset(
         sets = {str(c): open_faces(c, size=attacker.size, skip_bad=skip_bad) for c in candidates}
         rows = dataset_audit(attacker, sets, n=n, seed=seed, per_identity=per_identity)
         if report:
-            from pfd.attacks.membership.dataset import dataset_caveats
 
             doc = {"model": attacker.describe(), "n": n, "seed": seed, "per_identity": per_identity, "ranking": rows,
                    "caveats": dataset_caveats(rows)}

@@ -24,6 +24,8 @@ from typing import Any, Mapping
 from pfd.config import ATTACK_DOWNSTREAM_DEFAULTS, TrainConfig, build_config, config_to_dict
 from pfd.data.shape import plain_size
 from pfd.errors import PfdError
+from pfd.nn.checkpoints import load_checkpoint
+from pfd.train import train
 
 __all__ = ["downstream_config", "train_downstream"]
 
@@ -72,9 +74,6 @@ def train_downstream(cfg: TrainConfig, *, progress: bool = True) -> tuple[Path, 
         PfdError: If ``<out>`` holds a model trained with other settings (remove it or choose
             another --report), or on bad training data.
     """
-    from pfd.nn.checkpoints import load_checkpoint
-    from pfd.train import train
-
     out = Path(cfg.out)
     final = out / "model.pt"
     if final.is_file():

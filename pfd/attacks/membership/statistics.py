@@ -48,6 +48,7 @@ from pfd.attacks.metrics import auc, auc_standard_error, oriented_auc, roc_point
 from pfd.attacks.membership.permutation import max_auc_permutation_test
 from pfd.errors import PfdError
 from pfd.nn.heads import penalty
+from pfd.attacks.membership.reference import group_separation
 
 __all__ = [
     "STATISTICS",
@@ -484,8 +485,6 @@ def _reference_check(ref_m: Any, ref_n: Any, mem: _Clusters, non: _Clusters, is_
                      head: Penalty | str, scale: float, margin: float, chunk: int, device: Any, seed: int,
                      permutations: int) -> dict[str, Any]:
     """Statistics of the same images in the reference model and :func:`group_separation` on them."""
-    from pfd.attacks.membership.reference import group_separation
-
     for which, r, a in (("member", ref_m, mem), ("non-member", ref_n, non)):
         if len(r) != a.e.shape[0]:
             raise PfdError(f"reference model: {len(r)} {which} embeddings but the audited model has "

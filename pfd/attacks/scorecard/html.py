@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from pfd.audit.advice import refusal_advice
 
 __all__ = ["page", "figure_img", "png_img", "privacy_verdict", "summary_html", "advice_html", "link_bars", "rank_histogram",
            "membership_roc", "risk_table", "report_html", "esc"]
@@ -240,8 +241,6 @@ def _setup(data: Mapping[str, Any]) -> str:
 
 def advice_html(rows: Sequence[Mapping[str, Any]]) -> str:
     """Each refusing row: what an attacker gains and what the publisher can do ('' when none refuses)."""
-    from pfd.audit.advice import refusal_advice
-
     items = refusal_advice(rows)
     if not items:
         return ""

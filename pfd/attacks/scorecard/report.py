@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
+from pfd.attacks.plots import plot_match_grid
+from pfd.attacks.scorecard.html import report_html
 
 __all__ = ["jsonable", "summary_table", "format_markdown", "write_report"]
 
@@ -142,8 +144,6 @@ def write_report(card: Any, out: str | os.PathLike) -> dict[str, Path]:
     Returns:
         ``{"json", "markdown", "html", <plot name>...}`` -> written paths.
     """
-    from pfd.attacks.plots import plot_match_grid
-
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     data = dict(card.data)
@@ -169,7 +169,6 @@ def write_report(card: Any, out: str | os.PathLike) -> dict[str, Path]:
     data["summary"] = rows
     data["plots"] = plots
     atomic_write_text(folder / "report.md", format_markdown(data, rows, plots, sections))
-    from pfd.attacks.scorecard.html import report_html
 
     atomic_write_text(folder / "report.html", report_html(data, rows, folder))
     # report.json last: it marks the report done (pfd card --resume keeps a finished one), so a run

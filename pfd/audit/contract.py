@@ -35,7 +35,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from pfd.errors import PfdError
 
@@ -235,6 +235,12 @@ class Check(ABC):
 
     def __init__(self, config: Any) -> None:
         self.cfg = config
+
+    @classmethod
+    def page(cls, data: Mapping[str, Any]) -> list[str]:
+        """Its own HTML section of the report pages (``pfd attack``'s and ``pfd card``'s), read from
+        ``report.json``'s data; ``[]`` when its rows in the summary say it all."""
+        return []
 
     @abstractmethod
     def applicable(self, inputs: AuditInputs) -> str | None:

@@ -44,7 +44,7 @@ from pfd.release.private_set import check_audited_private_set
 from pfd.release.state_dir import StateDir
 from pfd.release.writer import release_layout
 
-__all__ = ["Scorecard", "attack_configs", "run_scorecard", "run_audit", "audit_in_memory"]
+__all__ = ["Scorecard", "attack_configs", "open_audit", "run_scorecard", "run_audit", "audit_in_memory"]
 
 
 @dataclass
@@ -89,7 +89,7 @@ def run_scorecard(
     cfg: AttackConfig, *, reconstructor: Reconstructor | None = None, attackers: list[Any] | None = None,
     progress: bool = True, level: float = LEVEL, rule_out: float = RULE_OUT, private: FaceSet | None = None,
 ) -> Scorecard:
-    """Run every applicable registered attack on a release.
+    """Run every applicable registered check on a written release: :func:`open_audit`, then :func:`run_audit`.
 
     Args:
         cfg: The attack configuration (release, state dir, private set, options; each attack's own
@@ -101,7 +101,6 @@ def run_scorecard(
         reconstructor: Replaces the built-in BN-prior inversion: ``f(embeddings (n, D) unit rows,
             public-model space) -> images (n, 3, H, W) in [0, 1]`` (e.g. an Arc2Face wrapper).
         progress: Progress bars.
-
         level: The verdict's family-wise level (:data:`pfd.audit.verdict.LEVEL`).
         rule_out: The multiple of chance each proxy rate must exclude.
         private: The private set, already opened at the attackers' image size, where its spec
@@ -114,11 +113,41 @@ def run_scorecard(
     Raises:
         PfdError: For missing or mismatched inputs (release, state dir, private set, models) or settings.
     """
-    clock = Clock()
     configs = attack_configs(cfg)  # every attack's settings checked before any work
+    inputs = open_audit(cfg, reconstructor=reconstructor, attackers=attackers, progress=progress,
+                        sets=None if private is None else OpenedPrivateSets(private, cfg.private or "", Path(cfg.release),
+                                                                            skip_bad=cfg.skip_bad))
+    return run_audit(inputs, configs, level=level, rule_out=rule_out)
+
+
+def open_audit(
+    cfg: AttackConfig, *, state: ReleaseState | None = None, sets: ReleaseSets | None = None,
+    reconstructor: Reconstructor | None = None, attackers: list[Any] | None = None, progress: bool = True,
+) -> AuditInputs:
+    """Open and cross-check a written release's audit once: its state, the private set, the attackers.
+
+    ``pfd card`` opens the release's state and its data sets itself (it checks them against its own
+    inputs first) and hands them over, so nothing is opened twice.
+
+    Args:
+        cfg: The audit's settings (:func:`run_scorecard`).
+        state: The release's state, already opened with :func:`~pfd.audit.inputs.open_release_state`.
+        sets: The private set and the release, where the caller has opened them (their cache seeded).
+        reconstructor: As :func:`run_scorecard`.
+        attackers: As :func:`run_scorecard`.
+        progress: Progress bars.
+
+    Returns:
+        The :class:`~pfd.audit.contract.AuditInputs` :func:`run_audit` reads.
+
+    Raises:
+        PfdError: For missing or mismatched inputs (release, state dir, private set, models).
+    """
+    clock = Clock()
     if not cfg.release or not cfg.state_dir:
         raise PfdError("pass --release (the released folder) and --state-dir (the publisher's state dir)")
-    state = clock.run("load", lambda: open_release_state(cfg.release, cfg.state_dir))
+    if state is None:
+        state = clock.run("load", lambda: open_release_state(cfg.release, cfg.state_dir))
     private_spec = cfg.private or state_private_spec(state)
     if not private_spec:
         raise PfdError(f"no private set: pass --private (the state dir {state.state_dir} records none)")
@@ -126,13 +155,15 @@ def run_scorecard(
     outside = clock.run("load", lambda: outside_attackers(cfg, list(attackers or []), [a.role for a in own], progress))
     models = own + outside
     refuse_duplicate_models(own, outside)
-    sets = (ReleaseSets(private_spec, state.release, skip_bad=cfg.skip_bad) if private is None else
-            OpenedPrivateSets(private, private_spec, state.release, skip_bad=cfg.skip_bad))
+    given = sets is not None
+    if sets is None:
+        sets = ReleaseSets(private_spec, state.release, skip_bad=cfg.skip_bad)
+    sets.private_spec = sets.private_spec or private_spec
     size = models[0].size
     try:
         private0 = clock.run("load", lambda: sets.private(size))
     except PfdError as e:
-        if cfg.private or private is not None:
+        if cfg.private or given:
             raise
         # The spec the state dir recorded, not one the auditor typed: a benchmark's in-memory set
         # ("celeba:private+lowres (in memory)") or a folder that moved.
@@ -140,9 +171,8 @@ def run_scorecard(
     source = proxy_sources(state, clock.run("load", lambda: sets.proxies(size)).names, private0,
                            private_spec=private_spec)
     clock.run("load", lambda: _check_recorded_private(state, sets, private_spec))
-    inputs = AuditInputs(cfg=cfg, state=state, sets=sets, attackers=models, source=source, labels=private0.labels,
-                         private_spec=private_spec, progress=progress, clock=clock, reconstructor=reconstructor)
-    return run_audit(inputs, configs, level=level, rule_out=rule_out)
+    return AuditInputs(cfg=cfg, state=state, sets=sets, attackers=models, source=source, labels=private0.labels,
+                       private_spec=private_spec, progress=progress, clock=clock, reconstructor=reconstructor)
 
 
 def _check_recorded_private(state: ReleaseState, sets: Any, spec: str) -> None:

@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from pfd.data.faceset import FaceSet, TensorFaces
-from pfd.data.shape import same_size, size_text
+from pfd.data.shape import canonical_size, same_size, size_text
 from pfd.data.sources import open_faces
 from pfd.errors import PfdError
 from pfd.release.reader import read_release, release_tensor
@@ -33,14 +33,33 @@ class ReleaseSets:
         self._release: dict[Any, FaceSet] = {}
 
     def private(self, size: Any) -> FaceSet:
-        if size not in self._private:
-            self._private[size] = open_faces(self.private_spec, size=size, skip_bad=self.skip_bad)
-        return self._private[size]
+        key = _key(size)
+        if key not in self._private:
+            self._private[key] = open_faces(self.private_spec, size=size, skip_bad=self.skip_bad)
+        return self._private[key]
 
     def proxies(self, size: Any) -> FaceSet:
-        if size not in self._release:
-            self._release[size] = read_release(self.release, size=size)
-        return self._release[size]
+        key = _key(size)
+        if key not in self._release:
+            self._release[key] = read_release(self.release, size=size)
+        return self._release[key]
+
+    def seed(self, size: Any, *, private: FaceSet | None = None, proxies: FaceSet | None = None) -> ReleaseSets:
+        """Hand over sets the caller opened at ``size`` (``pfd card`` checks them first): they are not opened again.
+
+        Args:
+            size: The image size they were opened at.
+            private: The private set, as :func:`~pfd.data.sources.open_faces` opened it from :attr:`private_spec`.
+            proxies: The release, as :func:`~pfd.release.reader.read_release` read it.
+
+        Returns:
+            This object.
+        """
+        if private is not None:
+            self._private[_key(size)] = private
+        if proxies is not None:
+            self._release[_key(size)] = proxies
+        return self
 
     def released_pixels(self) -> list[tuple[str, np.ndarray]]:
         """``(name, (H, W, 3) uint8)`` of every released image, as written."""
@@ -72,6 +91,11 @@ class OpenedPrivateSets(ReleaseSets):
                            f"{size_text(self._base.size)} but an attacker takes {size_text(size)} images; open it at "
                            "that size, or pass its spec instead")
         return self._base
+
+
+def _key(size: Any) -> Any:
+    """One cache key per image size however it is spelt (``32``, ``[32, 32]``, ``(32, 32)``)."""
+    return None if size is None else canonical_size(size)
 
 
 def private_spec_text(spec: str) -> str:

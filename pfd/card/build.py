@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import shutil
@@ -30,36 +31,33 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from pfd.attackers.loading import load_attacker
+from pfd.attacks.report_folder import check_apart, report_folder
+from pfd.attacks.scorecard.report import write_report
+from pfd.audit.contract import AuditInputs
+from pfd.audit.engine import attack_configs, open_audit, run_audit
+from pfd.audit.inputs import ReleaseState, open_release_state, recorded_private_unopenable, state_private_spec
+from pfd.audit.sets import ReleaseSets
 from pfd.card.config import CardConfig
-from pfd.card.downstream import downstream_config, finetune, pair_scores, roc_curve, sample_images, utility_gain
-from pfd.card.downstream import verification
+from pfd.card.downstream import (downstream_config, finetune, pair_scores, roc_curve, sample_images, utility_gain,
+                                 verification)
 from pfd.card.pairs import adaptive_pairs, pair_identities
+from pfd.card.render import write_card
 from pfd.card.stats import identity_bootstrap_weights
-from pfd.config import config_to_dict, dump_toml, load_recipe
+from pfd.config import AttackConfig, build_config, config_to_dict, dump_toml, load_recipe
+from pfd.config.checks import recipe_keys
+from pfd.data.faceset import ConcatFaces, FaceSet, to_memory
+from pfd.data.sources import open_faces
 from pfd.errors import PfdError
 from pfd.io import atomic_write_bytes, atomic_write_text, sha256_file
-from pfd.progress import PROGRESS_LOGGER
-import io
-from pfd.attackers.loading import load_attacker
-from pfd.attacks.report_folder import check_apart
-from pfd.attacks.report_folder import report_folder
-from pfd.attacks.scorecard.report import write_report
-from pfd.audit.engine import attack_configs
-from pfd.audit.engine import run_scorecard
-from pfd.audit.inputs import open_release_state, state_private_spec
-from pfd.audit.inputs import recorded_private_unopenable
-from pfd.card.render import write_card
-from pfd.config import AttackConfig, build_config
-from pfd.config.checks import recipe_keys
-from pfd.data.faceset import ConcatFaces, to_memory
-from pfd.data.sources import open_faces
 from pfd.nn.checkpoints import read_arch
+from pfd.progress import PROGRESS_LOGGER
 from pfd.release.disjoint import check_disjoint_sets, check_other_people, content_digest
 from pfd.release.format import MANIFEST
 from pfd.release.reader import read_release
 from pfd.release.state_dir import StateDir
 
-__all__ = ["Card", "make_card", "CARD_ENTRIES", "SIDES"]
+__all__ = ["Card", "CardInputs", "make_card", "CARD_ENTRIES", "SIDES"]
 
 log = logging.getLogger(PROGRESS_LOGGER)
 
@@ -124,7 +122,40 @@ def _claim(cfg: CardConfig, out: Path) -> set[str]:
     return stale
 
 
-def _inputs(cfg: CardConfig) -> dict[str, Any]:
+@dataclass
+class CardInputs:
+    """Every input of a card, opened and cross-checked once before any work, then passed down.
+
+    Attributes:
+        state: The release and its state dir (:func:`~pfd.audit.inputs.open_release_state`).
+        public_model: The checkpoint the release's users fine-tune.
+        private: The private set's spec.
+        size: The image size the downstream models take.
+        public: Each ``--public`` set.
+        test: The test people (in memory).
+        release: The release at ``size``.
+        pairs: The test pairs; ``pairs_info`` how they were drawn.
+        digests: Every data set's pixel digest (``private``, ``public``, ``test``, ``holdout``).
+        attack: The audit's settings; ``configs`` each check's, checked.
+        audit: The audit's opened inputs (the same sets, not opened again).
+    """
+
+    state: ReleaseState
+    public_model: Path
+    private: str
+    size: Any
+    public: list[FaceSet]
+    test: FaceSet
+    release: FaceSet
+    pairs: Any
+    pairs_info: dict[str, Any]
+    digests: dict[str, Any]
+    attack: AttackConfig
+    configs: dict[str, Any]
+    audit: AuditInputs
+
+
+def _inputs(cfg: CardConfig, progress: bool) -> CardInputs:
     """Open and cross-check everything before any work: release, state dir, public model, specs."""
     if not cfg.release or not cfg.state_dir:
         raise PfdError("pass --release (the released folder) and --state-dir (the publisher's state dir)")
@@ -150,7 +181,8 @@ def _inputs(cfg: CardConfig) -> dict[str, Any]:
     public = [open_faces(spec, size=size, skip_bad=cfg.skip_bad) for spec in cfg.public]
     test = to_memory(open_faces(cfg.test, size=size, skip_bad=cfg.skip_bad))
     private_set = _open_private(cfg, private, size)
-    data = _check_disjoint(cfg, private, private_set, public, test, size)
+    release = read_release(cfg.release, size=size)
+    digests = _check_disjoint(cfg, private, private_set, public, test, release)
     e = cfg.eval
     pairs, info = adaptive_pairs(test, num_pairs=e.pairs, seed=e.seed, folds=e.folds)
     n_public = sum(len(f) for f in public)
@@ -158,13 +190,17 @@ def _inputs(cfg: CardConfig) -> dict[str, Any]:
     if cfg.downstream.batch_size > n_public:
         raise PfdError(f"--batch-size {cfg.downstream.batch_size} is larger than the {n_public} public images the "
                        f"public-ft side trains on; pass --batch-size {n_public} or fewer")
-    return {"state": state, "public_model": Path(public_model), "private": private, "size": size, "public": public,
-            "test": test, "pairs": pairs, "pairs_info": info, "data": data,
-            "attack": _attack_config(cfg, private, Path(public_model))}
+    attack, configs = _attack_config(cfg, private, Path(public_model))
+    sets = ReleaseSets(private, state.release, skip_bad=cfg.skip_bad).seed(size, private=private_set, proxies=release)
+    with recipe_keys("card."):
+        audit = open_audit(attack, state=state, sets=sets, progress=progress)
+    return CardInputs(state=state, public_model=Path(public_model), private=private, size=size, public=public,
+                      test=test, release=release, pairs=pairs, pairs_info=info, digests=digests, attack=attack,
+                      configs=configs, audit=audit)
 
 
-def _attack_config(cfg: CardConfig, private: str, public_model: Path) -> Any:
-    """The audit's configuration from ``[card.attack.*]`` (+ --holdout), checked before any work.
+def _attack_config(cfg: CardConfig, private: str, public_model: Path) -> tuple[AttackConfig, dict[str, Any]]:
+    """The audit's configuration from ``[card.attack.*]`` (+ --holdout) and each check's, checked before any work.
 
     A broken setting names the card's recipe key (``card.attack.hubness.k``), not ``pfd attack``'s
     flag (``--csls-k``), which pfd card does not have (issue 34).
@@ -181,8 +217,7 @@ def _attack_config(cfg: CardConfig, private: str, public_model: Path) -> Any:
         attacks["membership"] = {**attacks.get("membership", {}), "holdout": cfg.holdout, "public": cfg.public[0]}
     acfg = build_config(AttackConfig, attacks, layers)
     with recipe_keys("card."):
-        attack_configs(acfg)
-    return acfg
+        return acfg, attack_configs(acfg)
 
 
 def _open_private(cfg: CardConfig, spec: str, size: Any) -> Any:
@@ -196,8 +231,8 @@ def _open_private(cfg: CardConfig, spec: str, size: Any) -> Any:
         raise recorded_private_unopenable(cfg.state_dir, spec, e) from None
 
 
-def _check_disjoint(cfg: CardConfig, private_spec: str, private: Any, public: list[Any], test: Any,
-                    size: Any) -> dict[str, Any]:
+def _check_disjoint(cfg: CardConfig, private_spec: str, private: FaceSet, public: list[FaceSet], test: FaceSet,
+                    release: FaceSet) -> dict[str, Any]:
     """The card's data sets told apart by content (:mod:`pfd.release.disjoint`), never by their spelling.
 
     Returns:
@@ -208,7 +243,7 @@ def _check_disjoint(cfg: CardConfig, private_spec: str, private: Any, public: li
                         fix=f"{held_out}: remove them from --test")
     check_other_people(test, private, a_flag=f"--test {cfg.test}", b_flag=f"the private set {private_spec}",
                        fix=f"{held_out}: remove them from --test")
-    check_disjoint_sets(test, read_release(cfg.release, size=size), a_flag=f"--test {cfg.test}",
+    check_disjoint_sets(test, release, a_flag=f"--test {cfg.test}",
                         b_flag=f"the release {cfg.release}", fix="--test holds real photos of people the release "
                         "was not distilled from, never the release")
     for spec, faces in zip(cfg.public, public):
@@ -224,7 +259,7 @@ def _check_disjoint(cfg: CardConfig, private_spec: str, private: Any, public: li
         seen[d] = spec
     digests: dict[str, Any] = {"private": content_digest(private), "public": list(seen), "test": content_digest(test)}
     if cfg.holdout:
-        holdout = open_faces(cfg.holdout, size=size, skip_bad=cfg.skip_bad)
+        holdout = open_faces(cfg.holdout, size=release.size, skip_bad=cfg.skip_bad)
         check_disjoint_sets(holdout, private, a_flag=f"--holdout {cfg.holdout}", b_flag=f"the private set {private_spec}",
                             fix="the held-out people are the non-members of the membership test: pass people the "
                                 "release was not distilled from")
@@ -235,7 +270,7 @@ def _check_disjoint(cfg: CardConfig, private_spec: str, private: Any, public: li
     return digests
 
 
-def _hashes(cfg: CardConfig, inputs: dict[str, Any]) -> dict[str, Any]:
+def _hashes(cfg: CardConfig, inputs: CardInputs) -> dict[str, Any]:
     """What the card's figures depend on, by content: the release (its manifest, which holds every
     file's sha256), the state dir's files the audit reads, the public model, every data set's pixel
     digest and the settings. ``--resume`` continues only when all are unchanged (issue 34: a release
@@ -245,8 +280,8 @@ def _hashes(cfg: CardConfig, inputs: dict[str, Any]) -> dict[str, Any]:
     st = StateDir.at(cfg.state_dir)
     state = {p.name: sha256_file(p) for p in (st.proxy_map, st.adapted, st.judge_model, st.private_set) if p.is_file()}
     return {"release_manifest": sha256_file(Path(cfg.release) / MANIFEST),
-            "public_model": sha256_file(inputs["public_model"]),
-            "state_dir": state, "data": inputs["data"],
+            "public_model": sha256_file(inputs.public_model),
+            "state_dir": state, "data": inputs.digests,
             "settings": hashlib.sha256(settings).hexdigest(), "attack_settings": hashlib.sha256(attack).hexdigest()}
 
 
@@ -289,10 +324,10 @@ def _check_inputs(out: Path, hashes: dict[str, Any], resume: bool) -> set[str]:
     return stale
 
 
-def _scores(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) -> dict[str, Any]:
+def _scores(cfg: CardConfig, out: Path, inputs: CardInputs, progress: bool) -> dict[str, Any]:
     """Every seed's fine-tunes and their test-pair scores (kept; a resumed run skips what is done)."""
-    size, e = inputs["size"], cfg.eval
-    test, pairs, info = inputs["test"], inputs["pairs"], inputs["pairs_info"]
+    size, e = inputs.size, cfg.eval
+    test, pairs, info = inputs.test, inputs.pairs, inputs.pairs_info
     public: Any = None
     release: Any = None
     scores: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
@@ -306,17 +341,17 @@ def _scores(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) 
         return np.load(path)
 
     (out / "scores").mkdir(exist_ok=True)
-    base = embed_scores(inputs["public_model"], out / "scores" / "base.npy")
+    base = embed_scores(inputs.public_model, out / "scores" / "base.npy")
     for seed in range(cfg.seeds):
         for side in SIDES:
             path = out / "scores" / f"{side}-seed{seed}.npy"
             if not path.is_file():
                 if public is None:  # opened once, only when a fine-tune is still to do
-                    public = sample_images(ConcatFaces(inputs["public"]), cfg.downstream.public_images)
+                    public = sample_images(ConcatFaces(inputs.public), cfg.downstream.public_images)
                 if side == "with-release" and release is None:
-                    release = to_memory(read_release(cfg.release, size=size))
+                    release = to_memory(inputs.release)
                 run = out / "downstream" / side / f"seed{seed}"
-                tcfg = downstream_config(cfg.downstream, public_model=inputs["public_model"], data=cfg.public, size=size,
+                tcfg = downstream_config(cfg.downstream, public_model=inputs.public_model, data=cfg.public, size=size,
                                          out=run, seed=seed, release=side == "with-release")
                 t0 = time.perf_counter()
                 model = finetune(tcfg, public, release if side == "with-release" else None, progress=progress, resume=True)
@@ -346,15 +381,16 @@ def _utility(cfg: CardConfig, s: dict[str, Any]) -> dict[str, Any]:
             "roc": roc, "seeds": cfg.seeds}
 
 
-def _privacy(cfg: CardConfig, out: Path, inputs: dict[str, Any], progress: bool) -> dict[str, Any]:
-    """The scorecard (every registered attack), written to ``out/privacy``; a finished one is kept on --resume."""
+def _privacy(cfg: CardConfig, out: Path, inputs: CardInputs) -> dict[str, Any]:
+    """The audit (every registered check) on the inputs opened once, written to ``out/privacy``; a finished
+    one is kept on --resume."""
     folder = out / "privacy"
     done = folder / "report.json"
     if cfg.resume and done.is_file():
         return json.loads(done.read_text(encoding="utf-8"))
     t0 = time.perf_counter()
     with recipe_keys("card."):  # a message naming a setting names the card's key
-        card = run_scorecard(inputs["attack"], progress=progress)
+        card = run_audit(inputs.audit, inputs.configs)
     write_report(card, folder)
     log.info("card: privacy (every registered attack) done in %.1f s", time.perf_counter() - t0)
     return json.loads(done.read_text(encoding="utf-8"))
@@ -429,7 +465,7 @@ def make_card(cfg: CardConfig, *, progress: bool = True) -> Card:
     """
     out = Path(cfg.out).expanduser()
     _check_out(cfg, out)
-    inputs = _inputs(cfg)
+    inputs = _inputs(cfg, progress)
     hashes = _hashes(cfg, inputs)
     with report_folder(out, option="--out", release=cfg.release, entries=CARD_ENTRIES, what="pfd card"), \
             _forget_if_refused(out):
@@ -444,7 +480,7 @@ def make_card(cfg: CardConfig, *, progress: bool = True) -> Card:
         # Privacy first: a setting under which an audit test could never flag (issue 34: permutations = 1)
         # is refused before the fine-tunes, and --resume with the corrected setting continues.
         t0 = time.perf_counter()
-        privacy = _privacy(cfg, out, inputs, progress)
+        privacy = _privacy(cfg, out, inputs)
         t1 = time.perf_counter()
         scores = _scores(cfg, out, inputs, progress)
         utility = _utility(cfg, scores)

@@ -1,8 +1,8 @@
 """Adding an attack is one module and one registration (issue 52).
 
 A toy attack registered here, and nowhere else, is run by the gate (``audit_in_memory``), by
-``pfd attack`` (its row in report.json, its section in report.md and report.html), by ``pfd card``
-(its row on the card and its refusal with the remedy), by the null simulation (its rows decide
+``pfd attack`` (its row in report.json, its sections in report.md and report.html), by ``pfd card``
+(its row and its page section on the card, its refusal), by the null simulation (its rows decide
 simulated audits) and by a benchmark's table (``benchmarks.redecide``); it gets a ``pfd attack``
 option from its config. When it finds a leak, every one of them refuses for it.
 """
@@ -57,6 +57,10 @@ class ToyAttack(Check):
     name, title, config, flag_prefix = "toy", "Toy attack", ToyConfig, "toy"
     embeddings_only, rows_per_attacker = True, 1
     calls = 0
+
+    @classmethod
+    def page(cls, data: dict[str, Any]) -> list[str]:
+        return ["<h2>Toy attack</h2>", f"<p>{len(data.get('toy') or [])} toy tests</p>"]
 
     def applicable(self, inputs: AuditInputs) -> str | None:
         return None
@@ -140,12 +144,13 @@ def test_the_gate_pfd_attack_the_card_and_a_benchmark_table_run_the_toy(toy, tmp
     assert f"{ROW} by public" in report["verdict"]["text"] or any(r["attack"] == ROW and r["family"] == "leaks"
                                                                    for r in report["summary"])
     assert "## Toy attack" in (tmp_path / "report" / "report.md").read_text()
-    assert ROW in (tmp_path / "report" / "report.html").read_text()
+    assert "<h2>Toy attack</h2>\n<p>2 toy tests</p>" in (tmp_path / "report" / "report.html").read_text()
 
     card = make_card(card_config(release, state, tmp_path / "card", attack=attacks), progress=False)
     rows = card.data["privacy"]["summary"]
     assert any(r["attack"] == ROW and r["family"] == "leaks" for r in rows)
     assert ROW in (tmp_path / "card" / "card.md").read_text()
+    assert "<h2>Toy attack</h2>\n<p>2 toy tests</p>" in (tmp_path / "card" / "card.html").read_text()
 
     table = redecide(rows, people=20)  # the benchmark's table of re-decided releases
     assert f"{ROW} by public" in table["refusals"]

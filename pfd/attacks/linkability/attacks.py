@@ -18,7 +18,7 @@ Each rate row has the gallery's chance and an interval clustered by source ident
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from typing import TYPE_CHECKING
 
@@ -256,6 +256,17 @@ class SourceRankAttack(Check):
 
     name, title, config = "source_rank", "Rank of the source", SourceRankConfig
     embeddings_only, rows_per_attacker = True, 4  # rank-last, orthogonal Re-ID, the rank tests by cos and |cos|
+
+    @classmethod
+    def page(cls, data: Mapping[str, Any]) -> list[str]:
+        from pfd.attacks.scorecard.html import rank_histogram
+
+        ranks = rank_histogram(data.get("source_rank") or [])
+        if not ranks:
+            return []
+        return ["<h2>Rank of the source</h2>", ranks,
+                '<p class="muted">Uniform for a release at chance: a proxy reliably near (or far from) its source '
+                "would pile up at one end.</p>"]
 
     def applicable(self, inputs: AuditInputs) -> str | None:
         return None

@@ -143,6 +143,13 @@ class MembershipAttack(Check):
 
     name, title, config = "membership", "Membership of the release", MembershipConfig
     when_skipped, empty_sections = "not audited", {"membership": {}}
+
+    @classmethod
+    def page(cls, data: Mapping[str, Any]) -> list[str]:
+        from pfd.attacks.scorecard.html import membership_roc
+
+        roc = membership_roc(data.get("membership") or {})
+        return ["<h2>Membership</h2>", roc] if roc else []
     flag_prefix = "mia"
 
     def applicable(self, inputs: AuditInputs) -> str | None:

@@ -29,6 +29,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from pfd.audit.contract import ordered_checks
 from pfd.audit.advice import refusal_advice
 
 __all__ = ["page", "figure_img", "png_img", "privacy_verdict", "summary_html", "advice_html", "link_bars", "rank_histogram",
@@ -259,14 +261,8 @@ def privacy_sections(data: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     hints = advice_html(rows)
     if hints:
         parts += ["<h2>What the refusals mean</h2>", hints]
-    ranks = rank_histogram(data.get("source_rank") or [])
-    if ranks:
-        parts += ["<h2>Rank of the source</h2>", ranks,
-                  '<p class="muted">Uniform for a release at chance: a proxy reliably near (or far from) its source '
-                  "would pile up at one end.</p>"]
-    roc = membership_roc(data.get("membership") or {})
-    if roc:
-        parts += ["<h2>Membership</h2>", roc]
+    for check in ordered_checks():  # each check's own section, in the order the audit ran them
+        parts += check.page(data)
     risk = risk_table(data.get("per_identity") or [])
     if risk:
         parts += ["<h2>Per-identity risk</h2>", risk,

@@ -93,11 +93,14 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
                  progress: bool, **kw: Any) -> None:
     """Audit a release (scorecard) or a model (subcommands mia, dataset).
 
-    Without a subcommand, runs every applicable attack on a release and writes report.json,
-    report.md (one summary table), report.html (the same as one self-contained page) and plots to --report: linkability (VisMatch, Rank-1 Re-ID, their
-    hubness-corrected forms, the rank of the source) with the public, the insider and the judge's
-    model, reconstruction, attribute recovery and, with --public and --holdout, membership leakage
-    through a downstream model.
+    Without a subcommand, runs the one audit on a release (the registered checks and attacks that
+    pfd distill's gate and pfd card run, with the same verdict) and writes report.json, report.md
+    (one summary table), report.html (the same as one self-contained page) and plots to --report:
+    the release's integrity and private copies, OGP's margin and the judge's competence where they
+    apply, linkability (VisMatch, Rank-1 Re-ID, their hubness-corrected forms, the rank of the
+    source, class-level linking) with the public, the insider and the judge's model,
+    reconstruction, attribute recovery and, with --public and --holdout, membership leakage through
+    a downstream model. Exit status 3 when the verdict refuses the release.
 
     \b
     Examples:

@@ -76,12 +76,13 @@ def _nested(**tables: dict[str, Any]) -> dict[str, Any]:
 @click.option("--label-seed", type=int, help="[release] seed of the arbitrary label permutation.")
 @click.option("--license", metavar="ID", help="[release] the licence the release's dataset card (release/README.md) "
               "states, an identifier such as cc-by-4.0 or mit (default cc-by-nc-4.0).")
-@click.option("--judge", metavar="CKPT|pretrain", help="[release] a face model no loss sees, whose VisMatch and Re-ID "
-              "join the gate: a checkpoint at the release's size, or 'pretrain' (a second model pretrained like the "
-              "demo's public one).")
+@click.option("--judge", metavar="CKPT|pretrain", help="[release] a face model no loss sees, which the audit "
+              "consults as one more attacker (every linkage attack, and its competence check): a checkpoint at the "
+              "release's size, or 'pretrain' (a second model pretrained like the demo's public one).")
 @click.option("--allow-linkable", is_flag=True, default=None,
-              help="[release] publish even when the publication gate fails (pfd's own attacks link the proxies "
-                   "above chance, or OGP missed its margin target). For benchmark baselines, not for publishing.")
+              help="[release] publish even when the one audit refuses the release (the verdict `pfd attack` "
+                   "and `pfd card` give: a leak, a check that failed, or a design too small to rule out the bound). "
+                   "For benchmark baselines, not for publishing.")
 @click.option("--epsilon", type=float, help="[baseline] dp-pix privacy budget ε (Laplace scale 255 m / (b² ε)).")
 @click.option("--dp-cell", type=int, help="[baseline] dp-pix cell side b in pixels (0: 16 at 112 px, scaled).")
 @click.option("--dp-pixels", type=int, help="[baseline] dp-pix m, pixels neighbouring images may differ in (0: 16 at 112 px, scaled).")
@@ -97,7 +98,7 @@ def distill_cmd(recipe: str, seed: int | None, progress: bool, **kw: Any) -> Non
     \b
     Examples:
       pfd distill                                          # the demo, a few minutes on a CPU
-      pfd distill --resume --ogp-steps 800                 # the gate refused: train OGP longer, redo the rest
+      pfd distill --resume --ogp-steps 800                 # refused for OGP's margin: train OGP longer, redo the rest
       pfd distill --init public --init-data public_faces/ --lambda-spatial 0.01 --public r50.pt --private faces/
       pfd distill --method rta-only --out rel-rta --state-dir st-rta --allow-linkable   # ablation row
       pfd distill --method dp-pix --epsilon 1 --out rel-dp --state-dir st-dp --allow-linkable

@@ -13,7 +13,7 @@ def test_the_grid_has_every_cell_the_issue_asks_for_with_its_draws():
     assert len(keys) == len(g) == 140
     for c in g:
         if c["leak"] == "null":
-            need = 200 if c["n_ids"] <= 72 else 50 if c["n_ids"] == 300 else 20 if c["n_ids"] == 1000 else 5
+            need = 600 if c["n_ids"] <= 72 else 50 if c["n_ids"] == 300 else 20 if c["n_ids"] == 1000 else 5
             assert c["draws"] >= need, c
         assert c["k"] == 10 or c["n_ids"] <= 72
     assert {c["n_ids"] for c in g} == {24, 72, 300, 1000, 10_000}
@@ -35,3 +35,17 @@ def test_a_cell_is_recorded_once_and_the_summary_states_the_goals(tmp_path, monk
     assert cells["null"]["draws"] == 3 and 0 <= cells["null"]["refused"] <= 3
     md = out.with_suffix(".md").read_text()
     assert "| 12 | 3 | 0.05 |" in md and "null refusals" in md and out.with_suffix(".png").stat().st_size > 1000
+
+
+def test_a_cell_recorded_with_fewer_draws_is_topped_up_with_draws_of_its_own(tmp_path, monkeypatch):
+    cell = {"n_ids": 12, "k": 3, "sigma": 0.05, "leak": "null", "draws": 2}
+    monkeypatch.setattr(cal, "grid", lambda **kw: [dict(cell)])
+    out = tmp_path / "cal"
+    cal.main(["--out", str(out)])
+    monkeypatch.setattr(cal, "grid", lambda **kw: [{**cell, "draws": 5}])
+    cal.main(["--out", str(out)])
+    first, pooled = [json.loads(line) for line in out.with_suffix(".jsonl").read_text().splitlines()]
+    assert pooled["draws"] == 5 and len(pooled["seeds"]) == 2 and pooled["seeds"][0] == first["seed"] != pooled["seeds"][1]
+    extra = cal.simulate(12, 3, draws=3, sigma=0.05, seed=pooled["seeds"][1])
+    assert pooled["refused"] == first["refused"] + extra.refused
+    assert cal.main(["--out", str(out)]) == 0 and len(out.with_suffix(".jsonl").read_text().splitlines()) == 2

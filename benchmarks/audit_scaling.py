@@ -90,7 +90,8 @@ rows = check.run(inputs).rows()
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print("RESULT " + json.dumps({"wall_s": wall, "cpu_s": cpu, "base_mib": base, "peak_mib": peak,
-                              "extra_mib": max(0.0, peak - base), "threads": torch.get_num_threads(), "rows": rows},
+                              "extra_mib": max(0.0, peak - base), "threads": torch.get_num_threads(),
+                              "rows": [r.as_dict() for r in rows]},
                              default=str))
 """
 

@@ -22,7 +22,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pfd.audit.verdict import VERSION, decide, label
+from pfd.audit.rows import rows_from_json
+from pfd.audit.verdict import VERSION, decide
 from pfd.io import atomic_write_json, atomic_write_text
 
 RESULTS = Path(__file__).parent / "results"
@@ -42,8 +43,8 @@ def redecide(rows: list[dict[str, Any]], people: int) -> dict[str, Any]:
         if r.get("kind") != "check" and r.get("verdict") in ("unresolved", "LEAKS", "≈ chance") and "verdict_95" not in r:
             r["verdict"] = _nominal(r)
         fresh.append(r)
-    v = decide(fresh)
-    return {**v.summary(), "text": v.text, "refusals": [label(r) for r in v.refusals]}
+    v = decide(rows_from_json(fresh))
+    return {**v.summary(), "text": v.text, "refusals": [r.label for r in v.refusals]}
 
 
 def _nominal(row: dict[str, Any]) -> str:

@@ -67,6 +67,7 @@ _EXPORTS: dict[str, str] = {
     "PublicationRefused": "pfd.distill.gate",
     # the one audit
     **{n: "pfd.audit.verdict" for n in ("decide", "Verdict")},
+    "AuditRow": "pfd.audit.rows",
     **{n: "pfd.audit.engine" for n in ("run_audit", "run_scorecard", "audit_in_memory")},
     "OGPTrainer": "pfd.distill.ogp_trainer",
     # attacks

@@ -27,7 +27,7 @@ import torch
 
 import pfd.attacks.builtin  # noqa: F401 - the built-in attacks registered, whether or not pfd is installed
 from pfd.audit.contract import AuditInputs, Check, ordered_checks
-from pfd.audit.verdict import LEVEL, decide, label
+from pfd.audit.verdict import LEVEL, decide
 
 __all__ = ["NullAudits", "simulate"]
 
@@ -119,14 +119,14 @@ def simulate(n_ids: int, k: int, *, draws: int = 100, imgs: int = 20, attackers:
         chosen[torch.randperm(n_ids, generator=gen)[: int(round(linked * n_ids))]] = True
         for role in roles:
             inputs._emb[role] = _view(gen, n_ids, k, imgs, dim, sigma, leak, chosen)
-        rows: list[dict[str, Any]] = [row for c in checks for row in c.run(inputs).rows()]
+        rows = [row for c in checks for row in c.run(inputs).rows()]
         v = decide(rows)
-        reid = [float(r["value"]) / float(r["chance"]) for r in rows if label(r).startswith("Rank-1 Re-ID (proxies)")]
+        reid = [r.value / r.chance for r in rows if r.label.startswith("Rank-1 Re-ID (proxies)")]
         out.reid_ratio += float(np.mean(reid)) / draws if reid else 0.0
         if not v.publishable:
             out.refused += 1
             out.leaks += bool(v.leaks)
             out.unresolved += bool(v.unresolved and not v.leaks)
             for r in v.refusals:
-                out.by_row[label(r)] = out.by_row.get(label(r), 0) + 1
+                out.by_row[r.label] = out.by_row.get(r.label, 0) + 1
     return out

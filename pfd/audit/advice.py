@@ -15,10 +15,11 @@ Pure functions of a row; the card renders them under its verdict.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 from pfd.audit.contract import CHECKS
-from pfd.audit.verdict import BOUND, REFUSING, RULE_OUT, label, people_needed
+from pfd.audit.rows import AuditRow
+from pfd.audit.verdict import BOUND, REFUSING, RULE_OUT, people_needed
 
 __all__ = ["advice", "refusal_advice", "remedy", "REMEDIES", "CHECK_REMEDIES"]
 
@@ -51,7 +52,7 @@ _OUTSIDE = ("an outside face model links the release: distill again with the de-
 _DESIGN = "audit at least {need} private identities; more proxies per identity do not narrow it"
 
 
-def remedy(row: Mapping[str, Any]) -> str:
+def remedy(row: AuditRow) -> str:
     """What the publisher can do about one refusing row: the one table above (module docstring).
 
     Args:
@@ -60,21 +61,21 @@ def remedy(row: Mapping[str, Any]) -> str:
     Returns:
         One sentence.
     """
-    if row.get("kind") == "check":
+    if row.kind == "check":
         return CHECK_REMEDIES.get(_check_name(row), "fix what the check names, then distill or audit again "
-                                                           "(the detail says how)")
-    if row.get("family") == "unresolved":
-        need = people_needed(float(row.get("bound_required", BOUND)), float(row.get("rule_out_multiple", RULE_OUT)))
-        return _DESIGN.format(need=need)
-    return REMEDIES.get(str(row.get("attacker") or "-"), _OUTSIDE)
+                                                    "(the detail says how)")
+    if row.family == "unresolved":
+        bound = BOUND if row.bound_required is None else row.bound_required
+        return _DESIGN.format(need=people_needed(bound, RULE_OUT if row.rule_out_multiple is None else row.rule_out_multiple))
+    return REMEDIES.get(row.attacker or "-", _OUTSIDE)
 
 
-def _check_name(row: Mapping[str, Any]) -> str:
+def _check_name(row: AuditRow) -> str:
     """A check row's registry name; a row written before rows named their check, by its registered title."""
-    return str(row.get("check") or next((n for n, cls in CHECKS.items() if cls.title == row.get("attack")), ""))
+    return row.check or next((n for n, cls in CHECKS.items() if cls.title == row.attack), "")
 
 
-def advice(row: Mapping[str, Any]) -> dict[str, str]:
+def advice(row: AuditRow) -> dict[str, str]:
     """The attacker's gain and the publisher's remedy for one refusing row.
 
     Args:
@@ -84,33 +85,34 @@ def advice(row: Mapping[str, Any]) -> dict[str, str]:
     Returns:
         ``{"row", "gain", "remedy"}``: the row's label and two sentences.
     """
-    who = str(row.get("attacker") or "-")
+    who = row.attacker or "-"
     fix = remedy(row)
-    if row.get("kind") == "check":
-        return {"row": label(row), "gain": str(row.get("detail") or "the check failed"), "remedy": fix}
-    if row.get("family") == "unresolved":
+    if row.kind == "check":
+        return {"row": row.label, "gain": row.detail or "the check failed", "remedy": fix}
+    if row.family == "unresolved":
         gain = (f"too few people to tell: even at chance the audit cannot rule out that an attacker names "
-                f"{100 * float(row['design_share']):.0f} % of the {row['people']} people")
-        return {"row": label(row), "gain": gain, "remedy": fix}
-    value, chance = float(row.get("value", 0.0)), float(row.get("chance") or 0.0)
-    if row.get("kind") == "rate" and row.get("n"):
+                f"{100 * float(row.design_share or 0.0):.0f} % of the {row.people} people")
+        return {"row": row.label, "gain": gain, "remedy": fix}
+    value, chance = row.value, row.chance
+    if row.kind == "rate" and row.n:
         times = f", {value / chance:.1f}× chance" if chance > 0 else ""
-        gain = (f"with the {who} model an attacker names the source person of {row.get('count', round(value * row['n']))} "
-                f"of {row['n']} proxies ({100 * value:.1f} %{times})")
-    elif row.get("best") and row.get("n"):  # class-level linking: a count of classes, the best of several attacks
+        count = row.count if row.count is not None else round(value * row.n)
+        gain = (f"with the {who} model an attacker names the source person of {count} "
+                f"of {row.n} proxies ({100 * value:.1f} %{times})")
+    elif row.best and row.n:  # class-level linking: a count of classes, the best of several attacks
         gain = (f"with the {who} model an attacker who reads each class as a whole names the source person of "
-                f"{row.get('count')} of {row['n']} classes ({str(row['best']).replace('_', ' ')}; chance 1 in "
-                f"{round(1 / chance) if chance > 0 else '?'}, p = {float(row['p']):.2g})")
-    elif row.get("p") is not None:
-        gain = (f"with the {who} model the proxies' sources are not placed at random (p = {float(row['p']):.2g}): an "
+                f"{row.count} of {row.n} classes ({row.best.replace('_', ' ')}; chance 1 in "
+                f"{round(1 / chance) if chance > 0 else '?'}, p = {float(row.p or 0.0):.2g})")
+    elif row.p is not None:
+        gain = (f"with the {who} model the proxies' sources are not placed at random (p = {row.p:.2g}): an "
                 "attacker who knows the pattern narrows down who each proxy came from")
     else:
         gain = f"with the {who} model: {value:.3f} against chance {chance:.3f}"
-    return {"row": label(row), "gain": gain, "remedy": fix}
+    return {"row": row.label, "gain": gain, "remedy": fix}
 
 
-def refusal_advice(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+def refusal_advice(rows: Sequence[AuditRow]) -> list[dict[str, str]]:
     """:func:`advice` of every refusing row (failed checks first), in the audit's order."""
     order = {family: k for k, family in enumerate(REFUSING)}
-    refusing = [r for r in rows if r.get("family") in order]
-    return [advice(r) for r in sorted(refusing, key=lambda r: order[str(r["family"])])]
+    refusing = [r for r in rows if r.family in order]
+    return [advice(r) for r in sorted(refusing, key=lambda r: order[str(r.family)])]

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from pfd.audit.contract import AuditInputs, Check, CheckResult, check_row, register_check
+from pfd.audit.rows import AuditRow, rows_to_json
 from pfd.audit.intervals import wilson_interval
 from pfd.config import OGPConfig
 from pfd.release.lint import lint_release
@@ -48,13 +49,13 @@ class ChecksResult(CheckResult):
     """One or more pass/fail rows and their JSON section."""
 
     key: str
-    items: list[dict[str, Any]] = field(default_factory=list)
+    items: list[AuditRow] = field(default_factory=list)
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[AuditRow]:
         return self.items
 
     def sections(self) -> dict[str, Any]:
-        return {"checks": {self.key: self.items}}
+        return {"checks": {self.key: rows_to_json(self.items)}}
 
 
 @dataclass

@@ -37,6 +37,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
+from pfd.audit.rows import AuditRow
 from pfd.errors import PfdError
 
 if TYPE_CHECKING:  # the registry is read by the CLI at start-up, before torch is needed
@@ -69,8 +70,8 @@ def verdict(ci: tuple[float, float] | list[float] | None, chance: float, *, p: f
 
 
 def summary_row(attack: str, attacker: str, value: float, chance: float, ci: Any, kind: str, *,
-                test_p: float | None = None, **extra: Any) -> dict[str, Any]:
-    """One row of the summary table: ``{"attack", "attacker", "value", "chance", "ci95", "kind", "verdict", ...}``.
+                test_p: float | None = None, **fields: Any) -> AuditRow:
+    """One row of the summary table, with its nominal 95 % verdict (:func:`verdict`).
 
     Args:
         attack: What was measured (``"VisMatch (proxies)"``).
@@ -80,14 +81,15 @@ def summary_row(attack: str, attacker: str, value: float, chance: float, ci: Any
         ci: Its 95 % interval (``None`` for a pure test).
         kind: ``"rate"`` (count/n), ``"score"`` (a metric in [0, 1]) or ``"auc"``.
         test_p: A test's p-value: the verdict is the test's.
-        extra: More fields (``count``, ``n``, ...).
+        fields: More of :class:`~pfd.audit.rows.AuditRow`'s fields (``count``, ``n``, ``people``, ...);
+            any other name is the attack's own (:attr:`~pfd.audit.rows.AuditRow.extra`).
     """
-    return {"attack": attack, "attacker": attacker, "value": float(value), "chance": float(chance),
-            "ci95": None if ci is None else [float(ci[0]), float(ci[1])], "kind": kind,
-            "verdict": verdict(ci, chance, p=test_p), **({"p": test_p} if test_p is not None else {}), **extra}
+    return _row(attack=attack, attacker=attacker, value=float(value), chance=float(chance),
+                ci95=None if ci is None else (float(ci[0]), float(ci[1])), kind=kind,
+                verdict=verdict(ci, chance, p=test_p), p=test_p, **fields)
 
 
-def check_row(name: str, passed: bool, detail: str, *, check: str, value: float = 0.0, **extra: Any) -> dict[str, Any]:
+def check_row(name: str, passed: bool, detail: str, *, check: str, value: float = 0.0, **fields: Any) -> AuditRow:
     """The row of a pass/fail check (``kind = "check"``): the verdict counts it, outside the family-wise test.
 
     Args:
@@ -96,11 +98,18 @@ def check_row(name: str, passed: bool, detail: str, *, check: str, value: float 
         detail: What it measured or found (one line; the first finding when it failed).
         check: The check's registry name (``"integrity"``): the remedy table's key.
         value: A number to show (findings, a share).
-        extra: More fields.
+        fields: More fields, as :func:`summary_row`.
     """
-    return {"attack": name, "attacker": "-", "value": float(value), "chance": 0.0, "ci95": None,
-            "kind": "check", "check": check, "passed": bool(passed), "detail": detail, "verdict": "passed" if passed else "FAILED",
-            **extra}
+    return _row(attack=name, attacker="-", value=float(value), chance=0.0, ci95=None, kind="check", check=check,
+                passed=bool(passed), detail=detail, verdict="passed" if passed else "FAILED", **fields)
+
+
+_ROW_FIELDS = frozenset(f.name for f in dataclasses.fields(AuditRow)) - {"extra"}
+
+
+def _row(**fields: Any) -> AuditRow:
+    return AuditRow(**{k: v for k, v in fields.items() if k in _ROW_FIELDS},
+                    extra={k: v for k, v in fields.items() if k not in _ROW_FIELDS})
 
 
 class Clock:
@@ -174,8 +183,8 @@ class CheckResult:
         """Its keys of ``report.json`` (a list under a key another result also fills is concatenated)."""
         return {}
 
-    def rows(self) -> list[dict[str, Any]]:
-        """Its rows of the summary table (:func:`summary_row`)."""
+    def rows(self) -> list[AuditRow]:
+        """Its rows of the summary table (:func:`summary_row`, :func:`check_row`)."""
         return []
 
     def markdown(self) -> list[str]:

@@ -31,6 +31,7 @@ from pfd.audit.contract import AuditInputs, CheckResult, Clock, Reconstructor, o
 from pfd.audit.inputs import (ReleaseState, open_release_state, proxy_sources, recorded_private_unopenable,
                               state_private_spec, state_run_size, unwritten_release_state)
 from pfd.audit.risk import per_identity_risk
+from pfd.audit.rows import AuditRow, rows_to_json
 from pfd.audit.sets import MemorySets, OpenedPrivateSets, ReleaseSets
 from pfd.audit.team import outside_attackers, own_attackers, refuse_duplicate_models
 from pfd.audit.verdict import LEVEL, RULE_OUT, Verdict, decide
@@ -56,18 +57,16 @@ class Scorecard:
         grid: Images of the match grid: ``{"proxies", "matches", "sources", "reconstructions"?}``
             tensors ``(r, 3, H, W)`` and ``"success"`` (r,) bool.
         results: Each attack's result, by name (they render their report parts).
+        verdict: The one verdict (:func:`pfd.audit.verdict.decide`).
+        rows: The summary table's rows in the order the checks ran, each with chance, interval and the
+            family-wise verdict (``data["summary"]`` holds them as JSON).
     """
 
     data: dict[str, Any]
     grid: dict[str, Any] = field(default_factory=dict)
     results: dict[str, CheckResult] = field(default_factory=dict)
     verdict: Verdict | None = None
-
-    @property
-    def rows(self) -> list[dict[str, Any]]:
-        """The summary table's rows, in the registry's order (each with chance, interval and the
-        family-wise verdict of :func:`pfd.audit.verdict.decide`)."""
-        return self.data.get("summary") or [row for r in self.results.values() for row in r.rows()]
+    rows: list[AuditRow] = field(default_factory=list)
 
 
 def attack_configs(cfg: AttackConfig) -> dict[str, Any]:
@@ -227,7 +226,7 @@ def run_audit(inputs: AuditInputs, configs: dict[str, Any], *, level: float = LE
                     "source_identities": int(len(np.unique(source)))},
         "attackers": [a.describe() for a in inputs.attackers],
         "verdict": verdict.as_dict(),
-        "summary": rows,
+        "summary": rows_to_json(rows),
     }
     for result in inputs.results.values():
         for key, value in result.sections().items():
@@ -247,7 +246,7 @@ def run_audit(inputs: AuditInputs, configs: dict[str, Any], *, level: float = LE
     grid: dict[str, Any] = {}
     if state.release is not None:  # nothing to show before the release is written
         grid = next((g for r in inputs.results.values() if (g := r.grid(inputs, cfg.grid_rows))), {})
-    return Scorecard(data=data, grid=grid, results=inputs.results, verdict=verdict)
+    return Scorecard(data=data, grid=grid, results=inputs.results, verdict=verdict, rows=rows)
 
 
 def audit_in_memory(

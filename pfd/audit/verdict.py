@@ -46,10 +46,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from pfd.errors import PfdError
 from pfd.audit.intervals import clopper_pearson
+from pfd.audit.rows import AuditRow
+from pfd.errors import PfdError
 
-__all__ = ["LEVEL", "RULE_OUT", "BOUND", "VERSION", "REFUSING", "Verdict", "decide", "label", "failure", "design_share",
+__all__ = ["LEVEL", "RULE_OUT", "BOUND", "VERSION", "REFUSING", "Verdict", "decide", "failure", "design_share",
            "people_needed"]
 
 #: The family-wise level: a release at chance is refused through LEAKS in at most this share of audits.
@@ -64,12 +65,6 @@ REFUSING: tuple[str, ...] = ("failed", "leaks", "unresolved")
 #: The audit's version, recorded in the manifest of every release it passed (2: class-level linking added;
 #: 3: what the audit rules out is a property of its design, not of the realised intervals).
 VERSION = 3
-
-
-def label(row: Mapping[str, Any]) -> str:
-    """``"<attack> by <attacker>"`` (or the check's name)."""
-    who = row.get("attacker")
-    return f"{row['attack']} by {who}" if who and who != "-" else str(row["attack"])
 
 
 @dataclass
@@ -99,16 +94,16 @@ class Verdict:
     rule_out: float
     figures: int
     checks: int
-    leaks: list[dict[str, Any]] = field(default_factory=list)
-    unresolved: list[dict[str, Any]] = field(default_factory=list)
-    failed: list[dict[str, Any]] = field(default_factory=list)
+    leaks: list[AuditRow] = field(default_factory=list)
+    unresolved: list[AuditRow] = field(default_factory=list)
+    failed: list[AuditRow] = field(default_factory=list)
     largest: float = float("nan")
     bound: float = BOUND
     design_share: float = float("nan")
     design_multiple: float = float("nan")
     people: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
-    untestable: list[dict[str, Any]] = field(default_factory=list)
+    untestable: list[AuditRow] = field(default_factory=list)
     not_audited: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -117,7 +112,7 @@ class Verdict:
         return self.level / max(self.figures, 1)
 
     @property
-    def refusals(self) -> list[dict[str, Any]]:
+    def refusals(self) -> list[AuditRow]:
         """Every row that refuses publication, failed checks first."""
         return [*self.failed, *self.leaks, *self.unresolved]
 
@@ -145,7 +140,7 @@ class Verdict:
             out += f"; not audited: {', '.join(sorted(self.not_audited))} (their inputs were not given)"
         if self.untestable:
             out += (f"; {len(self.untestable)} test(s) too few identities to test ("
-                    f"{', '.join(label(r) for r in self.untestable[:3])}{', ...' if len(self.untestable) > 3 else ''})")
+                    f"{', '.join(r.label for r in self.untestable[:3])}{', ...' if len(self.untestable) > 3 else ''})")
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -159,40 +154,44 @@ class Verdict:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: the summary, the text, and the labels of the rows that refuse."""
         return {**self.summary(), "text": self.text, "per_figure": self.per_figure,
-                "leaks": [label(r) for r in self.leaks], "unresolved": [label(r) for r in self.unresolved],
-                "failed_checks": [label(r) for r in self.failed], "skipped": dict(self.skipped),
-                "untestable": [label(r) for r in self.untestable], "not_audited": dict(self.not_audited)}
+                "leaks": [r.label for r in self.leaks], "unresolved": [r.label for r in self.unresolved],
+                "failed_checks": [r.label for r in self.failed], "skipped": dict(self.skipped),
+                "untestable": [r.label for r in self.untestable], "not_audited": dict(self.not_audited)}
 
 
 def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def failure(row: Mapping[str, Any], v: Verdict | None = None) -> str:
+def failure(row: AuditRow, v: Verdict | None = None) -> str:
     """Why one row refuses publication (one phrase)."""
-    if row.get("kind") == "check":
-        return f"{label(row)} failed: {row.get('detail', '')}".rstrip(": ")
-    if row.get("family") == "leaks" or (v is not None and row in v.leaks):
-        if row.get("p") is not None:
+    if row.kind == "check":
+        return f"{row.label} failed: {row.detail or ''}".rstrip(": ")
+    if row.family == "leaks" or (v is not None and any(r is row for r in v.leaks)):
+        if row.p is not None:
             at = f" (at most {v.per_figure:.2g} needed)" if v is not None else ""
-            return f"{label(row)} leaks: p = {row['p']:.2g}{at}"
-        return f"{label(row)} leaks: {_pct(row['value'])} linked, chance {_pct(row['chance'])}"
-    share, people = float(row["design_share"]), int(row["people"])
-    need = people_needed(float(row.get("bound_required", BOUND)), float(row.get("rule_out_multiple", RULE_OUT)))
-    return (f"{label(row)} cannot, by design, rule out that an attacker names {_pct(share)} of the {people} people "
-            f"({share / float(row['chance']):.1f}× chance {_pct(row['chance'])}): audit at least {need} private identities")
+            return f"{row.label} leaks: p = {row.p:.2g}{at}"
+        return f"{row.label} leaks: {_pct(row.value)} linked, chance {_pct(row.chance)}"
+    share, people = float(row.design_share or 0.0), int(row.people or 0)
+    need = people_needed(_or(row.bound_required, BOUND), _or(row.rule_out_multiple, RULE_OUT))
+    return (f"{row.label} cannot, by design, rule out that an attacker names {_pct(share)} of the {people} people "
+            f"({share / row.chance:.1f}× chance {_pct(row.chance)}): audit at least {need} private identities")
+
+
+def _or(x: float | None, default: float) -> float:
+    return default if x is None else float(x)
 
 
 def _pct(x: float) -> str:
     return f"{100 * float(x):.1f}%"
 
 
-def _rate_leaks(row: Mapping[str, Any], a: float) -> bool:
-    n = float(row.get("n_eff") or row.get("n") or 0)
+def _rate_leaks(row: AuditRow, a: float) -> bool:
+    n = float(row.n_eff or row.n or 0)
     if n <= 0:
-        return row.get("verdict") == "LEAKS"
-    lo, _ = clopper_pearson(min(float(row["value"]) * n, n), n, alpha=a)
-    return lo > float(row["chance"])
+        return row.verdict == "LEAKS"
+    lo, _ = clopper_pearson(min(row.value * n, n), n, alpha=a)
+    return lo > row.chance
 
 
 def design_share(chance: float, people: int, *, alpha: float = 0.05) -> float:
@@ -241,12 +240,12 @@ def people_needed(bound: float = BOUND, rule_out: float = RULE_OUT) -> int:
     return hi
 
 
-def decide(rows: Sequence[dict[str, Any]], *, level: float = LEVEL, rule_out: float = RULE_OUT, bound: float = BOUND,
+def decide(rows: Sequence[AuditRow], *, level: float = LEVEL, rule_out: float = RULE_OUT, bound: float = BOUND,
            skipped: Mapping[str, str] | None = None, not_audited: Mapping[str, str] | None = None) -> Verdict:
     """The audit's one verdict over its rows (module docstring), and each row's verdict at that level.
 
-    Each gating row gets ``family`` (``"passed"``, ``"failed"``, ``"leaks"`` or ``"unresolved"``)
-    and its ``verdict`` rewritten to the family-wise one (the nominal 95 % verdict stays in
+    Each gating row gets ``family`` (``"passed"``, ``"failed"``, ``"leaks"``, ``"unresolved"`` or
+    ``"untestable"``) and its ``verdict`` rewritten to the family-wise one (the nominal 95 % verdict stays in
     ``verdict_95``), so no table says LEAKS where the verdict says publishable.
 
     Args:
@@ -267,60 +266,58 @@ def decide(rows: Sequence[dict[str, Any]], *, level: float = LEVEL, rule_out: fl
     """
     if not 0 < level < 1:
         raise PfdError(f"the audit's family-wise level must lie in (0, 1), got {level}")
-    gating = [r for r in rows if r.get("gates", True) and r.get("verdict") != "inconclusive"]
-    checks = [r for r in gating if r.get("kind") == "check"]
-    figures = [r for r in gating if r.get("kind") != "check"]
+    gating = [r for r in rows if r.gates and r.verdict != "inconclusive"]
+    checks = [r for r in gating if r.kind == "check"]
+    figures = [r for r in gating if r.kind != "check"]
     # A test the data cannot push to the level of the whole family leaves it (issue 34: 2 identities).
-    untestable = [r for r in figures if r.get("p") is not None and float(r.get("data_floor") or 0) > level / max(len(figures), 1)]
+    untestable = [r for r in figures if r.p is not None and float(r.data_floor or 0) > level / max(len(figures), 1)]
     for r in untestable:
-        r.setdefault("verdict_95", r.get("verdict"))
-        r["family"], r["verdict"] = "untestable", "too few to test"
-    figures = [r for r in figures if r.get("family") != "untestable"]
+        r.verdict_95 = r.verdict if r.verdict_95 is None else r.verdict_95
+        r.family, r.verdict = "untestable", "too few to test"
+    figures = [r for r in figures if r.family != "untestable"]
     m = max(len(figures), 1)
     a = level / m
     for r in figures:
-        floor = r.get("p_floor")
-        if r.get("p") is not None and floor is not None and float(floor) > a:
+        if r.p is not None and r.p_floor is not None and float(r.p_floor) > a:
             need = math.ceil(1 / a)
-            raise PfdError(f"{label(r)}: its test cannot reach the audit's per-figure level {a:.2g} ({level:g} over {m} "
-                           f"figures) with {r.get('setting', 'these settings')} = {round(1 / float(floor)) - 1}; "
+            raise PfdError(f"{r.label}: its test cannot reach the audit's per-figure level {a:.2g} ({level:g} over {m} "
+                           f"figures) with {r.setting or 'these settings'} = {round(1 / float(r.p_floor)) - 1}; "
                            f"use at least {need}")
     v = Verdict(publishable=True, level=level, rule_out=rule_out, bound=bound, figures=len(figures), checks=len(checks),
                 skipped=dict(skipped or {}), untestable=untestable, not_audited=dict(not_audited or {}))
     for r in checks:
-        r["family"] = "passed" if r.get("passed") else "failed"
-        r["verdict"] = "passed" if r.get("passed") else "FAILED"
-        if not r.get("passed"):
+        r.family = "passed" if r.passed else "failed"
+        r.verdict = "passed" if r.passed else "FAILED"
+        if not r.passed:
             v.failed.append(r)
-    worst: dict[str, Any] | None = None
+    worst: AuditRow | None = None
     for r in figures:
-        r.setdefault("verdict_95", r.get("verdict"))
-        leak = float(r["p"]) <= a if r.get("p") is not None else (
-            _rate_leaks(r, a) if r.get("kind") == "rate" else r.get("verdict_95") == "LEAKS")
-        chance = float(r.get("chance") or 0)
-        if r.get("kind") == "rate" and r.get("rule_out") and chance > 0:
+        r.verdict_95 = r.verdict if r.verdict_95 is None else r.verdict_95
+        leak = float(r.p) <= a if r.p is not None else (
+            _rate_leaks(r, a) if r.kind == "rate" else r.verdict_95 == "LEAKS")
+        if r.kind == "rate" and r.rule_out and r.chance > 0:
             # The design's statement: the people behind the row (a row without them counts its trials).
-            r["people"] = int(r.get("people") or r.get("n") or 1)
-            r["design_share"] = design_share(chance, r["people"])
-            if worst is None or r["design_share"] > worst["design_share"]:
+            r.people = int(r.people or r.n or 1)
+            r.design_share = design_share(r.chance, r.people)
+            if worst is None or r.design_share > (worst.design_share or 0.0):
                 worst = r
         if leak:
-            r["family"], r["verdict"] = "leaks", "LEAKS"
+            r.family, r.verdict = "leaks", "LEAKS"
             v.leaks.append(r)
             continue
-        if "design_share" in r and not _resolved(r["design_share"], chance, rule_out=rule_out, bound=bound):
-            r["family"], r["verdict"] = "unresolved", "unresolved"
-            r["rule_out_multiple"], r["bound_required"] = rule_out, bound
+        if r.design_share is not None and not _resolved(r.design_share, r.chance, rule_out=rule_out, bound=bound):
+            r.family, r.verdict = "unresolved", "unresolved"
+            r.rule_out_multiple, r.bound_required = rule_out, bound
             v.unresolved.append(r)
             continue
-        r["family"] = "passed"
-        if r["verdict"] == "LEAKS":  # at its own 95 % only: not a leak at the audit's level
-            r["verdict"] = "≈ chance"
-    rates = [r for r in figures if r.get("kind") == "rate" and float(r.get("chance") or 0) > 0]
+        r.family = "passed"
+        if r.verdict == "LEAKS":  # at its own 95 % only: not a leak at the audit's level
+            r.verdict = "≈ chance"
+    rates = [r for r in figures if r.kind == "rate" and r.chance > 0]
     if rates:
-        v.largest = max(float(r["value"]) / float(r["chance"]) for r in rates)
+        v.largest = max(r.value / r.chance for r in rates)
     if worst is not None:
-        v.design_share, v.people = float(worst["design_share"]), int(worst["people"])
-        v.design_multiple = v.design_share / float(worst["chance"])
+        v.design_share, v.people = float(worst.design_share or 0.0), int(worst.people or 0)
+        v.design_multiple = v.design_share / worst.chance
     v.publishable = not (v.failed or v.leaks or v.unresolved)
     return v

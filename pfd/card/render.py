@@ -22,6 +22,7 @@ from pfd.attacks.scorecard.html import esc, page, privacy_sections
 from pfd.attacks.scorecard.html import figure_img
 from pfd.attacks.scorecard.report import summary_table
 from pfd.audit.advice import refusal_advice
+from pfd.audit.rows import rows_from_json
 
 __all__ = ["write_card", "card_markdown", "card_html"]
 
@@ -84,9 +85,10 @@ def card_markdown(data: Mapping[str, Any]) -> str:
            "per replicate).", "", "| metric | public-ft | with release | gain, points (95% CI) |", "|---|---|---|---|"]
     out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _utility_rows(u)]
     out += ["", f"The public model alone: accuracy {_metric(u['base']['accuracy'])}.", "", "## Privacy", ""]
-    out += summary_table(p.get("summary", [])) if p.get("summary") else ["No attack could run."]
+    rows = rows_from_json(p.get("summary"))
+    out += summary_table(rows) if rows else ["No attack could run."]
 
-    hints = refusal_advice(p.get("summary", []))
+    hints = refusal_advice(rows)
     if hints:
         out += ["", "What the refusals mean:", ""]
         out += [f"- {md_text(a['row'])}: {md_text(a['gain'])}. What to do: {md_text(a['remedy'])}." for a in hints]
@@ -141,7 +143,7 @@ def card_html(data: Mapping[str, Any], privacy_folder: Path | None = None) -> st
              '<p class="muted">Gain: with-release minus public-ft, averaged over seeds; interval: 95 % identity '
              "bootstrap (the test people resampled, each side's seeds drawn per replicate).</p>",
              "<h1>Privacy</h1>"]
-    parts += privacy_sections(p, p.get("summary", []), privacy_folder)
+    parts += privacy_sections(p, rows_from_json(p.get("summary")), privacy_folder)
     gate = data.get("gate")
     if gate is not None:
         parts.append(f"<p>Publication gate at distillation: <b>{'passed' if gate.get('passed') else 'refused'}</b>.</p>")

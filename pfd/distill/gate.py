@@ -17,10 +17,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from pfd.audit.rows import AuditRow, rows_from_json
 from pfd.errors import REFUSED, PfdError
 from pfd import __version__
 from pfd.audit.advice import remedy
-from pfd.audit.verdict import label
 from pfd.config import AttackConfig, build_config
 from pfd.config import config_to_dict
 from pfd.data.shape import plain_size
@@ -54,22 +54,22 @@ def audit_config(cfg: Any, state_dir: Path) -> Any:
                                            "state_dir": str(state_dir), "report": ""})
 
 
-def format_checks(rows: Sequence[Mapping[str, Any]]) -> str:
-    """One line per gating row, e.g. ``Rank-1 Re-ID (proxies) by public  4.2% (CI 2.0-7.5%, chance 4.2%) ≈ chance``."""
+def format_checks(rows: Sequence[Mapping[str, Any] | AuditRow]) -> str:
+    """One line per gating row, e.g. ``Rank-1 Re-ID (proxies) by public  4.2% (CI 2.0-7.5%, chance 4.2%) ≈ chance``
+    (rows as records or as the JSON ``summary.json`` keeps)."""
     lines = []
-    for r in rows:
-        if not r.get("gates", True):
+    for r in rows_from_json(rows):
+        if not r.gates:
             continue
-        name = label(r)
-        if r.get("kind") == "check":
-            lines.append(f"{name:<58} {r['verdict']}: {r.get('detail', '')}")
-        elif r.get("kind") == "rate":
-            lo, hi = r["ci95"]
-            lines.append(f"{name:<58} {100 * r['value']:.1f}% (CI {100 * lo:.1f}-{100 * hi:.1f}%, chance "
-                         f"{100 * r['chance']:.1f}%) {r['verdict']}")
+        if r.kind == "check":
+            lines.append(f"{r.label:<58} {r.verdict}: {r.detail or ''}")
+        elif r.kind == "rate" and r.ci95 is not None:
+            lo, hi = r.ci95
+            lines.append(f"{r.label:<58} {100 * r.value:.1f}% (CI {100 * lo:.1f}-{100 * hi:.1f}%, chance "
+                         f"{100 * r.chance:.1f}%) {r.verdict}")
         else:
-            p = f", p = {r['p']:.2g}" if r.get("p") is not None else ""
-            lines.append(f"{name:<58} {r['value']:.3f} (chance {r['chance']:.3f}{p}) {r['verdict']}")
+            p = f", p = {r.p:.2g}" if r.p is not None else ""
+            lines.append(f"{r.label:<58} {r.value:.3f} (chance {r.chance:.3f}{p}) {r.verdict}")
     return "\n".join(lines)
 
 
@@ -86,7 +86,7 @@ def refusal_message(verdict: Any, cfg: Any, state_dir: Path) -> str:
     """
     keep = f"The state is kept in {state_dir}"
     first = verdict.refusals[0] if verdict.refusals else None
-    if first is not None and first.get("kind") != "check" and not get_method(cfg.method).decouples:
+    if first is not None and first.kind != "check" and not get_method(cfg.method).decouples:
         fix = (f"--method {cfg.method} does not decouple the proxies from their sources (it is an ablation or "
                "baseline row): use --method pfd")
     elif first is not None:

@@ -58,6 +58,7 @@ from pfd.release.private_set import check_private_set, private_set_record, recor
 from pfd.release.state_dir import StateDir, check_digest, record_digest
 from pfd.release.writer import clear_interrupted_release, write_proxy_map, write_release
 from pfd.runtime import make_accelerator, set_threads
+from pfd.audit.rows import rows_to_json
 from pfd.audit.engine import audit_in_memory
 
 __all__ = ["DistillResult", "Distillation", "distill"]
@@ -503,7 +504,7 @@ class Distillation:
             verdict = audit.verdict
             failed = not verdict.publishable
             publish = not failed or cfg.release.allow_linkable
-            gate = {"checks": audit.rows, "verdict": verdict.as_dict(), "passed": not failed, "published": publish,
+            gate = {"checks": rows_to_json(audit.rows), "verdict": verdict.as_dict(), "passed": not failed, "published": publish,
                     "override": bool(failed and cfg.release.allow_linkable)}  # fmt: skip
             if publish:
                 if failed:

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 import pfd.audit.engine  # noqa: F401 - registers the pass/fail checks; the attacks come through load_checks
 from pfd.audit.contract import CHECKS, CheckResult, check_options, load_checks, ordered_checks
+from pfd.audit.rows import AuditRow
 from pfd.audit.engine import attack_configs, run_scorecard
 from pfd.cli import main
 from pfd.config import AttackConfig, build_config
@@ -85,13 +86,14 @@ def test_each_attack_ran_or_said_why_and_its_result_renders_itself(card, name):
     rows = result.rows()
     assert rows, f"{name} ran but reports no row"
     for r in rows:
-        assert r["verdict"] in VERDICTS and 0.0 <= r["chance"] <= 1.0
-        if r["kind"] == "check":  # a pass/fail check: what it found, in one line
-            assert isinstance(r["passed"], bool) and r["detail"], r
+        assert isinstance(r, AuditRow) and r.verdict in VERDICTS and 0.0 <= r.chance <= 1.0
+        if r.kind == "check":  # a pass/fail check: what it found, in one line
+            assert isinstance(r.passed, bool) and r.detail and r.check == name, r
             continue
-        assert r["ci95"] is not None or "p" in r, r  # an interval, or a test's p-value
-        if r["ci95"] is not None:
-            assert r["ci95"][0] <= r["ci95"][1]
+        assert r.ci95 is not None or r.p is not None, r  # an interval, or a test's p-value
+        if r.ci95 is not None:
+            assert r.ci95[0] <= r.ci95[1]
+        assert AuditRow.from_dict(json.loads(json.dumps(jsonable(r.as_dict())))) == r  # the JSON round trip
     json.dumps(jsonable(result.sections()), allow_nan=False)
     assert all(isinstance(line, str) for line in result.markdown())
     assert set(result.sections()) <= set(card.data)  # its sections are in the report
@@ -99,9 +101,9 @@ def test_each_attack_ran_or_said_why_and_its_result_renders_itself(card, name):
 
 def test_the_summary_is_every_result_in_registry_order(card):
     order = [cls.name for cls in ordered_checks() if cls.name in card.results]  # the checks, then the attacks
-    key = lambda r: (r["attack"], r["attacker"], r["value"])  # noqa: E731 - the rows' verdicts are the audit's
+    key = lambda r: (r.attack, r.attacker, r.value)  # noqa: E731 - the rows' verdicts are the audit's
     assert [key(r) for r in card.rows] == [key(row) for name in order for row in card.results[name].rows()]
     # On these inputs every attack applies; only the checks of a run these inputs lack (no OGP, no judge) skip.
     assert set(card.data["skipped"]) <= {"ogp_margin", "judge_competence"}, card.data["skipped"]
-    assert all(r["family"] in ("passed", "failed", "leaks", "unresolved") for r in card.rows if r.get("gates", True)
-               and r["verdict"] != "inconclusive")
+    assert all(r.family in ("passed", "failed", "leaks", "unresolved") for r in card.rows if r.gates
+               and r.verdict != "inconclusive")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from pfd.audit.advice import CHECK_REMEDIES, REMEDIES, advice, refusal_advice
 from pfd.audit.contract import check_row, summary_row
 from pfd.audit.verdict import decide
@@ -26,15 +28,15 @@ def test_each_refusal_says_what_an_attacker_gains_and_what_to_do_by_who_attacks(
     assert "names the source person of 120 of 240 proxies (50.0 %, 10.0× chance)" in insider["gain"]
     assert insider["remedy"] == REMEDIES["insider"] and judge["remedy"] == REMEDIES["judge"]
     assert check["remedy"] == CHECK_REMEDIES["private_copies"]
-    assert "--attacker" in advice({**rows[1], "attacker": "arcface-r100"})["remedy"]  # an outside model
+    assert "--attacker" in advice(dataclasses.replace(rows[1], attacker="arcface-r100"))["remedy"]  # an outside model
 
 
 def test_a_test_and_an_unresolved_rate_get_their_own_words():
     t = summary_row("Source rank uniform (proxies): mean rank", "insider", 0.7, 0.5, (0.66, 0.74), "score", test_p=1e-5)
-    wide = {**_rate("public", 1, 80, chance=1 / 8), "people": 8}  # 8 people: at chance 1 of 8 named, CP+ 53 %
+    wide = dataclasses.replace(_rate("public", 1, 80, chance=1 / 8), people=8)  # 8 people: at chance 1 of 8 named, CP+ 53 %
     decide([t, wide], bound=0.3, rule_out=0)
     assert "not placed at random (p = 1e-05)" in advice(t)["gain"]
-    assert wide["family"] == "unresolved" and "names 53 % of the 8 people" in advice(wide)["gain"]
+    assert wide.family == "unresolved" and "names 53 % of the 8 people" in advice(wide)["gain"]
     assert "--ipc" not in advice(wide)["remedy"] and "at least 17 private identities" in advice(wide)["remedy"]
     assert refusal_advice([_rate("public", 2, 400)]) == []  # nothing refuses: nothing to explain
 

@@ -232,17 +232,17 @@ def test_an_opened_private_set_gives_the_audit_of_its_spec_and_the_benchmark_rea
     release2, state2 = _layout(tmp_path / "b", world, images, src, private="celeba:private+lowres (in memory)")
     opened = run_scorecard(AttackConfig(release=str(release2), state_dir=str(state2), attacks=NO_RECON_NO_ATTRS),
                            progress=False, private=world.private)
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "detail"} for r in rows]  # noqa: E731
+    strip = lambda rows: [{k: v for k, v in r.as_dict().items() if k != "detail"} for r in rows]  # noqa: E731
     assert strip(opened.rows) == strip(by_spec.rows) and opened.verdict.publishable == by_spec.verdict.publishable
     layout = link_layout(opened.data)["linkability"]
-    rates = [r for r in opened.rows if r["kind"] == "rate"]
+    rates = [r for r in opened.rows if r.kind == "rate"]
     found = [f for t in ("proxies", "reconstructions") for role in layout.get(t, {}) for f in layout[t][role].values()]
-    assert sorted(f["rate"] for f in found) == pytest.approx(sorted(r["value"] for r in rates)) and len(found) == 12
+    assert sorted(f["rate"] for f in found) == pytest.approx(sorted(r.value for r in rates)) and len(found) == 12
     assert set(layout["proxies"]["insider"]) == {"vismatch", "reid", "vismatch_csls", "reid_csls", "reid_last",
                                                  "reid_orthogonal"}
-    tests = [r for r in opened.rows if "Source rank" in r["attack"]]
+    tests = [r for r in opened.rows if "Source rank" in r.attack]
     ranks = layout["rank_uniformity"]["proxies"]
-    assert len(ranks) == len(tests) == 4 and sorted(v["p"] for v in ranks.values()) == pytest.approx(sorted(r["p"] for r in tests))
+    assert len(ranks) == len(tests) == 4 and sorted(v["p"] for v in ranks.values()) == pytest.approx(sorted(r.p for r in tests))
     small = TensorFaces(world.private.images[:, :, :16, :16], world.private.labels, identities=world.private.identities)
     with pytest.raises(PfdError, match=r"^the private set given \(celeba:private\+lowres \(in memory\)\) is 16px but an attacker takes 32px images"):
         run_scorecard(AttackConfig(release=str(release2), state_dir=str(state2), attacks=NO_RECON_NO_ATTRS),
@@ -286,18 +286,18 @@ def test_a_judge_that_embeds_like_the_public_model_fails_its_check(world, tmp_pa
     torch.save(ckpt, state / "judge_model.pt")  # ... slightly perturbed, as the judge
     card = run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS),
                          progress=False)
-    row = next(r for r in card.rows if r["attack"] == "Judge recognises the private people")
-    assert row["family"] == "failed" and "it is the public model under another file" in row["detail"], row
+    row = next(r for r in card.rows if r.attack == "Judge recognises the private people")
+    assert row.family == "failed" and "it is the public model under another file" in row.detail, row
     shutil.copy(world.insider, state / "judge_model.pt")  # the adapted model (the insider term's target) as judge
     card = run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS),
                          progress=False)
-    row = next(r for r in card.rows if r["attack"] == "Judge recognises the private people")
-    assert row["family"] == "failed" and "it is the adapted model (insider) under another file" in row["detail"], row
+    row = next(r for r in card.rows if r.attack == "Judge recognises the private people")
+    assert row.family == "failed" and "it is the adapted model (insider) under another file" in row.detail, row
     (state / "adapted.pt").unlink()
     card = run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS,
                                       insider=False), progress=False)
-    row = next(r for r in card.rows if r["attack"] == "Judge recognises the private people")
-    assert row["family"] == "passed" and "under another file" not in row["detail"], row  # trained apart from the public
+    row = next(r for r in card.rows if r.attack == "Judge recognises the private people")
+    assert row.family == "passed" and "under another file" not in row.detail, row  # trained apart from the public
 
 
 # -- issue 54: every input checked by content; any image size read -------------------------------
@@ -347,5 +347,5 @@ def test_released_images_of_another_size_are_compared_not_a_traceback(world, tmp
     card = run_scorecard(AttackConfig(release=str(release), state_dir=str(state), attacks=NO_RECON_NO_ATTRS),
                          progress=False)
     assert not card.verdict.publishable
-    copies = [r for r in card.rows if r["attack"] == "No private photo in the release"]
-    assert copies and copies[0]["family"] == "failed" and copies[0]["value"] == 2, copies
+    copies = [r for r in card.rows if r.attack == "No private photo in the release"]
+    assert copies and copies[0].family == "failed" and copies[0].value == 2, copies

@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from pfd.audit.engine import audit_in_memory, run_scorecard
-from pfd.audit.verdict import label
 from pfd.config import AttackConfig, build_config
 from pfd.data.sources import open_faces
 from pfd.io import sha256_file
@@ -99,7 +98,7 @@ def _audit_both(world, root: Path, images: torch.Tensor, source: np.ndarray):
 
 
 def _table(card) -> dict[str, tuple[float, str]]:
-    return {label(r): (round(float(r["value"]), 9), r["verdict"]) for r in card.rows if r.get("gates", True)}
+    return {r.label: (round(r.value, 9), r.verdict) for r in card.rows if r.gates}
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +118,7 @@ def test_the_gate_and_the_card_give_one_verdict_on_every_release(audited):
         table.pop("Release integrity")
         assert _table(gate) == table, name
         assert gate.verdict.publishable == card.verdict.publishable, name
-        verdicts[name] = (card.verdict.publishable, {label(r) for r in card.verdict.refusals})
+        verdicts[name] = (card.verdict.publishable, {r.label for r in card.verdict.refusals})
     assert verdicts["chance"] == (True, set())
     for leak, check in (("private photo", "No private photo in the release"),
                         ("shifted copy", "No private photo in the release"),
@@ -140,7 +139,7 @@ def test_a_release_tampered_with_after_the_audit_is_refused_naming_the_check(wor
     img[0, 0] = 255 - img[0, 0]
     first.write_bytes(encode_png(img))
     v = run_scorecard(_cfg(release, state), progress=False).verdict
-    assert not v.publishable and [label(r) for r in v.failed] == ["Release integrity"]
+    assert not v.publishable and [r.label for r in v.failed] == ["Release integrity"]
     assert "Release integrity failed" in v.text and "checksum" in v.text
     # 2. A private photo put back in, manifest updated to match: integrity passes, the copy check does not.
     private = to_uint8(world.private.images[int(np.flatnonzero(world.private.labels == 11)[0])][None])[0]
@@ -149,4 +148,4 @@ def test_a_release_tampered_with_after_the_audit_is_refused_naming_the_check(wor
     manifest["files"][first.relative_to(release).as_posix()] = sha256_file(first)
     (release / "manifest.json").write_text(json.dumps(manifest))
     v = run_scorecard(_cfg(release, state), progress=False).verdict
-    assert not v.publishable and [label(r) for r in v.failed] == ["No private photo in the release"]
+    assert not v.publishable and [r.label for r in v.failed] == ["No private photo in the release"]

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from pfd.audit.rows import AuditRow
 from pfd.attacks.scorecard.html import privacy_verdict, report_html
 from pfd.audit.risk import per_identity_risk
 
@@ -41,8 +42,8 @@ def test_a_hub_of_the_judge_counts_as_much_as_one_of_the_public_model():
 
 
 def _row(verdict, value=0.05, chance=0.05, hi=0.1):
-    return {"attack": "VisMatch (proxies)", "attacker": "public", "value": value, "chance": chance,
-            "ci95": [0.0, hi], "kind": "rate", "verdict": verdict, "count": 1, "n": 20}
+    return AuditRow.from_dict({"attack": "VisMatch (proxies)", "attacker": "public", "value": value, "chance": chance,
+                               "ci95": [0.0, hi], "kind": "rate", "verdict": verdict, "count": 1, "n": 20})
 
 
 def test_privacy_verdict_is_the_audits_own():

@@ -19,7 +19,6 @@ from click.testing import CliRunner
 
 from pfd.audit.contract import (CHECKS, AuditInputs, Check, CheckResult, check_options, load_checks, option,
                                 register_check, summary_row)
-from pfd.audit.verdict import label
 from pfd.release.format import to_uint8
 from tests.distill_stubs import one_thread  # noqa: F401 (fixture)
 
@@ -134,7 +133,7 @@ def test_the_gate_pfd_attack_the_card_and_a_benchmark_table_run_the_toy(toy, tmp
     gate = audit_in_memory(build_config(AttackConfig, {"attacks": attacks}, {"private": PRIVATE, "state_dir": str(state)}),
                            proxies=to_uint8(images).transpose(0, 3, 1, 2), source=source, private=world.private,
                            state_dir=state, method="raw", label_seed=0)
-    assert {f"{ROW} by {role}" for role in ("public", "insider")} <= {label(r) for r in gate.verdict.refusals}
+    assert {f"{ROW} by {role}" for role in ("public", "insider")} <= {r.label for r in gate.verdict.refusals}
 
     res = CliRunner().invoke(main, ["attack", "--release", str(release), "--state-dir", str(state), "--no-reconstruct",
                                     "--no-attributes", "--toy-p", "1e-12", "--report", str(tmp_path / "report")])
@@ -147,7 +146,7 @@ def test_the_gate_pfd_attack_the_card_and_a_benchmark_table_run_the_toy(toy, tmp
     assert "<h2>Toy attack</h2>\n<p>2 toy tests</p>" in (tmp_path / "report" / "report.html").read_text()
 
     card = make_card(card_config(release, state, tmp_path / "card", attack=attacks), progress=False)
-    rows = card.data["privacy"]["summary"]
+    rows = card.data["privacy"]["summary"]  # JSON, as card.json holds it
     assert any(r["attack"] == ROW and r["family"] == "leaks" for r in rows)
     assert ROW in (tmp_path / "card" / "card.md").read_text()
     assert "<h2>Toy attack</h2>\n<p>2 toy tests</p>" in (tmp_path / "card" / "card.html").read_text()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pfd.audit.contract import check_row, summary_row
@@ -43,7 +45,7 @@ def test_what_the_design_rules_out_is_a_function_of_the_design_alone():
     one_class = [_rate("VisMatch (proxies)", 10, 720, chance=1 / 72, people=72)]  # one class, all 10 proxies hit
     none = [_rate("VisMatch (proxies)", 0, 720, chance=1 / 72, people=72)]
     spread = [_rate("VisMatch (proxies)", 10, 720, chance=1 / 72, people=72)]
-    spread[0]["n_eff"] = 720  # the same count spread over ten classes
+    spread[0].n_eff = 720  # the same count spread over ten classes
     verdicts = [decide(rows) for rows in (one_class, none, spread)]
     assert all(v.publishable for v in verdicts)
     shares = {v.design_share for v in verdicts}
@@ -75,12 +77,12 @@ def test_a_design_too_small_for_the_bound_is_unresolved_and_the_advice_is_more_p
 
 def test_a_row_leaking_at_its_own_95_percent_is_not_a_leak_at_the_family_level():
     rows = [_rate(f"a{i}", 5, 200) for i in range(20)] + [_rate("edge", 12, 120)]  # 10 % vs 5 %: 95 % LEAKS
-    assert rows[-1]["verdict"] == "LEAKS"
+    assert rows[-1].verdict == "LEAKS"
     v = decide(rows, rule_out=0)
-    assert v.publishable and rows[-1]["verdict"] == "≈ chance" and rows[-1]["verdict_95"] == "LEAKS"
+    assert v.publishable and rows[-1].verdict == "≈ chance" and rows[-1].verdict_95 == "LEAKS"
     strong = [_rate(f"a{i}", 5, 200) for i in range(20)] + [_rate("strong", 60, 120)]
     v = decide(strong, rule_out=0)
-    assert not v.publishable and [r["attack"] for r in v.leaks] == ["strong"] and "strong by public leaks" in v.text
+    assert not v.publishable and [r.attack for r in v.leaks] == ["strong"] and "strong by public leaks" in v.text
 
 
 def test_a_failed_check_refuses_whatever_the_figures_say():
@@ -95,7 +97,7 @@ def test_a_test_that_cannot_reach_the_per_figure_level_is_a_setting_error():
                         setting="[attack.source_rank] permutations") for i in range(30)]
     with pytest.raises(PfdError, match=r"permutations = 2000; use at least 3000"):
         decide(rows)
-    ok = [dict(r, p_floor=1 / 20001) for r in rows]
+    ok = [dataclasses.replace(r, p_floor=1 / 20001) for r in rows]
     assert decide(ok).publishable
 
 
@@ -109,12 +111,12 @@ def test_a_test_the_data_cannot_resolve_is_too_few_to_test_neither_a_pass_nor_a_
                 _rate("VisMatch (proxies)", 2, 400, chance=0.05)]
     few = rows(0.5)
     v = decide(few)
-    assert v.publishable and v.figures == 1 and v.untestable == [few[0]] and few[0]["verdict"] == "too few to test"
+    assert v.publishable and v.figures == 1 and v.untestable == [few[0]] and few[0].verdict == "too few to test"
     assert "1 test(s) too few identities to test (Source rank uniform (proxies): mean rank by insider)" in v.text
     assert v.as_dict()["untestable"] == ["Source rank uniform (proxies): mean rank by insider"]
     enough = rows(1e-9)
     v = decide(enough)
-    assert v.figures == 2 and not v.untestable and enough[0]["family"] == "passed"
+    assert v.figures == 2 and not v.untestable and enough[0].family == "passed"
     leaky = rows(0.5)
     leaky[1] = _rate("VisMatch (proxies)", 200, 400, chance=0.05)
     assert not decide(leaky).publishable  # an untestable row never hides a leaking rate

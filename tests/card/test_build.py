@@ -246,11 +246,12 @@ def test_a_setting_refused_late_leaves_no_card_behind_and_the_corrected_rerun_wo
 
 
 def test_verdict_text_reads_the_interval():
+    from pfd.audit.rows import rows_from_json
     from pfd.audit.verdict import decide
 
     rows = [{"attack": "VisMatch (proxies)", "attacker": "public", "value": 0.04, "chance": 0.05, "ci95": [0.01, 0.15],
              "kind": "rate", "verdict": "≈ chance", "count": 4, "n": 100, "n_eff": 100, "rule_out": True}]
-    privacy = {"summary": rows, "verdict": decide(rows).as_dict()}  # the card reads the audit's verdict, not the rows
+    privacy = {"summary": rows, "verdict": decide(rows_from_json(rows)).as_dict()}  # the card reads the audit's verdict, not the rows
     gain = lambda d, lo, hi: {"gain": {"accuracy": {"diff": d, "ci95": [lo, hi]}}}  # noqa: E731
     v = verdict(privacy, gain(0.044, 0.021, 0.067))
     assert v["publishable"] and v["text"] == ("publishable: no figure leaks (family-wise 1 % over 1 figures and 0 checks); "

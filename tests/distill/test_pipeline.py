@@ -501,9 +501,9 @@ def test_delink_runs_judge_the_release_with_a_model_no_loss_saw(public, tmp_path
     cfg = tiny_distill_config(public, tmp_path, rta={"lambda_delink": 10.0, "init": "public", "init_data": pool,
                                                      "lambda_spatial": 0.1}, release={"judge": str(judge)})
     res = distill(cfg, progress=False)
-    from pfd.audit.verdict import label
+    from pfd.audit.rows import rows_from_json
 
-    names = [label(c) for c in res.summary["gate"]["checks"]]
+    names = [r.label for r in rows_from_json(res.summary["gate"]["checks"])]
     assert {"VisMatch (proxies) by judge", "Rank-1 Re-ID (proxies) by judge", "Judge recognises the private people"} <= set(names)
     assert res.summary["gate"]["passed"]
     assert (tmp_path / "state" / "judge_model.pt").is_file()

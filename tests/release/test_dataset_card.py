@@ -146,7 +146,7 @@ def test_a_card_changed_after_publishing_fails_lint_and_the_audit(published, tmp
     assert want <= kinds, kinds
     inputs = SimpleNamespace(state=SimpleNamespace(release=rel, state_dir=sd), clock=Clock())
     row = IntegrityCheck(None).run(inputs).rows()[0]
-    assert row["passed"] is False
+    assert row.passed is False
 
 
 def test_a_readme_the_manifest_does_not_list_or_a_card_entry_pointing_elsewhere_fails(published):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pfd.audit.contract import Check, AuditInputs, CheckResult, option, register_check, summary_row
+from pfd.audit.rows import AuditRow
 from pfd.config.checks import Checker
 
 # The probe (scikit-learn, torch) is imported where it runs: the CLI reads this module's config at start-up.
@@ -50,7 +51,7 @@ class AttributesResult(CheckResult):
     def sections(self) -> dict[str, Any]:
         return {"attributes": {"aux": self.aux, "per_attribute": self.per_attribute} if self.per_attribute else {}}
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[AuditRow]:
         out = []
         for name, a in self.per_attribute.items():
             # A permutation p-value is at least 1 / (draws + 1): the verdict refuses too few to reach its level.

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 from typing import TYPE_CHECKING
 
 from pfd.audit.contract import Check, AuditInputs, CheckResult, option, register_check, summary_row
+from pfd.audit.rows import AuditRow
 from pfd.config.checks import Checker, outer_key
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class LinkRows(CheckResult):
         return {self.key: [{"target": r["target"], "attacker": r["attacker"],
                             **{a: r[a].as_dict() for a in self.attacks}} for r in self.links]}
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[AuditRow]:
         from pfd.attacks.linkability.matching import hub_share
 
         out = []
@@ -211,7 +212,7 @@ class SourceRankResult(CheckResult):
     def sections(self) -> dict[str, Any]:
         return {"source_rank": self.tests}
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[AuditRow]:
         out = []
         for t in self.tests:
             last, by = t["reid_last"], t.get("by", "cos")
@@ -293,7 +294,7 @@ class ClassLinkResult(CheckResult):
     def sections(self) -> dict[str, Any]:
         return {"class_link": self.tests}
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[AuditRow]:
         # One figure per attacker: the best of the seven attacks, tested with the max-statistic's
         # exact permutation null (its interval would ignore the selection, so the row shows the
         # null's 95th percentile instead).

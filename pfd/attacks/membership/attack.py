@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pfd.audit.contract import Check, AuditInputs, CheckResult, option, register_check, summary_row
+from pfd.audit.rows import AuditRow
 from pfd.config import config_to_dict
 from pfd.config.checks import Checker, outer_key
 from pfd.errors import PfdError
@@ -25,7 +26,7 @@ __all__ = ["MembershipConfig", "MembershipAttack", "MembershipResult", "membersh
 _NAMES = {"pair_cos": "PairCos", "vmf_kappa": "vMF κ", "pen_logit": "PenLogit", "proto_ce": "ProtoCE"}
 
 
-def membership_row(mem: Mapping[str, Any], attacker: str = "downstream") -> dict[str, Any] | None:
+def membership_row(mem: Mapping[str, Any], attacker: str = "downstream") -> AuditRow | None:
     """The summary row of a membership report: its permutation-test verdict (None for old reports)."""
     v = mem.get("verdict")
     if not v:
@@ -38,7 +39,8 @@ def membership_row(mem: Mapping[str, Any], attacker: str = "downstream") -> dict
                       p_floor=1.0 / (int(v["permutations"]) + 1) if "permutations" in v else None,
                       setting="[attack.membership] permutations")
     if v.get("inconclusive"):  # the reference model already separates the groups (pfd.attacks.membership.reference)
-        row.update(verdict="inconclusive", reference_p=(mem.get("reference") or {}).get("p"))
+        row.verdict = "inconclusive"
+        row.extra["reference_p"] = (mem.get("reference") or {}).get("p")
     return row
 
 
@@ -81,7 +83,7 @@ class MembershipResult(CheckResult):
     def sections(self) -> dict[str, Any]:
         return {"membership": self.report}
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[AuditRow]:
         row = membership_row(self.report) if self.report else None
         return [row] if row is not None else []
 

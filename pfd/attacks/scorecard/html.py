@@ -31,6 +31,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pfd.audit.contract import ordered_checks
+from pfd.audit.rows import AuditRow
 from pfd.audit.advice import refusal_advice
 
 __all__ = ["page", "figure_img", "png_img", "privacy_verdict", "summary_html", "advice_html", "link_bars", "rank_histogram",
@@ -101,63 +102,63 @@ def privacy_verdict(verdict: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(verdict)
 
 
-def _fmt_value(r: Mapping[str, Any]) -> str:
-    return f"{r['value']:.3f}" if r["kind"] != "rate" else _pct(r["value"])
+def _fmt_value(r: AuditRow) -> str:
+    return f"{r.value:.3f}" if r.kind != "rate" else _pct(r.value)
 
 
-def _fmt_chance(r: Mapping[str, Any]) -> str:
-    return f"{r['chance']:.3f}" if r["kind"] != "rate" else _pct(r["chance"])
+def _fmt_chance(r: AuditRow) -> str:
+    return f"{r.chance:.3f}" if r.kind != "rate" else _pct(r.chance)
 
 
-def summary_html(rows: Sequence[Mapping[str, Any]]) -> str:
+def summary_html(rows: Sequence[AuditRow]) -> str:
     """The summary table."""
     out = ["<table><tr><th>attack</th><th>attacker</th><th>success</th><th>chance</th><th>95% CI / p</th>"
            "<th>verdict</th></tr>"]
     for r in rows:
-        if r["kind"] == "check":  # a pass/fail check: what it found
-            cls = ' class="leak"' if not r.get("passed") else ""
-            out.append(f"<tr><td>{esc(r['attack'])}</td><td>-</td><td colspan=3>{esc(r.get('detail', ''))}</td>"
-                       f"<td{cls}>{esc(r['verdict'])}</td></tr>")
+        if r.kind == "check":  # a pass/fail check: what it found
+            cls = ' class="leak"' if not r.passed else ""
+            out.append(f"<tr><td>{esc(r.attack)}</td><td>-</td><td colspan=3>{esc(r.detail or '')}</td>"
+                       f"<td{cls}>{esc(r.verdict)}</td></tr>")
             continue
-        if r["kind"] == "rate":
-            succ = f"{_pct(r['value'])} ({r.get('count', '?')}/{r.get('n', '?')})"
+        if r.kind == "rate":
+            succ = f"{_pct(r.value)} ({'?' if r.count is None else r.count}/{'?' if r.n is None else r.n})"
         else:
             succ = _fmt_value(r)
-        if r.get("ci95"):
-            lo, hi = r["ci95"]
-            ci = f"{_pct(lo)}–{_pct(hi)}" if r["kind"] == "rate" else f"{lo:.3f}–{hi:.3f}"
-            if "p" in r:
-                ci += f", p = {r['p']:.3g}"
+        if r.ci95:
+            lo, hi = r.ci95
+            ci = f"{_pct(lo)}–{_pct(hi)}" if r.kind == "rate" else f"{lo:.3f}–{hi:.3f}"
+            if r.p is not None:
+                ci += f", p = {r.p:.3g}"
         else:
-            ci = f"p = {r.get('p', float('nan')):.3g}"
-        cls = ' class="leak"' if r["verdict"] in ("LEAKS", "unresolved") else ""
-        out.append(f"<tr><td>{esc(r['attack'])}</td><td>{esc(r['attacker'])}</td><td class=num>{esc(succ)}</td>"
+            ci = f"p = {float('nan') if r.p is None else r.p:.3g}"
+        cls = ' class="leak"' if r.verdict in ("LEAKS", "unresolved") else ""
+        out.append(f"<tr><td>{esc(r.attack)}</td><td>{esc(r.attacker)}</td><td class=num>{esc(succ)}</td>"
                    f"<td class=num>{esc(_fmt_chance(r))}</td><td class=num>{esc(ci)}</td>"
-                   f"<td{cls}>{esc(r['verdict'])}</td></tr>")
+                   f"<td{cls}>{esc(r.verdict)}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
 
 
-def link_bars(rows: Sequence[Mapping[str, Any]]) -> str:
+def link_bars(rows: Sequence[AuditRow]) -> str:
     """Every linkage rate as a bar with its 95 % interval and a tick at its chance level ('' if none)."""
-    rates = [r for r in rows if r["kind"] == "rate" and r.get("ci95")]
+    rates = [r for r in rows if r.kind == "rate" and r.ci95]
     if not rates:
         return ""
     n = len(rates)
     fig = Figure(figsize=(8.0, 0.32 * n + 1.0))
     ax = fig.add_subplot(1, 1, 1)
     y = np.arange(n)[::-1]
-    vals = np.array([100 * r["value"] for r in rates])
-    lo = np.array([100 * r["ci95"][0] for r in rates])
-    hi = np.array([100 * r["ci95"][1] for r in rates])
-    colours = ["#c62828" if r["verdict"] in ("LEAKS", "unresolved") else "#5c6bc0" for r in rates]
+    vals = np.array([100 * r.value for r in rates])
+    lo = np.array([100 * r.ci95[0] for r in rates])  # type: ignore[index]
+    hi = np.array([100 * r.ci95[1] for r in rates])  # type: ignore[index]
+    colours = ["#c62828" if r.verdict in ("LEAKS", "unresolved") else "#5c6bc0" for r in rates]
     ax.barh(y, vals, color=colours, height=0.6, alpha=0.85)
     ax.errorbar(vals, y, xerr=[vals - lo, hi - vals], fmt="none", ecolor="black", capsize=3, lw=1)
-    ax.scatter([100 * r["chance"] for r in rates], y, marker="|", s=260, color="#e65100", zorder=3, label="chance")
+    ax.scatter([100 * r.chance for r in rates], y, marker="|", s=260, color="#e65100", zorder=3, label="chance")
     ax.set_yticks(y)
-    ax.set_yticklabels([f"{r['attack']} · {r['attacker']}" for r in rates], fontsize=8)
+    ax.set_yticklabels([f"{r.attack} · {r.attacker}" for r in rates], fontsize=8)
     ax.set_xlabel("linked proxies (%), 95% interval clustered by source identity")
-    ax.set_xlim(0, max(float(hi.max()), 100 * max(r["chance"] for r in rates)) * 1.1 + 0.5)
+    ax.set_xlim(0, max(float(hi.max()), 100 * max(r.chance for r in rates)) * 1.1 + 0.5)
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     return figure_img(fig, "linkage bars with chance and intervals")
@@ -241,7 +242,7 @@ def _setup(data: Mapping[str, Any]) -> str:
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
 
 
-def advice_html(rows: Sequence[Mapping[str, Any]]) -> str:
+def advice_html(rows: Sequence[AuditRow]) -> str:
     """Each refusing row: what an attacker gains and what the publisher can do ('' when none refuses)."""
     items = refusal_advice(rows)
     if not items:
@@ -250,7 +251,7 @@ def advice_html(rows: Sequence[Mapping[str, Any]]) -> str:
     return f"<table><tr><th>refusing row</th><th>what an attacker gains</th><th>what to do</th></tr>{body}</table>"
 
 
-def privacy_sections(data: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], folder: Path | None = None) -> list[str]:
+def privacy_sections(data: Mapping[str, Any], rows: Sequence[AuditRow], folder: Path | None = None) -> list[str]:
     """The privacy half's sections (summary, bars, ranks, membership, per-identity risk, grid, setup)."""
     parts = ["<h2>Linkage</h2>", summary_html(rows), link_bars(rows),
              '<p class="muted">Verdicts are the audit\'s, family-wise (pfd.audit.verdict): LEAKS: a rate lies above '
@@ -276,7 +277,7 @@ def privacy_sections(data: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     return parts
 
 
-def report_html(data: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], folder: Path | None = None) -> str:
+def report_html(data: Mapping[str, Any], rows: Sequence[AuditRow], folder: Path | None = None) -> str:
     """``report.html`` of ``pfd attack``: the privacy verdict first, then the evidence."""
     v = privacy_verdict(data.get("verdict"))
     cls = {True: "ok", False: "bad", None: "neutral"}[v["publishable"]]

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from pfd.audit.rows import AuditRow, rows_to_json
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
 from pfd.attacks.plots import plot_match_grid
 from pfd.attacks.scorecard.html import report_html
@@ -40,39 +41,38 @@ from pfd.attacks.scorecard.html import report_html
 __all__ = ["jsonable", "summary_table", "format_markdown", "write_report"]
 
 
-def _fmt(row: Mapping[str, Any], key: str = "value") -> str:
-    v = row[key]
-    return f"{v:.3f}" if row["kind"] == "auc" else f"{100 * v:.1f}%"
+def _fmt(row: AuditRow, value: float) -> str:
+    return f"{value:.3f}" if row.kind == "auc" else f"{100 * value:.1f}%"
 
 
-def _success(row: Mapping[str, Any]) -> str:
-    if row["kind"] == "rate":
-        return f"{_fmt(row)} ({row['count']}/{row['n']})"
-    if "tpr_at_1pct_fpr" in row:
-        flags = ["" if ok else "*" for ok in row.get("tpr_resolvable", [True, True])]
-        return (f"AUC {_fmt(row)}; TPR {row['tpr_at_1pct_fpr']:.3f}{flags[0]} @1% / "
-                f"{row['tpr_at_01pct_fpr']:.3f}{flags[1]} @0.1% FPR")
-    return _fmt(row)
+def _success(row: AuditRow) -> str:
+    if row.kind == "rate":
+        return f"{_fmt(row, row.value)} ({row.count}/{row.n})"
+    if "tpr_at_1pct_fpr" in row.extra:
+        flags = ["" if ok else "*" for ok in row.extra.get("tpr_resolvable", [True, True])]
+        return (f"AUC {_fmt(row, row.value)}; TPR {row.extra['tpr_at_1pct_fpr']:.3f}{flags[0]} @1% / "
+                f"{row.extra['tpr_at_01pct_fpr']:.3f}{flags[1]} @0.1% FPR")
+    return _fmt(row, row.value)
 
 
-def _ci(row: Mapping[str, Any]) -> str:
-    if row["ci95"] is None:  # a test: its p-value, and the statistic's null quantile where the test has one
-        null = f" (null 95%: {row['null95']:.3f})" if row.get("null95") is not None else ""
-        return f"p = {row['p']:.3g}{null}"
-    lo, hi = row["ci95"]
-    text = f"[{lo:.3f}, {hi:.3f}]" if row["kind"] == "auc" else f"[{100 * lo:.1f}, {100 * hi:.1f}]%"
-    return f"{text}, p = {row['p']:.3g}" if "p" in row else text
+def _ci(row: AuditRow) -> str:
+    if row.ci95 is None:  # a test: its p-value, and the statistic's null quantile where the test has one
+        null = f" (null 95%: {row.null95:.3f})" if row.null95 is not None else ""
+        return f"p = {float('nan') if row.p is None else row.p:.3g}{null}"
+    lo, hi = row.ci95
+    text = f"[{lo:.3f}, {hi:.3f}]" if row.kind == "auc" else f"[{100 * lo:.1f}, {100 * hi:.1f}]%"
+    return f"{text}, p = {row.p:.3g}" if row.p is not None else text
 
 
-def summary_table(rows: list[dict[str, Any]]) -> list[str]:
+def summary_table(rows: Sequence[AuditRow]) -> list[str]:
     """The summary rows as markdown table lines (attack | attacker | success | chance | 95% CI | verdict)."""
     out = ["| attack | attacker | success | chance | 95% CI | verdict |", "|---|---|---|---|---|---|"]
     for r in rows:
-        v = f"**{r['verdict']}**" if r["verdict"] in ("LEAKS", "unresolved", "FAILED") else r["verdict"]
-        if r["kind"] == "check":
-            out.append(f"| {r['attack']} | - | {r.get('detail', '')} | | | {v} |")
+        v = f"**{r.verdict}**" if r.verdict in ("LEAKS", "unresolved", "FAILED") else r.verdict
+        if r.kind == "check":
+            out.append(f"| {r.attack} | - | {r.detail or ''} | | | {v} |")
             continue
-        out.append(f"| {r['attack']} | {r['attacker']} | {_success(r)} | {_fmt(r, 'chance')} | {_ci(r)} | {v} |")
+        out.append(f"| {r.attack} | {r.attacker} | {_success(r)} | {_fmt(r, r.chance)} | {_ci(r)} | {v} |")
     return out
 
 
@@ -108,7 +108,7 @@ def _num(v: Any) -> str:
     return f"{vals[0]:g}" if len(set(vals)) == 1 else "(" + ", ".join(f"{x:g}" for x in vals) + ")"
 
 
-def format_markdown(data: Mapping[str, Any], rows: list[dict[str, Any]], plots: Mapping[str, str],
+def format_markdown(data: Mapping[str, Any], rows: Sequence[AuditRow], plots: Mapping[str, str],
                     sections: list[str] = ()) -> str:
     """The ``report.md`` text: the summary table first, then the setup and each attack's section."""
     out = ["# pfd attack scorecard", ""]
@@ -166,13 +166,13 @@ def write_report(card: Any, out: str | os.PathLike) -> dict[str, Path]:
         plots.update(result.plots(folder))
         sections += result.markdown()
     rows = card.rows
-    data["summary"] = rows
+    data["summary"] = rows_to_json(rows)
     data["plots"] = plots
     atomic_write_text(folder / "report.md", format_markdown(data, rows, plots, sections))
 
     atomic_write_text(folder / "report.html", report_html(data, rows, folder))
     # report.json last: it marks the report done (pfd card --resume keeps a finished one), so a run
     # killed before it redoes the whole report instead of leaving report.html unwritten (issue 34).
-    atomic_write_json(folder / "report.json", jsonable({"summary": rows, **data}))
+    atomic_write_json(folder / "report.json", jsonable({"summary": data["summary"], **data}))
     return {"json": folder / "report.json", "markdown": folder / "report.md", "html": folder / "report.html",
             **{k: folder / v for k, v in plots.items()}}

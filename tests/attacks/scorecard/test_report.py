@@ -58,21 +58,21 @@ def test_summary_rows_carry_chance_interval_and_verdict(membership):
             "p_macro_f1": 0.001}
     results = [LinkRows("linkability", [{"target": "proxies", "attacker": "public", "vismatch": vis, "reid": vis}],
                         ("vismatch", "reid")), AttributesResult("x", {"tone": attr}), MembershipResult(membership)]
-    rows = Scorecard(data={}, results={str(i): r for i, r in enumerate(results)}).rows  # each result renders its rows
-    assert [r["attack"] for r in rows][:2] == ["VisMatch (proxies)", "Rank-1 Re-ID (proxies)"]
-    assert rows[0]["value"] == 1.0 and rows[0]["chance"] == pytest.approx(0.1) and rows[0]["verdict"] == "LEAKS"
-    tone = [r for r in rows if r["attack"].startswith("Attribute tone")]
-    assert [r["verdict"] for r in tone] == ["≈ chance", "LEAKS"]
-    mia = [r for r in rows if r["attacker"] == "downstream"]
+    rows = [row for r in results for row in r.rows()]  # each result renders its rows
+    assert [r.attack for r in rows][:2] == ["VisMatch (proxies)", "Rank-1 Re-ID (proxies)"]
+    assert rows[0].value == 1.0 and rows[0].chance == pytest.approx(0.1) and rows[0].verdict == "LEAKS"
+    tone = [r for r in rows if r.attack.startswith("Attribute tone")]
+    assert [r.verdict for r in tone] == ["≈ chance", "LEAKS"]
+    mia = [r for r in rows if r.attacker == "downstream"]
     # One membership row: the permutation test (members clearly tighter here, so it leaks).
     v = membership["verdict"]
-    assert len(mia) == 1 and mia[0]["value"] == pytest.approx(v["auc"]) and mia[0]["chance"] == 0.5
-    assert mia[0]["p"] == v["p"] < 0.05 and mia[0]["verdict"] == "LEAKS" and mia[0]["ci95"] is None
+    assert len(mia) == 1 and mia[0].value == pytest.approx(v["auc"]) and mia[0].chance == 0.5
+    assert mia[0].p == v["p"] < 0.05 and mia[0].verdict == "LEAKS" and mia[0].ci95 is None
     assert v["auc"] == pytest.approx(max(membership["statistics"][s]["auc_a_priori"] for s in STATISTICS + ()) if
                                      "fusion" not in v["aucs"] else max(v["aucs"].values()))
     assert verdict(None, 0.5, p=0.06) == "≈ chance" and verdict((0.9, 1.0), 0.5, p=0.2) == "≈ chance"
     for r in rows:
-        assert r["ci95"] is None or (r["ci95"][0] <= r["ci95"][1] and 0 <= r["chance"] <= 1)
+        assert r.ci95 is None or (r.ci95[0] <= r.ci95[1] and 0 <= r.chance <= 1)
 
 
 def test_membership_row_is_inconclusive_when_the_reference_already_separates_the_groups():
@@ -83,11 +83,11 @@ def test_membership_row_is_inconclusive_when_the_reference_already_separates_the
     rep = membership_report(m, lm, n, ln, folds=3, reference_member_emb=m, reference_nonmember_emb=n)
     assert rep["reference"]["separates"] and rep["verdict"]["unadjusted_leaks"]
     row = membership_row(rep)
-    assert row["verdict"] == "inconclusive" and row["reference_p"] == rep["reference"]["p"] <= 0.05
+    assert row.verdict == "inconclusive" and row.extra["reference_p"] == rep["reference"]["p"] <= 0.05
     # A reference in which the groups look alike keeps the LEAKS verdict.
     same = _clusters(24, 4, 0.45, rng)[0]
     rep = membership_report(m, lm, n, ln, folds=3, reference_member_emb=same[:48], reference_nonmember_emb=same[48:])
-    assert not rep["reference"]["separates"] and membership_row(rep)["verdict"] == "LEAKS"
+    assert not rep["reference"]["separates"] and membership_row(rep).verdict == "LEAKS"
 
 
 def test_write_report_is_strict_json_and_markdown_lists_skips(tmp_path, membership):
@@ -99,7 +99,8 @@ def test_write_report_is_strict_json_and_markdown_lists_skips(tmp_path, membersh
             "timings": {"load": 0.5}}
     grid = {"proxies": torch.rand(2, 3, 16, 16), "matches": torch.rand(2, 3, 16, 16),
             "sources": torch.rand(2, 3, 16, 16), "success": [True, False]}
-    paths = write_report(Scorecard(data=data, grid=grid, results={"membership": MembershipResult(membership)}), tmp_path)
+    result = MembershipResult(membership)
+    paths = write_report(Scorecard(data=data, grid=grid, results={"membership": result}, rows=result.rows()), tmp_path)
     doc = json.loads(paths["json"].read_text())  # strict JSON: inf thresholds became null
     assert doc["summary"] and doc["plots"]["matches"] == "matches.png"
     assert all(p.is_file() for p in paths.values())

@@ -135,8 +135,11 @@ def test_the_gate_pfd_attack_the_card_and_a_benchmark_table_run_the_toy(toy, tmp
                            state_dir=state, method="raw", label_seed=0)
     assert {f"{ROW} by {role}" for role in ("public", "insider")} <= {r.label for r in gate.verdict.refusals}
 
+    # Its [attack.toy] recipe table (its --toy-p flag exists only where the CLI was read after it registered).
+    recipe = tmp_path / "toy.toml"
+    recipe.write_text("[attack.toy]\np = 1e-12\n")
     res = CliRunner().invoke(main, ["attack", "--release", str(release), "--state-dir", str(state), "--no-reconstruct",
-                                    "--no-attributes", "--toy-p", "1e-12", "--report", str(tmp_path / "report")])
+                                    "--no-attributes", "--recipe", str(recipe), "--report", str(tmp_path / "report")])
     assert res.exit_code == 3, res.output
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert [t["attacker"] for t in report["toy"]] == ["public", "insider"]

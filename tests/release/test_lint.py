@@ -284,7 +284,7 @@ def test_mirrored_shifted_or_cropped_private_photo_is_a_near_duplicate(face_rele
 def test_embedding_check_catches_a_copy_the_hash_misses(face_release, monkeypatch):
     """An upside-down copy reverses every gradient (no hash variant has it); an invariant model does not miss
     it, and since issue 27 neither does the aligned pixel match (switched off here to test the model alone)."""
-    import pfd.release.aligned_copies as aligned
+    import pfd.release.private_copies as copies
     from pfd.release.private_copies import cosine_threshold, find_private_copies
 
     rel, private, w = face_release
@@ -292,7 +292,7 @@ def test_embedding_check_catches_a_copy_the_hash_misses(face_release, monkeypatc
     _plant(rel, w.files[2], upside_down)
     f = lint_release(rel, private=private)
     assert [(x.kind, x.path) for x in f] == [("private-image", w.files[2])] and "an edited copy" in f[0].detail
-    monkeypatch.setattr(aligned, "find_aligned_copies", lambda released, private: [])
+    monkeypatch.setattr(copies, "find_aligned_copies", lambda released, private: [])  # where the copy search calls it
     assert lint_release(rel, private=private) == []  # hash alone: not caught
 
     def model(x):  # (B, 3, H, W) -> (B, D), invariant to a vertical flip, centred
@@ -311,11 +311,11 @@ def test_embedding_check_catches_a_copy_the_hash_misses(face_release, monkeypatc
 def test_a_model_that_maps_everyone_close_flags_no_other_persons_photo(face_release, monkeypatch):
     """Under a collapsed model two different private photos reach 0.98: another person's photo at 0.99
     is no copy (it would pass the release-calibrated ceiling alone); only one 4 x closer is."""
-    import pfd.release.aligned_copies as aligned
+    import pfd.release.private_copies as copies
     from pfd.release.private_copies import DISTINCT_FACTOR, distinct_photo_level, find_private_copies
 
     rel, private, w = face_release
-    monkeypatch.setattr(aligned, "find_aligned_copies", lambda released, private: [])
+    monkeypatch.setattr(copies, "find_aligned_copies", lambda released, private: [])  # where the copy search calls it
     e = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0], [0.98, (1 - 0.98**2) ** 0.5], [0.0, 1.0]]), dim=1)
     assert distinct_photo_level(e) == pytest.approx(1 - (1 - 0.98) / DISTINCT_FACTOR)
     released = [(p, np.asarray(__import__("PIL.Image", fromlist=["Image"]).open(rel / p).convert("RGB"))) for p in w.files]

@@ -496,23 +496,31 @@ def _failed_rows(audit: dict[str, Any] | None) -> list[str]:
 
 
 def link_layout(data: dict[str, Any]) -> dict[str, Any]:
-    """The audit's link figures (``report.json``'s ``linkability``, ``hubness`` and ``source_rank``)
-    in the benchmark's layout: ``{"linkability": {target: {role: {attack: figure}}, "rank_uniformity":
-    {target: {role: test}}}}``, attacks ``vismatch``, ``reid``, their ``_csls`` forms, ``reid_last``
-    and ``reid_orthogonal``; the source-rank test by ``|cos|`` under the role ``"<role> |cos|"``."""
+    """The audit's link figures in the benchmark's layout: ``{"linkability": {target: {role: {attack: figure}},
+    "rank_uniformity": {target: {role: test}}}}``.
+
+    Read by shape, not by attack name, so that a newly registered attack's figures join the table: every
+    entry of a ``report.json`` section that names an ``attacker`` (and a ``target``, default the proxies)
+    contributes each of its figures (an object with a ``rate``, under its own ``attack`` name where it
+    has one: the source rank's ``reid_last`` is rank-last or orthogonal Re-ID), and an entry that is a
+    rank test (``p`` and ``mean_rank``) its test, under ``"<role> |cos|"`` for the test by ``|cos|``.
+    """
     link: dict[str, Any] = {}
-    for entry in [*data.get("linkability", []), *data.get("hubness", [])]:
-        roles = link.setdefault(entry["target"], {}).setdefault(entry["attacker"], {})
-        roles.update({k: v for k, v in entry.items() if isinstance(v, dict) and "rate" in v})
     ranks: dict[str, Any] = {}
-    for test in data.get("source_rank", []):
-        target = test.get("target", "proxies")
-        last = test.get("reid_last")
-        if last:
-            link.setdefault(target, {}).setdefault(test["attacker"], {})[last["attack"]] = last
-        role = test["attacker"] + (" |cos|" if test.get("by") == "abs" else "")
-        ranks.setdefault(target, {})[role] = {k: test[k] for k in ("p", "mean_rank", "mean_rank_ci95", "uniform",
-                                                                    "statistic", "permutations") if k in test}
+    for section in data.values():
+        if not isinstance(section, list):
+            continue
+        for entry in section:
+            if not isinstance(entry, dict) or "attacker" not in entry:
+                continue
+            target = entry.get("target", "proxies")
+            for key, figure in entry.items():
+                if isinstance(figure, dict) and "rate" in figure:
+                    link.setdefault(target, {}).setdefault(entry["attacker"], {})[figure.get("attack", key)] = figure
+            if "p" in entry and "mean_rank" in entry:
+                role = entry["attacker"] + (" |cos|" if entry.get("by") == "abs" else "")
+                ranks.setdefault(target, {})[role] = {k: entry[k] for k in ("p", "mean_rank", "mean_rank_ci95", "uniform",
+                                                                             "statistic", "permutations") if k in entry}
     out: dict[str, Any] = {"linkability": link}
     if ranks:
         link["rank_uniformity"] = ranks

@@ -3,7 +3,7 @@
 A toy attack registered here, and nowhere else, is run by the gate (``audit_in_memory``), by
 ``pfd attack`` (its row in report.json, its sections in report.md and report.html), by ``pfd card``
 (its row and its page section on the card, its refusal), by the null simulation (its rows decide
-simulated audits) and by a benchmark's table (``benchmarks.redecide``); it gets a ``pfd attack``
+simulated audits) and by the benchmarks' tables (``benchmarks.redecide``, the privacy-utility link columns); it gets a ``pfd attack``
 option from its config. When it finds a leak, every one of them refuses for it.
 """
 
@@ -42,8 +42,8 @@ class ToyConfig:
 class ToyResult(CheckResult):
     tests: list[dict[str, Any]]
 
-    def sections(self) -> dict[str, Any]:
-        return {"toy": self.tests}
+    def sections(self) -> dict[str, Any]:  # one figure per attacker, shaped as the link figures are
+        return {"toy": [{**t, "toy": {"rate": t["mean_cos"], "chance": 0.0}} for t in self.tests]}
 
     def rows(self) -> list[dict[str, Any]]:
         return [summary_row(ROW, t["attacker"], t["mean_cos"], 0.0, None, "score", test_p=t["p"]) for t in self.tests]
@@ -115,6 +115,7 @@ def _with_p(init, p):
 
 @pytest.mark.slow
 def test_the_gate_pfd_attack_the_card_and_a_benchmark_table_run_the_toy(toy, tmp_path):
+    from benchmarks.pu.units import link_layout
     from benchmarks.redecide import redecide
     from pfd.audit.engine import audit_in_memory
     from pfd.card.build import make_card
@@ -156,3 +157,5 @@ def test_the_gate_pfd_attack_the_card_and_a_benchmark_table_run_the_toy(toy, tmp
 
     table = redecide(rows, people=20)  # the benchmark's table of re-decided releases
     assert f"{ROW} by public" in table["refusals"]
+    figures = link_layout(report)["linkability"]["proxies"]  # the privacy-utility table's link columns
+    assert figures["insider"]["toy"]["rate"] == report["toy"][1]["mean_cos"]

@@ -6,7 +6,7 @@ embeddings, decided by :func:`pfd.audit.verdict.decide`) of a release of ``n_ids
 proxies whose classes have spread ``sigma`` (0.02: the K proxies of a source nearly one point, as
 real pfd proxies in the adapted model; 0.5: classes barely tighter than identities), either at
 chance (``leak = "null"``) or with a planted leak: ``linked-5`` / ``linked-10`` link 5 % / 10 % of
-the people (their proxies sit among their own photos in every model), ``times-2`` / ``times-3``
+the people (their proxies are copies of their own photos in every model: ``pfd.attacks.null.PLANT``), ``times-2`` / ``times-3``
 link (r − 1) people beyond the one that chance links (a rate of r × chance when classes are tight).
 
 The grid (issue 57): N ∈ {24, 72, 300, 1000, 10000}, K ∈ {5, 10} (K 5 only at N ≤ 72), sigma ∈
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from pfd.audit.intervals import clopper_pearson
-from pfd.attacks.null import simulate
+from pfd.attacks.null import PLANT, simulate
 from pfd.audit.verdict import BOUND, LEVEL, RULE_OUT, VERSION, design_share
 from pfd.io import atomic_write_json, atomic_write_text
 
@@ -112,7 +112,7 @@ def run_cell(cell: dict[str, Any], *, seed: int = 0, before: dict[str, Any] | No
     lo, hi = clopper_pearson(refused, n, alpha=0.05)
     return {**cell, "refused": refused, "rate": refused / n, "ci95": [lo, hi], "leaks": leaks,
             "unresolved": unresolved, "by_row": by_row, "reid_ratio": reid / n,
-            "linked": planted(cell["leak"], cell["n_ids"]), "seed": seeds[0], "seeds": seeds, "verdict_version": VERSION,
+            "linked": planted(cell["leak"], cell["n_ids"]), "plant": PLANT, "seed": seeds[0], "seeds": seeds, "verdict_version": VERSION,
             "rules_out_share": design_share(1 / cell["n_ids"], cell["n_ids"]), "seconds": round(seconds, 2)}
 
 
@@ -123,14 +123,16 @@ def _seed(cell: dict[str, Any], seed: int) -> int:
 
 
 def load(jsonl: Path) -> list[dict[str, Any]]:
-    """The finished cells of the current verdict version (later lines replace earlier ones)."""
+    """The finished cells of the current verdict version and plant (later lines replace earlier ones)."""
     if not jsonl.is_file():
         return []
     done: dict[tuple, dict[str, Any]] = {}
     for line in jsonl.read_text().splitlines():
         if line.strip():
             rec = json.loads(line)
-            if rec.get("verdict_version") == VERSION:
+            # A planted-leak cell of an older plant measured another leak (plant 1 realised ~1/6 of its
+            # links at sigma 0.5): run again. Null cells plant nothing and stand.
+            if rec.get("verdict_version") == VERSION and (rec["leak"] == "null" or rec.get("plant", 1) == PLANT):
                 done[_key(rec)] = rec
     return list(done.values())
 
@@ -167,16 +169,18 @@ def markdown(cells: list[dict[str, Any]]) -> str:
              f"Simulated audits (`pfd.attacks.null.simulate`, three attackers, D 64, 20 private images a person) decided "
              f"by `pfd.audit.verdict.decide` at family-wise {100 * LEVEL:g} %; a design is resolved when it rules out "
              f"{100 * BOUND:g} % of the people or {RULE_OUT:g}x chance. Each entry: audits refused / audits (rate, exact "
-             "95 % interval). null: at chance; linked-5/10: 5 %/10 % of the people linked; times-2/3: r - 1 people "
-             "linked beyond chance's one. Regenerate: `python -m benchmarks.verdict_calibration --summarise`.", "",
+             "95 % interval; for a planted leak, the mean Rank-1 Re-ID over chance it realised). null: at chance; "
+             "linked-5/10: 5 %/10 % of the people linked (their proxies copies of their own photos); times-2/3: r - 1 "
+             "people linked beyond chance's one. Regenerate: `python -m benchmarks.verdict_calibration --summarise`.", "",
              "| N | K | sigma | rules out (people) | " + " | ".join(LEAKS) + " |",
              "|---|---|---|---|" + "---|" * len(LEAKS)]
     for n, k, sigma in rows:
         cellstr = []
         for leak in LEAKS:
             c = by.get((n, k, sigma, leak))
+            realised = "" if c is None or leak == "null" else f"; Re-ID {c['reid_ratio']:.1f}x"
             cellstr.append("" if c is None else f"{c['refused']}/{c['draws']} ({100 * c['rate']:.1f} %, "
-                           f"{100 * c['ci95'][0]:.1f}-{100 * c['ci95'][1]:.1f})")
+                           f"{100 * c['ci95'][0]:.1f}-{100 * c['ci95'][1]:.1f}{realised})")
         lines.append(f"| {n} | {k} | {sigma:g} | {100 * design_share(1 / n, n):.2f} % | " + " | ".join(cellstr) + " |")
     secs = sum(c["seconds"] for c in cells)
     lines += ["", "## Goals (issue 57)", "", *goals(cells), "",

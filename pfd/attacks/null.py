@@ -6,8 +6,9 @@ source identities. :func:`simulate` draws such audits at a release's size, runs 
 check that reads embeddings alone (:attr:`~pfd.audit.contract.Check.embeddings_only`: linkability,
 hubness, the source's rank, class-level linking; the same classes ``pfd attack`` runs) and takes :func:`pfd.audit.verdict.decide`'s verdict. Two planted signals:
 ``leak`` pulls each proxy towards its source's centre in every model (``leak = 0`` is the null), and
-``linked`` places the proxies of that share of the people among their source's own photos (a leak
-that links some people fully and the rest not at all, the form a publisher's bound speaks of).
+``linked`` makes the proxies of that share of the people copies of their source's own photos in
+every model (:data:`PLANT` 2; a leak that links some people fully, whatever the class tightness, and
+the rest not at all: the form a publisher's bound speaks of).
 
 The simulated embeddings (per model, independent across models): private images of ``N``
 identities × ``imgs`` around a random unit centre each, spread ``sigma``; the ``K`` proxies of a
@@ -28,6 +29,10 @@ import torch
 import pfd.attacks.builtin  # noqa: F401 - the built-in attacks registered, whether or not pfd is installed
 from pfd.audit.contract import AuditInputs, Check, ordered_checks
 from pfd.audit.verdict import LEVEL, decide
+
+#: Version of the ``linked`` plant (recorded by the calibration benchmark): 2 = a linked person's
+#: proxies are copies of their own photos.
+PLANT = 2
 
 __all__ = ["NullAudits", "simulate"]
 
@@ -68,8 +73,14 @@ def _view(gen: torch.Generator, n_ids: int, k: int, imgs: int, dim: int, sigma: 
     centres = _unit(torch.randn(n_ids, dim, generator=gen))
     private = _unit(centres.repeat_interleave(imgs, 0) + sigma * torch.randn(n_ids * imgs, dim, generator=gen))
     own = _unit(torch.randn(n_ids, dim, generator=gen) + leak * centres)  # (N, D): each source's proxies share a centre
-    own[linked] = centres[linked]  # a linked person's proxies sit among their own photos
-    proxies = _unit(own.repeat_interleave(k, 0) + sigma * torch.randn(n_ids * k, dim, generator=gen))
+    proxies = _unit(own.repeat_interleave(k, 0) + sigma * torch.randn(n_ids * k, dim, generator=gen))  # (N*K, D)
+    # A linked person's K proxies ARE K of their own photos in this model (plant version 2): the link is
+    # realised whatever sigma. Version 1 put them at the identity's centre plus proxy noise, which at
+    # sigma 0.5 (noise norm ~ sigma * sqrt(D) = 4 >> 1) realised about a sixth of the planted links.
+    who = torch.nonzero(linked).flatten()  # (L,)
+    if len(who):
+        j = torch.arange(k)
+        proxies[(who[:, None] * k + j).flatten()] = private[(who[:, None] * imgs + j % imgs).flatten()]
     return {"private": private, "proxies": proxies}
 
 
@@ -93,8 +104,8 @@ def simulate(n_ids: int, k: int, *, draws: int = 100, imgs: int = 20, attackers:
         dim: Embedding dimension.
         sigma: Spread of images around their identity centre (and of proxies around theirs).
         leak: Pull of each source's proxies towards its centre (0: a release at chance).
-        linked: Share of the people whose proxies sit at their own centre in every model (the same
-            people in every model; 0: none).
+        linked: Share of the people whose K proxies are K of their own photos in every model (the
+            same people in every model; 0: none).
         seed: Seed of the simulation.
         permutations: Draws of each source-rank test (default: the fewest that can reach the
             per-figure level, with a margin).

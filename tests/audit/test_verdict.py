@@ -38,6 +38,9 @@ def test_a_leak_that_links_a_tenth_of_72_people_is_refused_at_any_class_tightnes
     for sigma in (0.05, 0.5):
         leaky = simulate(72, 10, draws=2, sigma=sigma, linked=0.1, seed=5)
         assert leaky.refused == 2 and leaky.leaks == 2, (sigma, leaky)
+        # The plant is realised whatever sigma (plant 1, at the identity's centre plus proxy noise,
+        # reached 2.2x chance at sigma 0.5): 7 of 72 people linked is ~5-8x chance.
+        assert leaky.reid_ratio > 4, (sigma, leaky)
 
 
 def test_what_the_design_rules_out_is_a_function_of_the_design_alone():

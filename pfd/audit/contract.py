@@ -35,8 +35,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
+from pfd.audit.grid import MatchGrid
+from pfd.audit.risk import IdentityLinks
 from pfd.audit.rows import AuditRow
 from pfd.errors import PfdError
 
@@ -84,9 +86,8 @@ def summary_row(attack: str, attacker: str, value: float, chance: float, ci: Any
         fields: More of :class:`~pfd.audit.rows.AuditRow`'s fields (``count``, ``n``, ``people``, ...);
             any other name is the attack's own (:attr:`~pfd.audit.rows.AuditRow.extra`).
     """
-    return _row(attack=attack, attacker=attacker, value=float(value), chance=float(chance),
-                ci95=None if ci is None else (float(ci[0]), float(ci[1])), kind=kind,
-                verdict=verdict(ci, chance, p=test_p), p=test_p, **fields)
+    return AuditRow.from_dict(dict(attack=attack, attacker=attacker, value=float(value), chance=float(chance),
+                                   ci95=ci, kind=kind, verdict=verdict(ci, chance, p=test_p), p=test_p, **fields))
 
 
 def check_row(name: str, passed: bool, detail: str, *, check: str, value: float = 0.0, **fields: Any) -> AuditRow:
@@ -100,16 +101,9 @@ def check_row(name: str, passed: bool, detail: str, *, check: str, value: float 
         value: A number to show (findings, a share).
         fields: More fields, as :func:`summary_row`.
     """
-    return _row(attack=name, attacker="-", value=float(value), chance=0.0, ci95=None, kind="check", check=check,
-                passed=bool(passed), detail=detail, verdict="passed" if passed else "FAILED", **fields)
-
-
-_ROW_FIELDS = frozenset(f.name for f in dataclasses.fields(AuditRow)) - {"extra"}
-
-
-def _row(**fields: Any) -> AuditRow:
-    return AuditRow(**{k: v for k, v in fields.items() if k in _ROW_FIELDS},
-                    extra={k: v for k, v in fields.items() if k not in _ROW_FIELDS})
+    return AuditRow.from_dict(dict(attack=name, attacker="-", value=float(value), chance=0.0, ci95=None, kind="check",
+                                   check=check, passed=bool(passed), detail=detail,
+                                   verdict="passed" if passed else "FAILED", **fields))
 
 
 class Clock:
@@ -195,14 +189,14 @@ class CheckResult:
         """Write its plots into ``folder``; ``{name: file name}``."""
         return {}
 
-    def identity_links(self) -> list[dict[str, Any]]:
+    def identity_links(self) -> Sequence[IdentityLinks]:
         """Its links of proxies to private people that the per-identity risk table counts
         (:func:`pfd.audit.risk.per_identity_risk`); none by default."""
         return []
 
-    def grid(self, inputs: AuditInputs, rows: int) -> dict[str, Any]:
-        """The report's image grid, built after every check ran (``{}``: this result shows none)."""
-        return {}
+    def grid(self, inputs: AuditInputs, rows: int) -> MatchGrid | None:
+        """The report's image grid, built after every check ran (``None``: this result shows none)."""
+        return None
 
 
 class Check(ABC):

@@ -28,6 +28,7 @@ import numpy as np
 
 import pfd.audit.checks  # noqa: F401 - registers the pass/fail checks
 from pfd.audit.contract import AuditInputs, CheckResult, Clock, Reconstructor, ordered_checks
+from pfd.audit.grid import MatchGrid
 from pfd.audit.inputs import (ReleaseState, open_release_state, proxy_sources, recorded_private_unopenable,
                               state_private_spec, state_run_size, unwritten_release_state)
 from pfd.audit.risk import per_identity_risk
@@ -54,8 +55,8 @@ class Scorecard:
 
     Attributes:
         data: JSON-ready figures (see :mod:`pfd.attacks.scorecard.report` for the layout).
-        grid: Images of the match grid: ``{"proxies", "matches", "sources", "reconstructions"?}``
-            tensors ``(r, 3, H, W)`` and ``"success"`` (r,) bool.
+        grid: Images of the match grid (:class:`~pfd.audit.grid.MatchGrid`; ``None`` before the
+            release is written).
         results: Each attack's result, by name (they render their report parts).
         verdict: The one verdict (:func:`pfd.audit.verdict.decide`).
         rows: The summary table's rows in the order the checks ran, each with chance, interval and the
@@ -63,7 +64,7 @@ class Scorecard:
     """
 
     data: dict[str, Any]
-    grid: dict[str, Any] = field(default_factory=dict)
+    grid: MatchGrid | None = None
     results: dict[str, CheckResult] = field(default_factory=dict)
     verdict: Verdict | None = None
     rows: list[AuditRow] = field(default_factory=list)
@@ -243,9 +244,9 @@ def run_audit(inputs: AuditInputs, configs: dict[str, Any], *, level: float = LE
     data["per_identity"] = per_identity_risk(links, source, private0.labels, private0.identities)
     data["skipped"] = inputs.skipped
     data["timings"] = clock.seconds
-    grid: dict[str, Any] = {}
+    grid = None
     if state.release is not None:  # nothing to show before the release is written
-        grid = next((g for r in inputs.results.values() if (g := r.grid(inputs, cfg.grid_rows))), {})
+        grid = next((g for r in inputs.results.values() if (g := r.grid(inputs, cfg.grid_rows)) is not None), None)
     return Scorecard(data=data, grid=grid, results=inputs.results, verdict=verdict, rows=rows)
 
 

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from pfd.attacks.linkability.matching import LinkFigures
 from pfd.audit.rows import AuditRow
 from pfd.attacks.scorecard.html import privacy_verdict, report_html
 from pfd.audit.risk import per_identity_risk
@@ -16,7 +17,7 @@ def test_counts_the_linked_proxies_of_each_identity_and_finds_the_hub():
     gallery = np.array([0, 0, 1, 1, 2, 2, 2, 2])  # identity 2 holds half the gallery
     vis = SimpleNamespace(success=np.array([1, 1, 0, 0, 0, 1], bool), match_index=np.array([0, 1, 4, 5, 6, 7]))
     reid = SimpleNamespace(success=np.array([1, 0, 1, 0, 0, 0], bool), match_index=np.zeros(6, int))
-    rows = per_identity_risk([{"target": "proxies", "attacker": "public", "vismatch": vis, "reid": reid}], source,
+    rows = per_identity_risk([LinkFigures("proxies", "public", {"vismatch": vis, "reid": reid})], source,
                              gallery, ["a", "b", "c"])
     assert [r["identity"] for r in rows] == ["a", "c", "b"]  # 2/2 linked, then 1/2 (c, hub), then 1/2 (b)
     a, c, b = rows
@@ -33,8 +34,8 @@ def test_a_hub_of_the_judge_counts_as_much_as_one_of_the_public_model():
     none = np.zeros(6, bool)
     public = SimpleNamespace(success=none, match_index=np.array([2, 3, 0, 1, 0, 4]))  # no hub
     judge = SimpleNamespace(success=none, match_index=np.array([5, 5, 4, 4, 5, 4]))  # c's photos for all six
-    rows = per_identity_risk([{"target": "proxies", "attacker": "public", "vismatch": public},
-                              {"target": "proxies", "attacker": "judge", "vismatch": judge}], source, gallery, ["a", "b", "c"])
+    rows = per_identity_risk([LinkFigures("proxies", "public", {"vismatch": public}),
+                              LinkFigures("proxies", "judge", {"vismatch": judge})], source, gallery, ["a", "b", "c"])
     c = next(r for r in rows if r["identity"] == "c")
     assert c["nearest"] == {"public": 1, "judge": 6} and c["nearest_for"] == 6 and c["nearest_by"] == "judge"
     page = report_html({"release": {}, "private": {}, "attackers": [], "per_identity": rows}, [])

@@ -23,12 +23,15 @@ from typing import Any, Mapping
 from typing import TYPE_CHECKING
 
 from pfd.audit.contract import Check, AuditInputs, CheckResult, option, register_check, summary_row
+from pfd.audit.grid import MatchGrid
 from pfd.audit.rows import AuditRow
 from pfd.config.checks import Checker, outer_key
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
+
+    from pfd.attacks.linkability.matching import LinkFigures
 
 # The attacks' maths (torch) is imported where they run: this module, with its configs, is read by
 # the CLI at start-up to make pfd attack's options.
@@ -49,20 +52,20 @@ class LinkRows(CheckResult):
     """Linkability figures: per (target, attacker), one :class:`~pfd.attacks.linkability.matching.LinkabilityResult` per attack.
 
     Attributes:
-        key: Its key in ``report.json`` (a list of ``{"target", "attacker", <attack>: {...}}``).
-        links: ``[{"target", "attacker", <attack>: LinkabilityResult, ...}]``.
+        key: Its key in ``report.json`` (a list of :meth:`LinkFigures.as_dict
+            <pfd.attacks.linkability.matching.LinkFigures.as_dict>`).
+        links: Per attacker and target its :class:`~pfd.attacks.linkability.matching.LinkFigures`.
         attacks: The attack names of each entry, in row order.
         text: Its section of ``report.md``.
     """
 
     key: str
-    links: list[dict[str, Any]]
+    links: list[LinkFigures]
     attacks: tuple[str, ...]
     text: list[str] = field(default_factory=list)
 
     def sections(self) -> dict[str, Any]:
-        return {self.key: [{"target": r["target"], "attacker": r["attacker"],
-                            **{a: r[a].as_dict() for a in self.attacks}} for r in self.links]}
+        return {self.key: [link.as_dict() for link in self.links]}
 
     def rows(self) -> list[AuditRow]:
         from pfd.attacks.linkability.matching import hub_share
@@ -70,21 +73,21 @@ class LinkRows(CheckResult):
         out = []
         for link in self.links:
             for a in self.attacks:
-                r = link[a]
+                r = link.results[a]
                 # Rates on the proxies state what the audit's design rules out, over the people behind them
                 # (pfd.audit.verdict.design_share); a hub is named for the pages and the gate's advice.
-                extra: dict[str, Any] = {"rule_out": link["target"] == "proxies", "people": r.clusters}
+                extra: dict[str, object] = {"rule_out": link.target == "proxies", "people": r.clusters}
                 if a in _HUBBED:
                     share, hub = hub_share(r)
                     extra.update(hub=hub, hub_share=share)
-                out.append(summary_row(f"{_NAMES[a]} ({link['target']})", link["attacker"], r.rate, r.chance, r.ci95,
+                out.append(summary_row(f"{_NAMES[a]} ({link.target})", link.attacker, r.rate, r.chance, r.ci95,
                                        "rate", count=r.count, n=r.n, n_eff=r.n_eff, **extra))
         return out
 
     def markdown(self) -> list[str]:
         return self.text
 
-    def identity_links(self) -> list[dict[str, Any]]:
+    def identity_links(self) -> list[LinkFigures]:
         return self.links
 
 
@@ -92,7 +95,7 @@ class MatchRows(LinkRows):
     """The plain linkability rows, which also show the report's grid of matches (with the
     reconstructions beside their proxies when the reconstruction attack ran)."""
 
-    def grid(self, inputs: AuditInputs, rows: int) -> dict[str, Any]:
+    def grid(self, inputs: AuditInputs, rows: int) -> MatchGrid | None:
         import numpy as np
 
         from pfd.attacks.linkability.grid import match_grid
@@ -108,16 +111,16 @@ def _cosine_attackers(inputs: AuditInputs) -> list[tuple[Any, dict[str, "torch.T
 
 
 def _link(inputs: AuditInputs, target: str, attacker: Any, query: "torch.Tensor", source: "np.ndarray",
-          *, chunk: int = 4096) -> dict[str, Any]:
+          *, chunk: int = 4096) -> LinkFigures:
     """VisMatch and Re-ID of ``query`` against ``attacker``'s embeddings of the private gallery."""
-    from pfd.attacks.linkability.matching import rank1_reid, visual_matching
+    from pfd.attacks.linkability.matching import LinkFigures, rank1_reid, visual_matching
 
     gallery = inputs.embeddings(attacker)["private"]
 
-    def both() -> dict[str, Any]:
-        return {"target": target, "attacker": attacker.role,
-                "vismatch": visual_matching(query, source, gallery, inputs.labels, chunk=chunk, metric=attacker.distance),
-                "reid": rank1_reid(query, source, gallery, inputs.labels, chunk=chunk, metric=attacker.distance)}
+    def both() -> LinkFigures:
+        return LinkFigures(target, attacker.role, {
+            "vismatch": visual_matching(query, source, gallery, inputs.labels, chunk=chunk, metric=attacker.distance),
+            "reid": rank1_reid(query, source, gallery, inputs.labels, chunk=chunk, metric=attacker.distance)})
 
     return inputs.clock.run("linkability", both)
 
@@ -189,13 +192,13 @@ class HubnessAttack(Check):
 
     def run(self, inputs: AuditInputs) -> LinkRows:
         from pfd.attacks.linkability.hubness import rank1_reid_csls, visual_matching_csls
+        from pfd.attacks.linkability.matching import LinkFigures
 
         links = []
         for a, e in _cosine_attackers(inputs):  # CSLS is a cosine-similarity correction
-            links.append(inputs.clock.run("linkability", lambda e=e, a=a: {
-                "target": "proxies", "attacker": a.role,
+            links.append(inputs.clock.run("linkability", lambda e=e, a=a: LinkFigures("proxies", a.role, {
                 "vismatch_csls": visual_matching_csls(e["proxies"], inputs.source, e["private"], inputs.labels, k=self.cfg.k),
-                "reid_csls": rank1_reid_csls(e["proxies"], inputs.source, e["private"], inputs.labels, k=self.cfg.k)}))
+                "reid_csls": rank1_reid_csls(e["proxies"], inputs.source, e["private"], inputs.labels, k=self.cfg.k)})))
         text = ["", "## Linkability, hubness-corrected", "",
                 f"The same two attacks ranked by CSLS (k = {self.cfg.k}): a gallery item's similarity is discounted by "
                 "its mean similarity to its nearest proxies, so a private identity near most proxies (a hub) no longer "
@@ -401,7 +404,7 @@ class ReconstructionRows(LinkRows):
     def sections(self) -> dict[str, Any]:
         return {"reconstruction": self.info, **super().sections()}
 
-    def identity_links(self) -> list[dict[str, Any]]:
+    def identity_links(self) -> list[LinkFigures]:
         return []  # the per-identity table counts the proxies' own links
 
     def markdown(self) -> list[str]:

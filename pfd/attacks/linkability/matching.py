@@ -34,7 +34,7 @@ import torch
 from pfd.audit.intervals import clustered_interval, composition_chance
 from pfd.errors import PfdError
 
-__all__ = ["streamed_top1", "LinkabilityResult", "visual_matching", "rank1_reid", "HUB_SHARE", "hub_share"]
+__all__ = ["streamed_top1", "LinkabilityResult", "LinkFigures", "visual_matching", "rank1_reid", "HUB_SHARE", "hub_share"]
 
 
 def _as_tensor(x: Any, name: str) -> torch.Tensor:
@@ -172,6 +172,26 @@ class LinkabilityResult:
                 del d[k]
         d["ci95"] = list(self.ci95)
         return d
+
+
+@dataclass
+class LinkFigures:
+    """One attacker's linkability results on one target (the risk table's
+    :class:`~pfd.audit.risk.IdentityLinks`).
+
+    Attributes:
+        target: ``"proxies"`` or ``"reconstructions"``.
+        attacker: The attacker's role.
+        results: Per attack name (``"vismatch"``, ``"reid"``, ``"vismatch_csls"``, ...) its result.
+    """
+
+    target: str
+    attacker: str
+    results: dict[str, LinkabilityResult]
+
+    def as_dict(self) -> dict[str, object]:
+        """``report.json``'s entry: ``{"target", "attacker", <attack>: {...}}``."""
+        return {"target": self.target, "attacker": self.attacker, **{a: r.as_dict() for a, r in self.results.items()}}
 
 
 #: A private identity named for at least this share of all proxies is a hub (its own proxies then link by construction).

@@ -149,17 +149,13 @@ def write_report(card: Any, out: str | os.PathLike) -> dict[str, Path]:
     data = dict(card.data)
     plots: dict[str, str] = {}
     grid = card.grid
-    if grid:
-        cols = [("proxy", grid["proxies"])]
-        if "reconstructions" in grid:
-            cols.append(("reconstruction", grid["reconstructions"]))
-        cols += [("nearest private", grid["matches"]), ("true source", grid["sources"])]
+    if grid is not None:
         title = "Proxies and their nearest private images (public model)"
-        if grid.get("hub"):
-            h = grid["hub"]
-            title += (f"\none photo of {h['identity']} is the nearest in {h['rows']} of {h['of']} rows: a hub "
+        if grid.hub is not None:
+            h = grid.hub
+            title += (f"\none photo of {h.identity} is the nearest in {h.rows} of {h.of} rows: a hub "
                       "(near every proxy), not a link")
-        plot_match_grid(cols, folder / "matches.png", success=grid["success"], title=title)
+        plot_match_grid(grid.columns(), folder / "matches.png", success=grid.success, title=title)
         plots["matches"] = "matches.png"
     sections: list[str] = []
     for result in card.results.values():

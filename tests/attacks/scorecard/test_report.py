@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from pfd.attacks.linkability.matching import visual_matching
+from pfd.attacks.linkability.matching import LinkFigures, visual_matching
+from pfd.audit.grid import MatchGrid
 from pfd.attacks.membership.statistics import STATISTICS, membership_report
 from pfd.attacks.plots import kde, plot_densities, plot_match_grid, plot_roc
 from pfd.attacks.attributes.attack import AttributesResult
@@ -56,7 +57,7 @@ def test_summary_rows_carry_chance_interval_and_verdict(membership):
     attr = {"balanced_accuracy": 0.3, "chance_balanced_accuracy": 0.25, "ci95_balanced_accuracy": [0.2, 0.4],
             "p_balanced_accuracy": 0.2, "macro_f1": 0.9, "chance_macro_f1": 0.24, "ci95_macro_f1": [0.8, 0.95],
             "p_macro_f1": 0.001}
-    results = [LinkRows("linkability", [{"target": "proxies", "attacker": "public", "vismatch": vis, "reid": vis}],
+    results = [LinkRows("linkability", [LinkFigures("proxies", "public", {"vismatch": vis, "reid": vis})],
                         ("vismatch", "reid")), AttributesResult("x", {"tone": attr}), MembershipResult(membership)]
     rows = [row for r in results for row in r.rows()]  # each result renders its rows
     assert [r.attack for r in rows][:2] == ["VisMatch (proxies)", "Rank-1 Re-ID (proxies)"]
@@ -97,8 +98,8 @@ def test_write_report_is_strict_json_and_markdown_lists_skips(tmp_path, membersh
             "private": {"spec": "p", "identities": 2, "images": 4, "source_identities": 2},
             "attackers": [], "linkability": [], "membership": membership, "skipped": {"attributes": "no aux"},
             "timings": {"load": 0.5}}
-    grid = {"proxies": torch.rand(2, 3, 16, 16), "matches": torch.rand(2, 3, 16, 16),
-            "sources": torch.rand(2, 3, 16, 16), "success": [True, False]}
+    grid = MatchGrid(proxies=torch.rand(2, 3, 16, 16), matches=torch.rand(2, 3, 16, 16),
+                     sources=torch.rand(2, 3, 16, 16), success=[True, False])
     result = MembershipResult(membership)
     paths = write_report(Scorecard(data=data, grid=grid, results={"membership": result}, rows=result.rows()), tmp_path)
     doc = json.loads(paths["json"].read_text())  # strict JSON: inf thresholds became null

@@ -42,7 +42,7 @@ from pfd.distill.ogp import Rotation
 from pfd.distill.ogp_trainer import OGPTrainer
 from pfd.distill.cf_match import CFTarget
 from pfd.distill.lighting import cluster_batches
-from pfd.distill.prototype_stage import build_prototypes, private_spatial_targets
+from pfd.distill.prototype_stage import Prototypes, build_prototypes, private_spatial_targets
 from pfd.distill.public import pretrained_public_model
 from pfd.distill.rta import ProxyDistiller, proxy_batches
 from pfd.distill.summary import build_summary
@@ -349,7 +349,7 @@ class Distillation:
         return backbone, head, M
 
     # -- stage 2: prototypes (eq. 8) ---------------------------------------------------------
-    def prototypes(self, backbone: torch.nn.Module, M: torch.Tensor) -> dict[str, Any]:
+    def prototypes(self, backbone: torch.nn.Module, M: torch.Tensor) -> Prototypes:
         """Per-identity K-means on ``E Mᵀ`` (E for the non-rotating methods) and the private statistics
         RTA matches: ``prototypes.pt`` (:func:`pfd.distill.prototype_stage.build_prototypes`)."""
 
@@ -358,10 +358,10 @@ class Distillation:
         if not skip and self.acc.is_main_process:
             doc = build_prototypes(backbone, M, self.faces, cfg, method=self.method, lighting=self.lighting,
                                    device=self.acc.device, progress=self.progress, embed_cache=self.embed_cache)
-            atomic_torch_save(doc, st.prototypes)
+            doc.save(st.prototypes)
         self.acc.wait_for_everyone()
         self._timed("prototypes", t0, skip)
-        return torch.load(st.prototypes, map_location="cpu", weights_only=True)
+        return Prototypes.load(st.prototypes)
 
     @property
     def lighting(self) -> bool:
@@ -369,37 +369,39 @@ class Distillation:
         return self.cfg.rta.lighting_clusters > 0 and self.method.distilled
 
     # -- stage 3: proxies (eq. 6-10) ---------------------------------------------------------
-    def batches(self, protos: dict[str, Any] | None = None) -> list[np.ndarray]:
+    def batches(self, protos: Prototypes | None = None) -> list[np.ndarray]:
         """Prototype rows of every proxy batch (with the lighting lever, one lighting group per batch)."""
 
         if self.lighting:
-            protos = protos if protos is not None else torch.load(self.state.prototypes, map_location="cpu",
-                                                                  weights_only=True)
-            return cluster_batches(protos["lighting"]["proto_group"], self.cfg.rta.batch_size)
+            protos = protos if protos is not None else Prototypes.load(self.state.prototypes)
+            if protos.lighting is None:
+                raise PfdError(f"{self.state.prototypes} holds no lighting groups but rta.lighting_clusters is on; "
+                               "rerun without --resume (the prototypes belong to another setting)")
+            return cluster_batches(protos.lighting.proto_group, self.cfg.rta.batch_size)
         return proxy_batches(self.N * self.cfg.rta.ipc, self.cfg.rta.batch_size)
 
-    def proxies(self, backbone: torch.nn.Module, head: torch.nn.Module, protos: dict[str, Any]) -> None:
+    def proxies(self, backbone: torch.nn.Module, head: torch.nn.Module, protos: Prototypes) -> None:
         """Distill (or, for ``raw``, select) this process's unfinished batches into batch files."""
 
         t0, cfg, st = time.perf_counter(), self.cfg, self.state
         batches = self.batches(protos)
-        lighting = protos.get("lighting") if self.lighting else None
+        lighting = protos.lighting if self.lighting else None
         done = st.finished() if cfg.resume else set()
         rank, world = self.acc.process_index, self.acc.num_processes
         mine = [b for b in range(len(batches)) if b % world == rank and b not in done]
-        pid = protos["proto_identity"]
+        pid = protos.proto_identity
         classes = (pid + self.N if self.rotated else pid).numpy()  # eq. 7's internal class
-        P = protos["P"] if self.method.rta else None  # sre2l: no L_RTA
+        P = protos.P if self.method.rta else None  # sre2l: no L_RTA
         real = self.method.real_images
         public = self._public_view() if cfg.rta.lambda_delink > 0 and not real and mine else None
         spatial = None
         if cfg.rta.lambda_spatial > 0 and not real and mine:  # a state dir from before stored none: computed here
-            spatial = protos["spatial"] if "spatial" in protos else private_spatial_targets(
+            spatial = protos.spatial if protos.spatial is not None else private_spatial_targets(
                 backbone, self.faces, cfg, self.acc.device)
         rta_cfg = cfg.rta if self.method.bn else replace(cfg.rta, lambda_bn=0.0)  # ncfm: no L_bn
         cf = None
         if self.method.cf and not real and mine:
-            cf = CFTarget(protos["embeddings"], np.asarray(self.faces.labels), frequencies=cfg.rta.cf_frequencies,
+            cf = CFTarget(protos.embeddings, np.asarray(self.faces.labels), frequencies=cfg.rta.cf_frequencies,
                           sampler_lr=cfg.rta.cf_sampler_lr, seed=cfg.rta.seed, device=self.acc.device)
         distiller = ProxyDistiller(
             backbone, head, P, size=cfg.size, cfg=rta_cfg, device=self.acc.device, cf=cf,
@@ -415,15 +417,16 @@ class Distillation:
         for b in mine:
             rows = batches[b]
             if real:
-                x = self.real_images(protos["raw_index"][rows], batch_index=b)
+                assert protos.raw_index is not None  # a real-image method's prototypes select them
+                x = self.real_images(protos.raw_index[rows], batch_index=b)
                 hist: dict[str, float] = {}
                 bar.update(1)
             else:
-                g = int(lighting["proto_group"][rows[0]]) if lighting is not None else None  # one group per batch
+                g = int(lighting.proto_group[rows[0]]) if lighting is not None else None  # one group per batch
                 res = distiller.distill_batch(
                     rows, classes[rows], batch_index=b, sources=pid[rows].numpy(), on_step=bar.update,
-                    bn_targets=lighting["bn"][g] if lighting is not None and lighting["bn"] else None,
-                    spatial_targets=lighting["spatial"][g] if lighting is not None and "spatial" in lighting else None,
+                    bn_targets=lighting.bn[g] if lighting is not None and lighting.bn else None,
+                    spatial_targets=lighting.spatial[g] if lighting is not None and lighting.spatial is not None else None,
                 )  # fmt: skip
                 x, hist = res.proxies, res.summary()
                 bar.set_postfix(rta=f"{hist.get('rta_last', 0.0):.3f}", cls=f"{hist.get('cls_last', 0.0):.2f}")
@@ -439,11 +442,11 @@ class Distillation:
 
         return Embedder(model, batch_size=256, device=self.acc.device, cache_dir=cache)(x)
 
-    def _insider_view(self, protos: dict[str, Any]) -> Any:
+    def _insider_view(self, protos: Prototypes) -> Any:
         """The adapted model's private gallery, for the insider's de-linking term (no model: it reads RTA's embeddings)."""
 
         labels = torch.as_tensor(np.asarray(self.faces.labels), dtype=torch.int64)
-        return PublicView(None, protos["embeddings"], labels, self.N)  # type: ignore[arg-type]
+        return PublicView(None, protos.embeddings, labels, self.N)  # type: ignore[arg-type]
 
     def _public_view(self) -> Any:
         """The public model and its private gallery, for the de-linking term (:mod:`pfd.distill.delink`)."""
@@ -480,7 +483,7 @@ class Distillation:
                                private=self.faces, state_dir=self.state.root, method=self.cfg.method,
                                label_seed=self.cfg.release.label_seed, cache_dir=self.embed_cache)
 
-    def release(self, protos: dict[str, Any], ogp_losses: dict[str, float]) -> dict[str, Any] | None:
+    def release(self, protos: Prototypes, ogp_losses: dict[str, float]) -> dict[str, Any] | None:
         """Main process: gather every batch file, run the publication gate, then write the release,
         the proxy map and the summary.
 
@@ -493,10 +496,9 @@ class Distillation:
         summary = None
         refused = None
         if self.acc.is_main_process:
-            docs, rows = gather_batches(st, len(self.batches(protos)), len(protos["P"]))
+            docs, rows = gather_batches(st, len(self.batches(protos)), len(protos.P))
             proxies = torch.cat([d["proxies"] for d in docs]).numpy()  # (NK, 3, H, W) uint8
-            pid = protos["proto_identity"]
-            source = pid[rows].numpy()
+            source = protos.proto_identity[rows].numpy()
             audit = self.gate(proxies, source)
             # Every figure of the gate, kept with the state: the benchmark's unit reads it instead of
             # auditing the same pixels again (one audit, computed once).

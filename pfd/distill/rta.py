@@ -36,7 +36,7 @@ from pfd.distill.delink import PublicView, rank_jitter, target_ranks
 from pfd.errors import PfdError
 from pfd.nn.image_prior import total_variation
 from pfd.nn.inversion import ImageInversion, noise_images
-from pfd.nn.spatial_stats import SpatialStatistics
+from pfd.nn.spatial_stats import SpatialStatistics, SpatialTargets
 from pfd.progress import progress_bar
 
 __all__ = [
@@ -293,7 +293,7 @@ class ProxyDistiller:
         progress: bool = False,
         public: PublicView | None = None,
         init_pool: Any | None = None,
-        spatial: dict[str, Any] | None = None,
+        spatial: SpatialTargets | None = None,
         fast_prelu: bool = True,
         insider: PublicView | None = None,
         cf: Any | None = None,
@@ -338,7 +338,7 @@ class ProxyDistiller:
     def distill_batch(
         self, rows: torch.Tensor | np.ndarray | None, classes: torch.Tensor | np.ndarray | None, *, batch_index: int,
         sources: torch.Tensor | np.ndarray | None = None, on_step: Callable[[], Any] | None = None,
-        bn_targets: Any | None = None, spatial_targets: dict[str, Any] | None = None,
+        bn_targets: Any | None = None, spatial_targets: SpatialTargets | None = None,
     ) -> ProxyBatch:
         """Distill one batch.
 

@@ -25,6 +25,7 @@ import torch
 from pfd.config import DistillConfig
 from pfd.memory import StagePeaks
 from pfd.distill.gate import format_checks
+from pfd.distill.prototype_stage import LightingTargets, Prototypes
 
 __all__ = ["STAGES", "proxy_rates", "build_summary", "format_summary"]
 
@@ -64,7 +65,7 @@ def build_summary(
     *,
     docs: list[dict[str, Any]],
     rows: torch.Tensor,
-    protos: dict[str, Any],
+    protos: Prototypes,
     ogp_losses: dict[str, float],
     times: dict[str, float],
     peaks: StagePeaks | None = None,
@@ -80,7 +81,7 @@ def build_summary(
         cfg: The run's settings.
         docs: The batch files, in batch order.
         rows: Prototype row of each proxy, in the same order ``(NK,)``.
-        protos: ``prototypes.pt``.
+        protos: ``prototypes.pt`` (:class:`~pfd.distill.prototype_stage.Prototypes`).
         ogp_losses: Last logged fine-tuning metrics.
         times: Seconds per stage (0 when skipped).
         peaks: Resident-memory peak per stage (:class:`pfd.memory.StagePeaks`), if measured.
@@ -91,15 +92,15 @@ def build_summary(
         state_dir: State dir.
     """
     emb = torch.cat([d["embeddings"] for d in docs])
-    rates = proxy_rates(emb, rows, protos["P"], protos["proto_identity"], protos["centers"])
-    rotated = bool(protos.get("rotated", False))
-    cos_rot = protos["cos_rotated"].abs()
+    rates = proxy_rates(emb, rows, protos.P, protos.proto_identity, protos.centers)
+    rotated = bool(protos.rotated)
+    cos_rot = protos.cos_rotated.abs()
     keys = sorted({k for d in docs for k in d["history"]})
     rta = {k: float(np.mean([d["history"][k] for d in docs if k in d["history"]])) for k in keys}
     firsts = [d["history"]["dominance_first"] for d in docs if "dominance_first" in d["history"]]
     if firsts:  # the guard's margin is the worst batch's, not the mean's
         rta["dominance_max"] = float(max(firsts))
-    n_id = len(protos["identities"])
+    n_id = len(protos.identities)
     return {
         "method": cfg.method,
         "release": str(release.resolve()),
@@ -125,17 +126,16 @@ def build_summary(
             "mean_abs_cos_rotated": float(cos_rot.mean()) if rotated else None,
             "rep_margin": cfg.ogp.rep_margin,
         },
-        "lighting": _lighting(protos),
+        "lighting": _lighting(protos.lighting),
     }
 
 
-def _lighting(protos: dict[str, Any]) -> dict[str, Any] | None:
+def _lighting(light: LightingTargets | None) -> dict[str, list[dict[str, int]]] | None:
     """What the lighting lever made of the private set: per group, its images, people and proxies (aggregates only)."""
-    light = protos.get("lighting")
-    if not light:
+    if light is None:
         return None
-    groups, pg = light["group"].numpy(), light["proto_group"].numpy()
-    people = list(light.get("identities", []))
+    groups, pg = light.group.numpy(), light.proto_group.numpy()
+    people = list(light.identities)
     return {"groups": [{"images": int((groups == g).sum()), "proxies": int((pg == g).sum()),
                         **({"identities": int(people[g])} if g < len(people) else {})}
                        for g in range(int(groups.max()) + 1)]}

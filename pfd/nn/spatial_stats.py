@@ -25,7 +25,7 @@ BatchNorm running statistics they complement.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +33,21 @@ from torch import nn
 
 from pfd.errors import PfdError
 
-__all__ = ["patch_moments", "spatial_targets", "SpatialStatistics"]
+__all__ = ["patch_moments", "spatial_targets", "SpatialStatistics", "SpatialTargets", "RegionMoments"]
+
+
+class RegionMoments(TypedDict):
+    """One layer's target: per region, the mean and biased variance ``(G²,)`` (float32)."""
+
+    mean: torch.Tensor
+    var: torch.Tensor
+
+
+class SpatialTargets(TypedDict):
+    """Domain-level targets of :class:`SpatialStatistics` (a plain dict in ``prototypes.pt``)."""
+
+    grid: int
+    layers: dict[str, RegionMoments]
 
 
 def patch_moments(x: torch.Tensor, grid: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,7 +103,7 @@ class _Recorder:
 
 
 @torch.no_grad()
-def spatial_targets(model: nn.Module, batches: Iterable[torch.Tensor], *, grid: int = 4) -> dict[str, Any]:
+def spatial_targets(model: nn.Module, batches: Iterable[torch.Tensor], *, grid: int = 4) -> SpatialTargets:
     """Domain-level targets of :class:`SpatialStatistics`: each layer's region moments over a whole image set.
 
     Args:
@@ -98,8 +112,8 @@ def spatial_targets(model: nn.Module, batches: Iterable[torch.Tensor], *, grid: 
         grid: Regions per side.
 
     Returns:
-        ``{"grid": grid, "layers": {name: {"mean": (G²,), "var": (G²,)}}}``: per layer, the mean
-        and biased variance over every image, channel and pixel of each region (float32).
+        The :class:`SpatialTargets`: per layer, the mean and biased variance over every image,
+        channel and pixel of each region (float32).
 
     Raises:
         PfdError: If no BatchNorm2d layer has a map of at least ``grid × grid``.
@@ -128,11 +142,11 @@ def spatial_targets(model: nn.Module, batches: Iterable[torch.Tensor], *, grid: 
     if not sums:
         raise PfdError(f"{type(model).__name__}: no BatchNorm2d layer with a map of at least {grid}x{grid} for the "
                        "spatial statistics; lower rta.spatial_grid or set rta.lambda_spatial = 0")
-    layers = {}
+    layers: dict[str, RegionMoments] = {}
     for name, (s1, s2, n) in sums.items():
         mean = s1 / n
-        layers[name] = {"mean": mean.float(), "var": (s2 / n - mean * mean).clamp_min(0.0).float()}
-    return {"grid": int(grid), "layers": layers}
+        layers[name] = RegionMoments(mean=mean.float(), var=(s2 / n - mean * mean).clamp_min(0.0).float())
+    return SpatialTargets(grid=int(grid), layers=layers)
 
 
 class SpatialStatistics:
@@ -151,7 +165,7 @@ class SpatialStatistics:
         PfdError: If a target names a layer the model does not have.
     """
 
-    def __init__(self, model: nn.Module, targets: dict[str, Any]) -> None:
+    def __init__(self, model: nn.Module, targets: SpatialTargets) -> None:
         self.grid = int(targets["grid"])
         self.targets = targets["layers"]
         names = {n for n, _ in _layers(model)}

@@ -142,7 +142,7 @@ def test_a_run_with_the_lever_distils_each_batch_against_its_own_group_s_statist
 def test_the_prototype_stage_stores_group_bn_targets_only_for_methods_that_match_them(public, tmp_path):
     from pfd.data.sources import open_faces
     from pfd.distill.methods import get_method
-    from pfd.distill.prototype_stage import build_prototypes
+    from pfd.distill.prototype_stage import Prototypes, build_prototypes
     from pfd.nn.checkpoints import load_backbone
     from tests.distill_public import PRIVATE, tiny_distill_config
 
@@ -152,7 +152,13 @@ def test_the_prototype_stage_stores_group_bn_targets_only_for_methods_that_match
     M = torch.eye(32)
     docs = {m: build_prototypes(backbone, M, faces, cfg, method=get_method(m), lighting=True, device="cpu")
             for m in ("pfd", "ncfm")}
-    n_groups = int(docs["pfd"]["lighting"]["group"].max()) + 1
-    assert n_groups >= 2 and len(docs["pfd"]["lighting"]["bn"]) == n_groups
-    assert docs["ncfm"]["lighting"]["bn"] == []  # NCFM has no L_bn: no pass over each group
-    assert torch.equal(docs["ncfm"]["lighting"]["group"], docs["pfd"]["lighting"]["group"])
+    n_groups = int(docs["pfd"].lighting.group.max()) + 1
+    assert n_groups >= 2 and len(docs["pfd"].lighting.bn) == n_groups
+    assert docs["ncfm"].lighting.bn == []  # NCFM has no L_bn: no pass over each group
+    assert torch.equal(docs["ncfm"].lighting.group, docs["pfd"].lighting.group)
+    # The record's round trip through prototypes.pt (a plain dict that weights_only loading reads).
+    docs["pfd"].save(tmp_path / "p.pt")
+    back = Prototypes.load(tmp_path / "p.pt")
+    assert torch.equal(back.P, docs["pfd"].P) and back.identities == docs["pfd"].identities
+    assert torch.equal(back.lighting.proto_group, docs["pfd"].lighting.proto_group)
+    assert len(back.lighting.bn) == n_groups and back.raw_index is None

@@ -37,7 +37,7 @@ from pfd.errors import PfdError
 from pfd.io import atomic_torch_save
 from pfd.nn.heads import MarginHead, create_head
 from pfd.nn.backbones import create_backbone
-from pfd.nn.registry import FAMILIES, strip_wrappers
+from pfd.nn.registry import FAMILIES, Arch, strip_wrappers
 import zipfile
 
 __all__ = [
@@ -251,13 +251,13 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return _check_pfd(obj, path)
 
 
-def _backbone_state(obj: Any, path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict | None]:
+def _backbone_state(obj: Any, path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], Arch | None]:
     """(state dict in our key names, saved arch or None) from any supported file content: a pfd
     checkpoint, a family's foreign container (:attr:`~pfd.nn.registry.BackboneFamily.unwrap`) or a
     plain state dict."""
     if _is_pfd(obj):
         obj = _check_pfd(obj, path)
-        return strip_wrappers(obj["backbone"]), dict(obj["arch"])
+        return strip_wrappers(obj["backbone"]), Arch(**obj["arch"])
     unwrapped = next((sd for f in FAMILIES.values() if (sd := f.unwrap(obj)) is not None), None)
     if unwrapped is not None:
         sd = strip_wrappers(unwrapped)
@@ -276,7 +276,7 @@ def _backbone_state(obj: Any, path: str | os.PathLike) -> tuple[dict[str, torch.
     return sd, None
 
 
-def infer_arch(sd: dict[str, torch.Tensor]) -> dict[str, Any]:
+def infer_arch(sd: dict[str, torch.Tensor]) -> Arch:
     """Rebuild ``create_backbone`` arguments from a foreign state dict: the first family that
     recognises its layout (:attr:`~pfd.nn.registry.BackboneFamily.infer_arch`) reads depth, width,
     input size and embedding dimension from the tensors. Dropout is not stored in weights and is 0.
@@ -323,7 +323,7 @@ def _load_strict(module: nn.Module, sd: dict[str, torch.Tensor], path: Any, what
     module.load_state_dict(sd, strict=False)
 
 
-def _describe(arch: dict[str, Any]) -> str:
+def _describe(arch: Arch) -> str:
     size = arch.get("size")
     return (
         f"{arch.get('name')} (width {arch.get('width')}, size {size_text(size) if size else size}, "
@@ -331,7 +331,7 @@ def _describe(arch: dict[str, Any]) -> str:
     )
 
 
-def read_arch(path: str | os.PathLike) -> dict[str, Any]:
+def read_arch(path: str | os.PathLike) -> Arch:
     """The architecture of a backbone file (``create_backbone`` arguments) without building the model.
 
     What commands read to take the input size from a checkpoint (``size``: ``S`` or ``[H, W]``)

@@ -25,7 +25,7 @@ fp32 whatever the autocast state, so margins are not lost to bf16 rounding.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -48,9 +48,21 @@ __all__ = [
     "HEADS",
     "register_head",
     "create_head",
+    "HeadSpec",
 ]
 
 _EPS = 1e-6
+
+
+class HeadSpec(TypedDict):
+    """What rebuilds a margin head, ``create_head(**spec)`` (a checkpoint's ``head`` adds its ``state_dict``)."""
+
+    kind: str
+    embedding_dim: int
+    num_classes: int
+    scale: float
+    margin: float | None
+    kwargs: dict[str, float | bool]
 
 
 def _theta(cos: torch.Tensor) -> torch.Tensor:
@@ -168,7 +180,7 @@ class MarginHead(nn.Module):
     default_scale: ClassVar[float] = 64.0
     default_margin: ClassVar[float | None] = None
     #: Extra keyword options of the head and their defaults (part of the saved spec).
-    options: ClassVar[dict[str, Any]] = {}
+    options: ClassVar[dict[str, float | bool]] = {}
 
     def __init__(
         self,
@@ -201,16 +213,10 @@ class MarginHead(nn.Module):
         nn.init.normal_(self.weight, 0.0, 0.01)
 
     # -- description ----------------------------------------------------------------------
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> HeadSpec:
         """Plain dict that rebuilds this head: ``create_head(**spec)`` (kwargs flattened)."""
-        return {
-            "kind": self.kind,
-            "embedding_dim": self.embedding_dim,
-            "num_classes": self.num_classes,
-            "scale": self.scale,
-            "margin": self.margin,
-            "kwargs": dict(self.opts),
-        }
+        return HeadSpec(kind=self.kind, embedding_dim=self.embedding_dim, num_classes=self.num_classes, scale=self.scale,
+                        margin=self.margin, kwargs=dict(self.opts))
 
     def extra_repr(self) -> str:
         opts = "".join(f", {k}={v}" for k, v in self.opts.items())

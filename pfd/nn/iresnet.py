@@ -33,7 +33,7 @@ from torch import nn
 
 from pfd.data.shape import image_hw, plain_size
 from pfd.errors import PfdError
-from pfd.nn.registry import BackboneFamily, FaceBackbone, register_backbone, register_family, strip_wrappers
+from pfd.nn.registry import Arch, BackboneFamily, FaceBackbone, register_backbone, register_family, strip_wrappers
 
 __all__ = ["STAGE_BLOCKS", "IResNet", "AdaFaceIR", "stage_channels"]
 
@@ -119,7 +119,7 @@ class IResNet(FaceBackbone):
         blocks: Blocks per stage, e.g. ``(2, 2, 2, 2)`` for IResNet-18.
     """
 
-    def __init__(self, arch: dict[str, Any], blocks: tuple[int, int, int, int]) -> None:
+    def __init__(self, arch: Arch, blocks: tuple[int, int, int, int]) -> None:
         super().__init__(arch)
         chans = stage_channels(float(arch["width"]))
         size = _check_size(arch["size"])
@@ -201,7 +201,7 @@ class AdaFaceIR(FaceBackbone):
 
     bgr = True
 
-    def __init__(self, arch: dict[str, Any], blocks: tuple[int, int, int, int]) -> None:
+    def __init__(self, arch: Arch, blocks: tuple[int, int, int, int]) -> None:
         super().__init__(arch)
         chans = stage_channels(float(arch["width"]))
         size = _check_size(arch["size"])
@@ -248,13 +248,8 @@ class AdaFaceIR(FaceBackbone):
 
 def _builder(cls: type[FaceBackbone], name: str, depth: int) -> Callable[..., nn.Module]:
     def build(*, width: float = 1.0, size: int = 112, embedding_dim: int = 512, dropout: float = 0.0) -> nn.Module:
-        arch = {
-            "name": name,
-            "width": float(width),
-            "size": plain_size(_check_size(size)),
-            "embedding_dim": int(embedding_dim),
-            "dropout": float(dropout),
-        }
+        arch = Arch(name=name, width=float(width), size=plain_size(_check_size(size)), embedding_dim=int(embedding_dim),
+                    dropout=float(dropout))
         return cls(arch, STAGE_BLOCKS[depth])
 
     build.__name__ = name
@@ -265,7 +260,7 @@ def _builder(cls: type[FaceBackbone], name: str, depth: int) -> Callable[..., nn
 # --- foreign weights: how each layout is recognised (pfd.nn.checkpoints.infer_arch asks every family) ---
 
 
-def _count_indices(sd: dict[str, Any], prefix: str) -> int:
+def _count_indices(sd: dict[str, torch.Tensor], prefix: str) -> int:
     """Number of distinct ``i`` in keys ``prefix{i}.…``."""
     found = {k[len(prefix) :].split(".", 1)[0] for k in sd if k.startswith(prefix)}
     return len({int(i) for i in found if i.isdigit()})
@@ -286,17 +281,17 @@ def _depth(blocks: tuple[int, ...], family: str) -> int:
     raise PfdError(f"{family} weights with {blocks} blocks per stage match no known depth ({known}); pass arch=")
 
 
-def _arch(name: str, chans: tuple[int, ...], fc: torch.Tensor) -> dict[str, Any]:
+def _arch(name: str, chans: tuple[int, ...], fc: torch.Tensor) -> Arch:
     """Width from the stage channels, ``size`` from the fc input (``C4 · (S/16)²``; square), D from its output."""
     width = _infer_width(chans)
     dim, fc_in = (int(x) for x in fc.shape)
     side = math.isqrt(fc_in // chans[3]) if fc_in % chans[3] == 0 else 0
     if side < 1 or side * side * chans[3] != fc_in:
         raise PfdError(f"fc input {fc_in} is not {chans[3]}·(size/16)²; pass arch= with the model's settings")
-    return {"name": name, "width": width, "size": 16 * side, "embedding_dim": dim, "dropout": 0.0}
+    return Arch(name=name, width=width, size=16 * side, embedding_dim=dim, dropout=0.0)
 
 
-def _infer_insightface(sd: dict[str, torch.Tensor]) -> dict[str, Any] | None:
+def _infer_insightface(sd: dict[str, torch.Tensor]) -> Arch | None:
     """An insightface ``arcface_torch`` state dict (``conv1``, ``layer1..4``, ``fc``): depth from the block counts."""
     if not ("conv1.weight" in sd and "layer1.0.conv1.weight" in sd and "fc.weight" in sd):
         return None
@@ -305,7 +300,7 @@ def _infer_insightface(sd: dict[str, torch.Tensor]) -> dict[str, Any] | None:
     return _arch(f"ir{_depth(blocks, 'insightface')}", chans, sd["fc.weight"])
 
 
-def _infer_adaface(sd: dict[str, torch.Tensor]) -> dict[str, Any] | None:
+def _infer_adaface(sd: dict[str, torch.Tensor]) -> Arch | None:
     """An AdaFace ``net.py`` state dict (``input_layer``, ``body``, ``output_layer``): a stage is a run of
     blocks with the same output channels."""
     if not ("input_layer.0.weight" in sd and "output_layer.3.weight" in sd):
@@ -321,7 +316,7 @@ def _infer_adaface(sd: dict[str, torch.Tensor]) -> dict[str, Any] | None:
     return _arch(name, tuple(g[0] for g in groups), sd["output_layer.3.weight"])
 
 
-def _unwrap_lightning(obj: Any) -> dict[str, Any] | None:
+def _unwrap_lightning(obj: Any) -> dict[str, torch.Tensor] | None:
     """AdaFace's PyTorch-Lightning ``.ckpt``: the backbone under ``state_dict`` ``model.``, the head under ``head.``."""
     if not (isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict)):
         return None

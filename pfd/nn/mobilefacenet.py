@@ -26,7 +26,7 @@ scales every channel count for tiny CPU models (the tests); the embedding dimens
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -34,7 +34,7 @@ from torch import nn
 
 from pfd.data.shape import canonical_size, image_hw, plain_size, size_text
 from pfd.errors import PfdError
-from pfd.nn.registry import BackboneFamily, FaceBackbone, register_backbone, register_family
+from pfd.nn.registry import Arch, BackboneFamily, FaceBackbone, register_backbone, register_family
 
 __all__ = ["BOTTLENECKS", "MobileFaceNet", "mobilefacenet_channels"]
 
@@ -43,7 +43,15 @@ BOTTLENECKS: tuple[tuple[int, int, int, int], ...] = ((2, 64, 5, 2), (4, 128, 1,
 _STEM, _HEAD = 64, 512
 
 
-def mobilefacenet_channels(width: float) -> dict[str, Any]:
+class Channels(TypedDict):
+    """MobileFaceNet's channel counts at a width: the stem, each bottleneck group's output, the head."""
+
+    stem: int
+    groups: list[int]
+    head: int
+
+
+def mobilefacenet_channels(width: float) -> Channels:
     """Channel counts at a width multiplier (``round``, at least 1): stem, per-group outputs, head."""
     if not width > 0:
         raise PfdError(f"backbone width must be > 0, got {width}; use e.g. 1.0 or 0.25")
@@ -51,7 +59,7 @@ def mobilefacenet_channels(width: float) -> dict[str, Any]:
     def scale(c: int) -> int:
         return max(1, int(round(c * width)))
 
-    return {"stem": scale(_STEM), "groups": [scale(c) for _, c, _, _ in BOTTLENECKS], "head": scale(_HEAD)}
+    return Channels(stem=scale(_STEM), groups=[scale(c) for _, c, _, _ in BOTTLENECKS], head=scale(_HEAD))
 
 
 def _check_size(size: Any) -> tuple[int, int]:
@@ -107,7 +115,7 @@ class MobileFaceNet(FaceBackbone):
 
     mean, std = 127.5, 128.0
 
-    def __init__(self, arch: dict[str, Any]) -> None:
+    def __init__(self, arch: Arch) -> None:
         super().__init__(arch)
         h, w = _check_size(arch["size"])
         ch = mobilefacenet_channels(float(arch["width"]))
@@ -148,15 +156,15 @@ def _build(*, width: float = 1.0, size: Any = (112, 96), embedding_dim: int = 12
     """MobileFaceNet (Chen et al. 2018), 112 x 96 input and D = 128 by default, as published."""
     if int(embedding_dim) < 1:
         raise PfdError(f"embedding_dim must be >= 1, got {embedding_dim}")
-    arch = {"name": "mobilefacenet", "width": float(width), "size": plain_size(canonical_size(_check_size(size))),
-            "embedding_dim": int(embedding_dim), "dropout": float(dropout)}
+    arch = Arch(name="mobilefacenet", width=float(width), size=plain_size(canonical_size(_check_size(size))),
+                embedding_dim=int(embedding_dim), dropout=float(dropout))
     return MobileFaceNet(arch)
 
 
 _build.__name__ = "mobilefacenet"
 
 
-def _infer(sd: dict[str, torch.Tensor]) -> dict[str, Any] | None:
+def _infer(sd: dict[str, torch.Tensor]) -> Arch | None:
     """``create_backbone`` arguments of a MobileFaceNet state dict: width from the stem, ``size`` ``[H, W]``
     from the global depthwise kernel (``H/16 x W/16``), D from ``linear1``; ``None`` for another layout."""
     if not ("dw_conv1.conv.weight" in sd and "linear7.conv.weight" in sd and "linear1.conv.weight" in sd):
@@ -168,19 +176,19 @@ def _infer(sd: dict[str, torch.Tensor]) -> dict[str, Any] | None:
         raise PfdError(f"MobileFaceNet weights with {n_blocks} bottlenecks match no known layout ({expected}: "
                        f"{list(BOTTLENECKS)}); pass arch=")
     firsts = np.cumsum([0] + [n for _, _, n, _ in BOTTLENECKS])[:-1]
-    found = {"stem": int(sd["conv1.conv.weight"].shape[0]), "head": int(sd["conv2.conv.weight"].shape[0]),
-             "groups": [int(sd[f"blocks.{i}.conv.6.weight"].shape[0]) for i in firsts]}
+    found = Channels(stem=int(sd["conv1.conv.weight"].shape[0]), head=int(sd["conv2.conv.weight"].shape[0]),
+                     groups=[int(sd[f"blocks.{i}.conv.6.weight"].shape[0]) for i in firsts])
     bases = [_STEM, _HEAD, *(c for _, c, _, _ in BOTTLENECKS)]
     counts = [found["stem"], found["head"], *found["groups"]]
     width = next((w for w in sorted({c / b for c, b in zip(counts, bases)}) if mobilefacenet_channels(w) == found), None)
     if width is None:
         raise PfdError(f"MobileFaceNet channel counts {found} match no width multiplier; pass arch= with the model's settings")
     kh, kw = (int(k) for k in sd["linear7.conv.weight"].shape[-2:])
-    return {"name": "mobilefacenet", "width": width, "size": plain_size((16 * kh, 16 * kw)),
-            "embedding_dim": int(sd["linear1.conv.weight"].shape[0]), "dropout": 0.0}
+    return Arch(name="mobilefacenet", width=width, size=plain_size((16 * kh, 16 * kw)),
+                embedding_dim=int(sd["linear1.conv.weight"].shape[0]), dropout=0.0)
 
 
-def _unwrap(obj: Any) -> dict[str, Any] | None:
+def _unwrap(obj: Any) -> dict[str, torch.Tensor] | None:
     """The public MobileFaceNet training script's checkpoints: ``{"epoch": int, "net_state_dict": {...}}``."""
     return obj["net_state_dict"] if isinstance(obj, dict) and isinstance(obj.get("net_state_dict"), dict) else None
 

@@ -18,7 +18,7 @@ that rebuild it (``name``, ``width``, ``size``, ``embedding_dim``, ``dropout``);
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict, TypeVar
 
 import torch
 from torch import nn
@@ -26,8 +26,40 @@ from torch import nn
 from pfd.data.shape import canonical_size, image_hw, size_text
 from pfd.errors import PfdError
 
-__all__ = ["BACKBONES", "FAMILIES", "BackboneFamily", "FaceBackbone", "register_family", "register_backbone",
-           "family_of", "list_backbones", "strip_wrappers", "WRAPPER_PREFIXES"]
+__all__ = ["Arch", "BACKBONES", "FAMILIES", "BackboneFamily", "FaceBackbone", "InputSpec", "register_family",
+           "register_backbone", "family_of", "list_backbones", "strip_wrappers", "WRAPPER_PREFIXES"]
+
+#: A state dict's values (tensors; a foreign file's may hold other plain values).
+_V = TypeVar("_V")
+
+
+class Arch(TypedDict):
+    """The keyword arguments that rebuild a backbone, ``create_backbone(**arch)``: ``model.arch``, a
+    checkpoint's ``arch`` and what a family's :attr:`BackboneFamily.infer_arch` reads from foreign weights.
+
+    Attributes:
+        name: The registered backbone (``mobilefacenet``, ``ir50``, ``adaface_ir101``, ...).
+        width: Channel multiplier.
+        size: Input size: ``S`` (square) or ``[H, W]`` (:mod:`pfd.data.shape`).
+        embedding_dim: Embedding dimension D.
+        dropout: Dropout before the embedding layer.
+    """
+
+    name: str
+    width: float
+    size: int | list[int]
+    embedding_dim: int
+    dropout: float
+
+
+class InputSpec(TypedDict):
+    """The input convention a backbone's weights expect (:attr:`FaceBackbone.convention`)."""
+
+    channels: str
+    height: int
+    width: int
+    mean: float
+    std: float
 
 
 @dataclass(frozen=True)
@@ -50,8 +82,8 @@ class BackboneFamily:
     default_size: Any
     default_dim: int
     layout: str
-    infer_arch: Callable[[dict[str, torch.Tensor]], dict[str, Any] | None]
-    unwrap: Callable[[Any], dict[str, Any] | None] = lambda obj: None
+    infer_arch: Callable[[dict[str, torch.Tensor]], Arch | None]
+    unwrap: Callable[[Any], dict[str, torch.Tensor] | None] = lambda obj: None
 
 
 #: name -> builder(*, width, size, embedding_dim, dropout) -> nn.Module
@@ -95,7 +127,7 @@ def register_backbone(name: str, *, family: str) -> Callable[[Callable[..., nn.M
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 
-def strip_wrappers(sd: dict[str, Any]) -> dict[str, Any]:
+def strip_wrappers(sd: dict[str, _V]) -> dict[str, _V]:
     """``sd`` with the :data:`WRAPPER_PREFIXES` removed from every key (repeatedly: ``module._orig_mod.``)."""
     out = {}
     for key, value in sd.items():
@@ -139,20 +171,20 @@ class FaceBackbone(nn.Module):
     mean: float = 127.5
     std: float = 127.5
 
-    def __init__(self, arch: dict[str, Any]) -> None:
+    def __init__(self, arch: Arch) -> None:
         super().__init__()
         #: Keyword arguments that rebuild this model: ``create_backbone(**model.arch)``.
-        self.arch = dict(arch)
+        self.arch = Arch(**arch)
         #: Input size: ``S`` (square) or ``(H, W)``.
         self.size = canonical_size(arch["size"])
         self.hw = image_hw(self.size)
         self.embedding_dim = int(arch["embedding_dim"])
 
     @property
-    def convention(self) -> dict[str, Any]:
+    def convention(self) -> InputSpec:
         """The input convention the weights expect (applied inside ``forward``; callers pass RGB in [0, 1])."""
         h, w = self.hw
-        return {"channels": "bgr" if self.bgr else "rgb", "height": h, "width": w, "mean": self.mean, "std": self.std}
+        return InputSpec(channels="bgr" if self.bgr else "rgb", height=h, width=w, mean=self.mean, std=self.std)
 
     def _prepare(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 4 or x.shape[1] != 3 or tuple(x.shape[2:]) != self.hw:

@@ -27,7 +27,7 @@ else:  # pragma: no cover - Python 3.10 only
     import tomli as tomllib
 
 from pfd.data.faceset import FaceSet
-from pfd.release.format import MANIFEST, read_manifest
+from pfd.release.format import MANIFEST, Manifest, read_manifest
 from pfd.release.state_dir import StateDir, check_digest, release_sources
 from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
@@ -54,7 +54,7 @@ class ReleaseState:
 
     release: Path
     state_dir: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     files: list[str]
     sources: dict[str, tuple[int, str | None]] = field(repr=False)
     public_model: Path | None

@@ -28,7 +28,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence, TypedDict
 
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ from PIL import Image
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "MANIFEST", "CARD", "MANIFEST_KEYS", "AUDIT_KEYS", "LABEL_NAME_RE", "PNG_NAME_RE", "TMP_NAME_RE",
     "RELEASE_FILE_MODE", "RELEASE_DIR_MODE", "to_uint8", "encode_png", "looks_ordered", "label_permutation",
-    "read_manifest",
+    "read_manifest", "Manifest", "CardEntry",
 ]
 
 FORMAT = "pfd-release"
@@ -58,6 +58,45 @@ MANIFEST_KEYS = frozenset(
     {"format", "format_version", "method", "run_id", "image_size", "num_classes", "num_images", "images_per_class", "files",
      "audit", "card"}
 )
+
+class CardEntry(TypedDict):
+    """The manifest's ``card``: the dataset card's file and its digest."""
+
+    file: str
+    sha256: str
+
+
+class _ManifestFields(TypedDict):
+    format: str
+    format_version: int
+    method: str
+    image_size: int | list[int]
+    num_classes: int
+    num_images: int
+    images_per_class: dict[str, int]
+    files: dict[str, str]
+
+
+class Manifest(_ManifestFields, total=False):
+    """A release's ``manifest.json`` (:data:`MANIFEST_KEYS`; what :mod:`pfd.release.lint` checks).
+
+    Attributes:
+        format: :data:`FORMAT`.
+        format_version: :data:`FORMAT_VERSION`.
+        method: The distillation method.
+        image_size: ``S``, or ``[H, W]`` when not square.
+        num_classes: Released classes; ``num_images`` images.
+        images_per_class: Per class folder, its images.
+        files: Per released file (``0007/003.png``), its SHA-256.
+        run_id: The run that wrote it (optional).
+        audit: The audit's summary (:data:`AUDIT_KEYS`; optional).
+        card: The dataset card (optional).
+    """
+
+    run_id: str
+    audit: dict[str, object]
+    card: CardEntry
+
 
 #: Modes of the published files and folders (readable by everyone: it is the public artefact).
 RELEASE_FILE_MODE, RELEASE_DIR_MODE = 0o644, 0o755
@@ -136,7 +175,7 @@ def label_permutation(num_classes: int, rng: np.random.Generator) -> np.ndarray:
 
 
 
-def read_manifest(path: str | os.PathLike) -> dict[str, Any] | None:
+def read_manifest(path: str | os.PathLike) -> Manifest | None:
     """The manifest of a pfd release folder, or ``None`` if it has none / is not pfd's."""
     p = Path(path) / MANIFEST
     try:

@@ -54,17 +54,17 @@ import tomllib
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, TypedDict
 
 from pfd.errors import PfdError
 from pfd.io import PidLock, atomic_write_json, check_writable, path_within, sha256_bytes, sha256_file
-from pfd.release.format import MANIFEST, read_manifest
+from pfd.release.format import MANIFEST, Manifest, read_manifest
 
 __all__ = [
     "MARKER", "MARKER_FORMAT", "MARKER_VERSION", "LOCK", "PROXY_MAP", "STATE_FILE_MODE", "STATE_DIR_MODE",
     "StateDir", "read_marker", "write_marker", "new_run_id", "check_same_run", "release_sources", "recorded_private_spec", "check_outside_release",
     "check_separate", "check_apart_from_private", "prepare_state_dir", "secure_state_dir", "read_proxy_map", "DIGESTS", "record_digest", "check_digest", "StateLock", "check_outputs",
-    "RunClaim", "claim_state_dir",
+    "RunClaim", "claim_state_dir", "Marker", "ProxyMap", "ProxyRow",
 ]
 
 #: The marker that makes a folder a pfd state dir: the first file every run writes into it.
@@ -75,6 +75,46 @@ MARKER_VERSION = 1
 LOCK = ".pfd-lock"
 #: The proxy -> source map.
 PROXY_MAP = "proxy_map.json"
+class _MarkerFields(TypedDict):
+    format: str
+    format_version: int
+    run_id: str
+
+
+class Marker(_MarkerFields, total=False):
+    """The state dir's marker (:data:`MARKER`): its format, the run's id, and the SHA-256 of each
+    state file the run wrote (:data:`DIGESTS`, :func:`record_digest`)."""
+
+    digests: dict[str, str]
+
+
+class _ProxyRowFields(TypedDict):
+    index: int
+    file: str
+    label: str
+    source: int
+
+
+class ProxyRow(_ProxyRowFields, total=False):
+    """One proxy of the proxy map: its index, released file and label, its source's label (and name)."""
+
+    source_name: str
+
+
+class _ProxyMapFields(TypedDict):
+    release: str
+    label_seed: int
+    class_label: dict[str, str]
+    proxies: list[ProxyRow]
+
+
+class ProxyMap(_ProxyMapFields, total=False):
+    """``proxy_map.json`` (private): the release it maps, the label seed, internal class -> released
+    label, one :class:`ProxyRow` per proxy, and the run's ``extra`` fields (method, prototype rows)."""
+
+    extra: dict[str, object]
+
+
 #: Modes of everything in the state dir.
 STATE_FILE_MODE, STATE_DIR_MODE = 0o600, 0o700
 #: What a run writes before its first stage (a failed one leaves only these).
@@ -170,7 +210,7 @@ class StateDir:
 # --------------------------------------------------------------------------------------------
 
 
-def read_marker(state_dir: str | os.PathLike) -> dict[str, Any] | None:
+def read_marker(state_dir: str | os.PathLike) -> Marker | None:
     """The marker of a pfd state dir (:data:`MARKER`), or ``None`` if it has none (or an unreadable one)."""
     p = Path(state_dir) / MARKER
     try:
@@ -192,7 +232,7 @@ def new_run_id() -> str:
 def write_marker(state_root: str | os.PathLike, run_id: str) -> Path:
     """Write (atomically, 0600) the marker naming ``run_id``."""
     p = Path(state_root) / MARKER
-    atomic_write_json(p, {"format": MARKER_FORMAT, "format_version": MARKER_VERSION, "run_id": str(run_id)})
+    atomic_write_json(p, Marker(format=MARKER_FORMAT, format_version=MARKER_VERSION, run_id=str(run_id)))
     os.chmod(p, STATE_FILE_MODE)
     return p
 
@@ -255,7 +295,7 @@ def check_digest(state_dir: str | os.PathLike, name: str, *, data: bytes | None 
                        "publish again with pfd distill")
 
 
-def check_same_run(release: str | os.PathLike, state_dir: str | os.PathLike, *, manifest: dict[str, Any] | None = None) -> None:
+def check_same_run(release: str | os.PathLike, state_dir: str | os.PathLike, *, manifest: Manifest | None = None) -> None:
     """Refuse a state dir that is not provably the one of the run that wrote the release.
 
     Both sides must name a run id and the two must agree: scoring a release against another run's
@@ -282,7 +322,7 @@ def check_same_run(release: str | os.PathLike, state_dir: str | os.PathLike, *, 
 
 
 def release_sources(release: str | os.PathLike, state_dir: str | os.PathLike, *,
-                    manifest: dict[str, Any] | None = None) -> dict[str, tuple[int, str | None]]:
+                    manifest: Manifest | None = None) -> dict[str, tuple[int, str | None]]:
     """The one check that a release and a state dir belong together: same run, same files.
 
     Used by ``pfd release lint`` (as a finding), the audit's integrity check through it, and every
@@ -424,7 +464,7 @@ def recorded_private_spec(state_dir: str | os.PathLike) -> str | None:
     return spec if isinstance(spec, str) and spec else None
 
 
-def read_proxy_map(state_dir: str | os.PathLike) -> dict[str, Any]:
+def read_proxy_map(state_dir: str | os.PathLike) -> ProxyMap:
     """Read ``state_dir/proxy_map.json``.
 
     Raises:
@@ -476,7 +516,7 @@ class StateLock(PidLock):
 
 
 
-def _holds_work(state: StateDir, marker: dict[str, Any] | None) -> bool:
+def _holds_work(state: StateDir, marker: Marker | None) -> bool:
     """Whether a stage of a pfd run finished in ``state`` (a fresh run would overwrite it).
 
     The marker, ``config.toml`` and the private-set record alone are what a run that failed

@@ -24,11 +24,13 @@ from pfd.io import atomic_write_bytes, atomic_write_json, sha256_bytes, sha256_f
 from pfd.release.format import (
     AUDIT_KEYS,
     CARD,
+    CardEntry,
     FORMAT,
     FORMAT_VERSION,
     LABEL_NAME_RE,
     MANIFEST,
     PNG_NAME_RE,
+    Manifest,
     RELEASE_DIR_MODE,
     RELEASE_FILE_MODE,
     TMP_NAME_RE,
@@ -37,7 +39,7 @@ from pfd.release.format import (
     read_manifest,
     to_uint8,
 )
-from pfd.release.state_dir import PROXY_MAP, check_separate, record_digest
+from pfd.release.state_dir import PROXY_MAP, ProxyMap, ProxyRow, check_separate, record_digest
 
 __all__ = ["WrittenRelease", "write_release", "release_layout", "clear_interrupted_release", "write_proxy_map"]
 
@@ -55,14 +57,14 @@ class WrittenRelease:
     """
 
     root: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     files: list[str]
     labels: list[str]
     class_label: dict[int, str]
 
 
 
-def _prepare_release_dir(out: Path, resume: bool, run_id: str | None = None) -> dict[str, Any] | None:
+def _prepare_release_dir(out: Path, resume: bool, run_id: str | None = None) -> Manifest | None:
     """Check ``out`` can receive a release; return the previous manifest when resuming."""
     if out.exists() and not out.is_dir():
         raise PfdError(f"{out}: exists and is not a folder; choose another --out")
@@ -247,7 +249,7 @@ def release_layout(cls: np.ndarray, *, label_seed: int, avoid_labels: Iterable[s
 
 
 def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str, label_seed: int, run_id: str | None,
-                   old: dict[str, Any] | None, audit: Mapping[str, Any] | None = None,
+                   old: Manifest | None, audit: Mapping[str, Any] | None = None,
                    avoid_labels: Iterable[str] = (), card: str | None = None) -> WrittenRelease:
 
     files, labels, class_label = release_layout(cls, label_seed=label_seed, avoid_labels=avoid_labels)
@@ -263,16 +265,12 @@ def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str,
             atomic_write_bytes(path, data)
         sums[files[idx]] = digest
     per_class = {class_label[int(c)]: int(n) for c, n in zip(classes, counts)}
-    manifest: dict[str, Any] = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "method": str(method),
-        "image_size": plain_size(tuple(imgs.shape[1:3])),  # S, or [H, W] when not square
-        "num_classes": int(len(classes)),
-        "num_images": int(len(cls)),
-        "images_per_class": dict(sorted(per_class.items())),
-        "files": dict(sorted(sums.items())),
-    }
+    manifest = Manifest(
+        format=FORMAT, format_version=FORMAT_VERSION, method=str(method),
+        image_size=plain_size(tuple(imgs.shape[1:3])),  # S, or [H, W] when not square
+        num_classes=int(len(classes)), num_images=int(len(cls)), images_per_class=dict(sorted(per_class.items())),
+        files=dict(sorted(sums.items())),
+    )  # fmt: skip
     if run_id is not None:
         manifest["run_id"] = str(run_id)
     if audit is not None:
@@ -284,7 +282,7 @@ def _write_release(out: Path, imgs: np.ndarray, cls: np.ndarray, *, method: str,
         data = card.encode("utf-8")
         atomic_write_bytes(out / CARD, data)
         os.chmod(out / CARD, RELEASE_FILE_MODE)
-        manifest["card"] = {"file": CARD, "sha256": sha256_bytes(data)}
+        manifest["card"] = CardEntry(file=CARD, sha256=sha256_bytes(data))
     elif old and old.get("card"):  # re-published without a card: the old one goes
         (out / CARD).unlink(missing_ok=True)
     for rel in sums:
@@ -334,18 +332,14 @@ def write_proxy_map(
     src = np.asarray(proxy_source.cpu() if isinstance(proxy_source, torch.Tensor) else proxy_source, dtype=np.int64)
     if len(src) != len(written.files):
         raise ValueError(f"{len(written.files)} proxies but {len(src)} sources")
-    proxies = []
+    proxies: list[ProxyRow] = []
     for i, (f, lab, s) in enumerate(zip(written.files, written.labels, src)):
-        row: dict[str, Any] = {"index": i, "file": f, "label": lab, "source": int(s)}
+        row = ProxyRow(index=i, file=f, label=lab, source=int(s))
         if identities is not None:
             row["source_name"] = str(identities[int(s)])
         proxies.append(row)
-    doc: dict[str, Any] = {
-        "release": str(Path(written.root).resolve()),
-        "label_seed": int(label_seed),
-        "class_label": {str(k): v for k, v in written.class_label.items()},
-        "proxies": proxies,
-    }
+    doc = ProxyMap(release=str(Path(written.root).resolve()), label_seed=int(label_seed),
+                   class_label={str(k): v for k, v in written.class_label.items()}, proxies=proxies)
     if extra:
         doc["extra"] = dict(extra)
     path = Path(state_dir) / PROXY_MAP

@@ -27,7 +27,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, TypedDict
 
 import numpy as np
 
@@ -41,12 +41,13 @@ from pfd.audit.sets import ReleaseSets
 from pfd.card.config import CardConfig
 from pfd.card.downstream import (downstream_config, finetune, pair_scores, roc_curve, sample_images, utility_gain,
                                  verification)
-from pfd.card.pairs import adaptive_pairs, pair_identities
+from pfd.card.pairs import PairsInfo, adaptive_pairs, pair_identities
 from pfd.card.render import write_card
 from pfd.card.stats import identity_bootstrap_weights
 from pfd.config import AttackConfig, build_config, config_to_dict, dump_toml, load_recipe
 from pfd.config.checks import recipe_keys
 from pfd.data.faceset import ConcatFaces, FaceSet, to_memory
+from pfd.data.pairs import VerificationPairs
 from pfd.data.sources import open_faces
 from pfd.errors import PfdError
 from pfd.io import atomic_write_bytes, atomic_write_text, sha256_file
@@ -122,6 +123,46 @@ def _claim(cfg: CardConfig, out: Path) -> set[str]:
     return stale
 
 
+class _DigestFields(TypedDict):
+    private: str
+    public: list[str]
+    test: str
+
+
+class DataDigests(_DigestFields, total=False):
+    """The content digest of each of a card's data sets (:func:`~pfd.release.disjoint.content_digest`):
+    the private set, every public set, the test set and the held-out set (with ``--holdout``)."""
+
+    holdout: str
+
+
+class InputHashes(TypedDict):
+    """What a card's figures depend on, by content (``inputs.json``; :func:`_hashes`)."""
+
+    release_manifest: str
+    public_model: str
+    state_dir: dict[str, str]
+    data: DataDigests
+    settings: str
+    attack_settings: str
+
+
+@dataclass
+class PairScores:
+    """The verification pairs and every model's scores on them (:func:`_scores`).
+
+    Attributes:
+        pairs: The test set's pairs; ``pairs_info`` how many it gave.
+        scores: Per side (``public-ft``, ``with-release``), each seed's ``(P,)`` scores.
+        base: ``(P,)`` the public model's scores before any fine-tune.
+    """
+
+    pairs: VerificationPairs
+    pairs_info: PairsInfo
+    scores: dict[str, list[np.ndarray]]
+    base: np.ndarray
+
+
 @dataclass
 class CardInputs:
     """Every input of a card, opened and cross-checked once before any work, then passed down.
@@ -147,9 +188,9 @@ class CardInputs:
     public: list[FaceSet]
     test: FaceSet
     release: FaceSet
-    pairs: Any
-    pairs_info: dict[str, Any]
-    digests: dict[str, Any]
+    pairs: VerificationPairs
+    pairs_info: PairsInfo
+    digests: DataDigests
     attack: AttackConfig
     configs: dict[str, Any]
     audit: AuditInputs
@@ -205,7 +246,7 @@ def _attack_config(cfg: CardConfig, private: str, public_model: Path) -> tuple[A
     A broken setting names the card's recipe key (``card.attack.hubness.k``), not ``pfd attack``'s
     flag (``--csls-k``), which pfd card does not have (issue 34).
     """
-    layers: dict[str, Any] = {"release": cfg.release, "state_dir": cfg.state_dir, "private": private,
+    layers: dict[str, str | bool] = {"release": cfg.release, "state_dir": cfg.state_dir, "private": private,
                               "public_model": str(public_model), "report": str(Path(cfg.out).expanduser() / "privacy"),
                               "skip_bad": cfg.skip_bad}
     for name in sorted(cfg.attack):  # issue 54: `[card.attack] linkability = "x"` was a ValueError traceback
@@ -232,7 +273,7 @@ def _open_private(cfg: CardConfig, spec: str, size: Any) -> Any:
 
 
 def _check_disjoint(cfg: CardConfig, private_spec: str, private: FaceSet, public: list[FaceSet], test: FaceSet,
-                    release: FaceSet) -> dict[str, Any]:
+                    release: FaceSet) -> DataDigests:
     """The card's data sets told apart by content (:mod:`pfd.release.disjoint`), never by their spelling.
 
     Returns:
@@ -257,7 +298,7 @@ def _check_disjoint(cfg: CardConfig, private_spec: str, private: FaceSet, public
             raise PfdError(f"--public {spec} holds the same images as --public {seen[d]}: every public image would be "
                            "trained on twice; pass each public set once")
         seen[d] = spec
-    digests: dict[str, Any] = {"private": content_digest(private), "public": list(seen), "test": content_digest(test)}
+    digests = DataDigests(private=content_digest(private), public=list(seen), test=content_digest(test))
     if cfg.holdout:
         holdout = open_faces(cfg.holdout, size=release.size, skip_bad=cfg.skip_bad)
         check_disjoint_sets(holdout, private, a_flag=f"--holdout {cfg.holdout}", b_flag=f"the private set {private_spec}",
@@ -270,7 +311,7 @@ def _check_disjoint(cfg: CardConfig, private_spec: str, private: FaceSet, public
     return digests
 
 
-def _hashes(cfg: CardConfig, inputs: CardInputs) -> dict[str, Any]:
+def _hashes(cfg: CardConfig, inputs: CardInputs) -> InputHashes:
     """What the card's figures depend on, by content: the release (its manifest, which holds every
     file's sha256), the state dir's files the audit reads, the public model, every data set's pixel
     digest and the settings. ``--resume`` continues only when all are unchanged (issue 34: a release
@@ -279,10 +320,9 @@ def _hashes(cfg: CardConfig, inputs: CardInputs) -> dict[str, Any]:
     attack = dump_toml({"attack": dict(cfg.attack)}).encode()
     st = StateDir.at(cfg.state_dir)
     state = {p.name: sha256_file(p) for p in (st.proxy_map, st.adapted, st.judge_model, st.private_set) if p.is_file()}
-    return {"release_manifest": sha256_file(Path(cfg.release) / MANIFEST),
-            "public_model": sha256_file(inputs.public_model),
-            "state_dir": state, "data": inputs.digests,
-            "settings": hashlib.sha256(settings).hexdigest(), "attack_settings": hashlib.sha256(attack).hexdigest()}
+    return InputHashes(release_manifest=sha256_file(Path(cfg.release) / MANIFEST),
+                       public_model=sha256_file(inputs.public_model), state_dir=state, data=inputs.digests,
+                       settings=hashlib.sha256(settings).hexdigest(), attack_settings=hashlib.sha256(attack).hexdigest())
 
 
 #: What each entry of :func:`_hashes` is, for the message that refuses a --resume after it changed.
@@ -290,7 +330,7 @@ _INPUT_NAMES = {"release_manifest": "the release (--release: its manifest)", "pu
                 "state_dir": "the state dir's files (--state-dir)", "settings": "the settings"}
 
 
-def _check_inputs(out: Path, hashes: dict[str, Any], resume: bool) -> set[str]:
+def _check_inputs(out: Path, hashes: InputHashes, resume: bool) -> set[str]:
     """On ``--resume``, refuse inputs whose content changed since the card began, naming them.
 
     Returns:
@@ -324,7 +364,7 @@ def _check_inputs(out: Path, hashes: dict[str, Any], resume: bool) -> set[str]:
     return stale
 
 
-def _scores(cfg: CardConfig, out: Path, inputs: CardInputs, progress: bool) -> dict[str, Any]:
+def _scores(cfg: CardConfig, out: Path, inputs: CardInputs, progress: bool) -> PairScores:
     """Every seed's fine-tunes and their test-pair scores (kept; a resumed run skips what is done)."""
     size, e = inputs.size, cfg.eval
     test, pairs, info = inputs.test, inputs.pairs, inputs.pairs_info
@@ -359,7 +399,7 @@ def _scores(cfg: CardConfig, out: Path, inputs: CardInputs, progress: bool) -> d
                 scores[side].append(embed_scores(model, path))
             else:  # done by an earlier (resumed) run
                 scores[side].append(np.load(path))
-    return {"pairs": pairs, "pairs_info": info, "scores": scores, "base": base}
+    return PairScores(pairs=pairs, pairs_info=info, scores=scores, base=base)
 
 
 def _npy(a: np.ndarray) -> bytes:
@@ -368,16 +408,16 @@ def _npy(a: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _utility(cfg: CardConfig, s: dict[str, Any]) -> dict[str, Any]:
-    e, pairs = cfg.eval, s["pairs"]
+def _utility(cfg: CardConfig, s: PairScores) -> dict[str, Any]:
+    e, pairs = cfg.eval, s.pairs
     y = np.asarray(pairs.issame, dtype=bool)
     weights = identity_bootstrap_weights(*pair_identities(pairs), replicates=e.bootstrap, seed=e.seed)
-    gain = utility_gain(s["scores"]["with-release"], s["scores"]["public-ft"], y, weights, folds=e.folds, fars=e.fars,
+    gain = utility_gain(s.scores["with-release"], s.scores["public-ft"], y, weights, folds=e.folds, fars=e.fars,
                         seed=e.seed)
-    per_seed = {side: [verification(sc, y, folds=e.folds, fars=e.fars) for sc in s["scores"][side]] for side in SIDES}
-    roc = {"base": roc_curve(s["base"], y), **{side: roc_curve(s["scores"][side][0], y) for side in SIDES}}
-    return {"pairs": s["pairs_info"], "test_identities": int(len(np.unique(pair_identities(pairs)[0]))),
-            "base": verification(s["base"], y, folds=e.folds, fars=e.fars), "per_seed": per_seed, "gain": gain,
+    per_seed = {side: [verification(sc, y, folds=e.folds, fars=e.fars) for sc in s.scores[side]] for side in SIDES}
+    roc = {"base": roc_curve(s.base, y), **{side: roc_curve(s.scores[side][0], y) for side in SIDES}}
+    return {"pairs": s.pairs_info, "test_identities": int(len(np.unique(pair_identities(pairs)[0]))),
+            "base": verification(s.base, y, folds=e.folds, fars=e.fars), "per_seed": per_seed, "gain": gain,
             "roc": roc, "seeds": cfg.seeds}
 
 

@@ -10,7 +10,7 @@ figure. :func:`pair_identities` gives the identity of each side, which the ident
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -18,10 +18,27 @@ from pfd.data.faceset import FaceSet
 from pfd.data.pairs import VerificationPairs, generate_pairs
 from pfd.errors import PfdError
 
-__all__ = ["adaptive_pairs", "pair_identities"]
+__all__ = ["adaptive_pairs", "pair_identities", "PairsInfo"]
 
 
-def adaptive_pairs(faces: FaceSet, *, num_pairs: int, seed: int = 0, folds: int = 10) -> tuple[VerificationPairs, dict[str, Any]]:
+class PairsInfo(TypedDict):
+    """How many verification pairs a test set gave (``card.json``'s ``utility.pairs``).
+
+    Attributes:
+        requested: Genuine pairs asked for (and as many impostors).
+        genuine_available: Distinct genuine pairs the set has; ``impostor_available`` impostor ones.
+        used: Pairs of each kind used.
+        all_genuine: Whether every genuine pair is in.
+    """
+
+    requested: int
+    genuine_available: int
+    impostor_available: int
+    used: int
+    all_genuine: bool
+
+
+def adaptive_pairs(faces: FaceSet, *, num_pairs: int, seed: int = 0, folds: int = 10) -> tuple[VerificationPairs, PairsInfo]:
     """Verification pairs of a test set of any size: ``min(num_pairs, available)`` of each kind.
 
     When the set has fewer distinct genuine pairs than ``num_pairs`` every one of them is used
@@ -35,8 +52,7 @@ def adaptive_pairs(faces: FaceSet, *, num_pairs: int, seed: int = 0, folds: int 
         folds: Folds of the accuracy; at least this many pairs are needed.
 
     Returns:
-        ``(pairs, info)``; ``info``: ``requested``, ``genuine_available``, ``impostor_available``,
-        ``used`` (per kind) and ``all_genuine`` (every genuine pair is in).
+        ``(pairs, info)`` (:class:`PairsInfo`).
 
     Raises:
         PfdError: Too few identities or images for ``folds`` folds of both kinds.
@@ -53,8 +69,8 @@ def adaptive_pairs(faces: FaceSet, *, num_pairs: int, seed: int = 0, folds: int 
         raise PfdError(f"{faces.describe()}: {genuine} genuine and {impostor} impostor pairs exist, too few for "
                        f"{folds}-fold verification; the test set needs 2+ identities with 2+ images each")
     pairs = generate_pairs(faces, num_pairs=n, seed=seed)
-    return pairs, {"requested": int(num_pairs), "genuine_available": genuine, "impostor_available": int(impostor),
-                   "used": n, "all_genuine": n == genuine}
+    return pairs, PairsInfo(requested=int(num_pairs), genuine_available=genuine, impostor_available=int(impostor),
+                            used=n, all_genuine=n == genuine)
 
 
 def pair_identities(pairs: VerificationPairs) -> tuple[np.ndarray, np.ndarray]:

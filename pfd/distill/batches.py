@@ -8,7 +8,7 @@ and last value of each loss. A file exists only once its batch is finished (atom
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -17,7 +17,25 @@ from pfd.errors import PfdError
 from pfd.io import atomic_torch_save
 from pfd.release.state_dir import StateDir
 
-__all__ = ["save_batch", "load_batch", "gather_batches"]
+__all__ = ["save_batch", "load_batch", "gather_batches", "BatchFile"]
+
+
+class BatchFile(TypedDict):
+    """One batch file (a plain dict in ``batch_XXXXX.pt``).
+
+    Attributes:
+        index: The batch's index.
+        rows: ``(B,)`` prototype rows of its proxies.
+        proxies: ``(B, 3, H, W)`` uint8 released pixels.
+        embeddings: ``(B, D)`` their normalised embeddings in the adapted model.
+        history: First/last value of each loss.
+    """
+
+    index: int
+    rows: torch.Tensor
+    proxies: torch.Tensor
+    embeddings: torch.Tensor
+    history: dict[str, float]
 
 
 def save_batch(state: StateDir, index: int, *, rows: np.ndarray, proxies: np.ndarray, embeddings: torch.Tensor,
@@ -34,20 +52,16 @@ def save_batch(state: StateDir, index: int, *, rows: np.ndarray, proxies: np.nda
     """
     path = state.batch(index)
     atomic_torch_save(
-        {
-            "index": int(index),
-            "rows": torch.as_tensor(np.asarray(rows), dtype=torch.int64),
-            "proxies": torch.as_tensor(np.ascontiguousarray(proxies), dtype=torch.uint8),
-            "embeddings": embeddings.detach().float().cpu(),
-            "history": {k: float(v) for k, v in history.items()},
-        },
+        BatchFile(index=int(index), rows=torch.as_tensor(np.asarray(rows), dtype=torch.int64),
+                  proxies=torch.as_tensor(np.ascontiguousarray(proxies), dtype=torch.uint8),
+                  embeddings=embeddings.detach().float().cpu(), history={k: float(v) for k, v in history.items()}),
         path,
     )
     return path
 
 
 
-def load_batch(state: StateDir, index: int) -> dict[str, Any]:
+def load_batch(state: StateDir, index: int) -> BatchFile:
     """Read one batch file (``weights_only``).
 
     Raises:
@@ -60,7 +74,7 @@ def load_batch(state: StateDir, index: int) -> dict[str, Any]:
         raise PfdError(f"{path}: unreadable batch file ({type(e).__name__}); delete it and rerun with --resume") from None
 
 
-def gather_batches(state: StateDir, n_batches: int, n_proxies: int) -> tuple[list[dict[str, Any]], torch.Tensor]:
+def gather_batches(state: StateDir, n_batches: int, n_proxies: int) -> tuple[list[BatchFile], torch.Tensor]:
     """Every batch file of a finished RTA stage, checked to cover each proxy exactly once.
 
     Returns:

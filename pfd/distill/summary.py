@@ -24,6 +24,7 @@ import torch
 
 from pfd.config import DistillConfig
 from pfd.memory import StagePeaks
+from pfd.distill.batches import BatchFile
 from pfd.distill.gate import format_checks
 from pfd.distill.prototype_stage import LightingTargets, Prototypes
 
@@ -63,7 +64,7 @@ def proxy_rates(
 def build_summary(
     cfg: DistillConfig,
     *,
-    docs: list[dict[str, Any]],
+    docs: list[BatchFile],
     rows: torch.Tensor,
     protos: Prototypes,
     ogp_losses: dict[str, float],

@@ -16,7 +16,7 @@ import hashlib
 import json
 import unicodedata
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -26,9 +26,26 @@ from pfd.errors import PfdError
 from pfd.io import atomic_write_json
 import logging
 
-__all__ = ["private_set_record", "record_private_set", "check_private_set", "check_audited_private_set"]
+__all__ = ["private_set_record", "record_private_set", "check_private_set", "check_audited_private_set",
+           "PrivateSetRecord"]
 
 FORMAT = "pfd-private-set"
+
+
+class PrivateSetRecord(TypedDict):
+    """``state/private_set.json`` (private: it names people and files).
+
+    Attributes:
+        format: ``"pfd-private-set"``.
+        identities: The identities in label order.
+        images: Per image ``[identity, file name, pixel digest]``.
+        sha256: The digest of the whole record's content.
+    """
+
+    format: str
+    identities: list[str]
+    images: list[list[str]]
+    sha256: str
 
 
 def _pixels_sha(img: torch.Tensor) -> str:
@@ -36,21 +53,21 @@ def _pixels_sha(img: torch.Tensor) -> str:
     return hashlib.sha256(t.numpy().tobytes() + str(tuple(t.shape)).encode()).hexdigest()[:32]
 
 
-def private_set_record(faces: FaceSet) -> dict[str, Any]:
+def private_set_record(faces: FaceSet) -> PrivateSetRecord:
     """The record of ``faces``: identities, and per image (identity, name, pixel digest)."""
     labels = np.asarray(faces.labels)
     images = [[faces.identities[int(labels[i])], faces.name(i), _pixels_sha(faces.load(i))] for i in range(len(faces))]
     whole = hashlib.sha256(repr((list(faces.identities), images)).encode()).hexdigest()
-    return {"format": FORMAT, "identities": list(faces.identities), "images": images, "sha256": whole}
+    return PrivateSetRecord(format=FORMAT, identities=list(faces.identities), images=images, sha256=whole)
 
 
-def record_private_set(path: Path, record: dict[str, Any]) -> None:
+def record_private_set(path: Path, record: PrivateSetRecord) -> None:
     """Write the record atomically (0600: it names private people and files)."""
     atomic_write_json(path, record)
     path.chmod(0o600)
 
 
-def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
+def _differences(old: PrivateSetRecord, new: PrivateSetRecord) -> str:
     """The first differences between two records, in words."""
     was, now = list(old["identities"]), list(new["identities"])
     gone, added = [i for i in was if i not in set(now)], [i for i in now if i not in set(was)]
@@ -84,7 +101,7 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
     return "the images are in another order"
 
 
-def _read_record(path: Path, *, fix: str) -> dict[str, Any]:
+def _read_record(path: Path, *, fix: str) -> PrivateSetRecord:
     """``state/private_set.json``, or a one-line error naming it and ``fix``."""
     try:
         old = json.loads(path.read_text(encoding="utf-8"))
@@ -95,7 +112,7 @@ def _read_record(path: Path, *, fix: str) -> dict[str, Any]:
     return old
 
 
-def check_private_set(path: Path, faces: FaceSet, *, spec: str) -> dict[str, Any]:
+def check_private_set(path: Path, faces: FaceSet, *, spec: str) -> PrivateSetRecord:
     """Refuse a resumed run whose private set is not the one its state dir was made from.
 
     Args:

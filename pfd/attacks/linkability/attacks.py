@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
+    from pfd.attacks.linkability.classes import AttackerClassLink
     from pfd.attacks.linkability.matching import LinkFigures
+    from pfd.attacks.linkability.ranks import AttackerSourceRank
 
 # The attacks' maths (torch) is imported where they run: this module, with its configs, is read by
 # the CLI at start-up to make pfd attack's options.
@@ -210,7 +212,7 @@ class HubnessAttack(Check):
 class SourceRankResult(CheckResult):
     """The rank-last attack and the uniformity test, per attacker."""
 
-    tests: list[dict[str, Any]]
+    tests: list[AttackerSourceRank]
 
     def sections(self) -> dict[str, Any]:
         return {"source_rank": self.tests}
@@ -218,14 +220,14 @@ class SourceRankResult(CheckResult):
     def rows(self) -> list[AuditRow]:
         out = []
         for t in self.tests:
-            last, by = t["reid_last"], t.get("by", "cos")
+            last, by = t["reid_last"], t["by"]
             name = "Rank-last Re-ID" if by == "cos" else "Orthogonal Re-ID"
             test = "Source rank uniform (proxies): mean rank" if by == "cos" else "Source rank by absolute cosine uniform (proxies): mean rank"
             out.append(summary_row(f"{name} (proxies)", t["attacker"], last["rate"], last["chance"], last["ci95"],
-                                   "rate", count=last["count"], n=last["n"], n_eff=last.get("n_eff"), rule_out=True,
-                                   people=last.get("clusters")))
+                                   "rate", count=last["count"], n=last["n"], n_eff=last["n_eff"], rule_out=True,
+                                   people=last["clusters"]))
             out.append(summary_row(test, t["attacker"], t["mean_rank"], t["chance_mean_rank"], t["mean_rank_ci95"], "score",
-                                   test_p=t["p"], p_floor=t.get("p_floor"), data_floor=t.get("data_floor"),
+                                   test_p=t["p"], p_floor=t["p_floor"], data_floor=t["data_floor"],
                                    setting=f"[{outer_key('attack.source_rank')}] permutations"))
         return out
 
@@ -276,7 +278,7 @@ class SourceRankAttack(Check):
         return None
 
     def run(self, inputs: AuditInputs) -> SourceRankResult:
-        from pfd.attacks.linkability.ranks import source_rank_test
+        from pfd.attacks.linkability.ranks import AttackerSourceRank, source_rank_test
 
         tests = []
         for a, e in _cosine_attackers(inputs):
@@ -284,7 +286,7 @@ class SourceRankAttack(Check):
                 t = inputs.clock.run("linkability", lambda e=e, by=by: source_rank_test(
                     e["proxies"], inputs.source, e["private"], inputs.labels, permutations=self.cfg.permutations,
                     seed=inputs.cfg.seed, by=by))
-                tests.append({"attacker": a.role, **t})
+                tests.append(AttackerSourceRank(attacker=a.role, **t))
         return SourceRankResult(tests)
 
 
@@ -292,7 +294,7 @@ class SourceRankAttack(Check):
 class ClassLinkResult(CheckResult):
     """The class-level attacks, per attacker (:func:`pfd.attacks.linkability.classes.class_link_test`)."""
 
-    tests: list[dict[str, Any]]
+    tests: list[AttackerClassLink]
 
     def sections(self) -> dict[str, Any]:
         return {"class_link": self.tests}
@@ -348,14 +350,14 @@ class ClassLinkAttack(Check):
         return None
 
     def run(self, inputs: AuditInputs) -> ClassLinkResult:
-        from pfd.attacks.linkability.classes import class_link_test
+        from pfd.attacks.linkability.classes import AttackerClassLink, class_link_test
 
         tests = []
         for a, e in _cosine_attackers(inputs):
             t = inputs.clock.run("linkability", lambda e=e: class_link_test(
                 e["proxies"], inputs.source, e["private"], inputs.labels, permutations=self.cfg.permutations,
                 seed=inputs.cfg.seed))
-            tests.append({"attacker": a.role, **t})
+            tests.append(AttackerClassLink(attacker=a.role, **t))
         return ClassLinkResult(tests)
 
 

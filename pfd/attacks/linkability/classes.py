@@ -27,7 +27,7 @@ audit, so adding attacks here does not split the audit's level further.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -36,7 +36,48 @@ from pfd.attacks.linkability.matching import _as_tensor, _check_sources, _unit
 from pfd.attacks.linkability.ranks import block_rows, identity_templates, injections, rank_blocks
 from pfd.errors import PfdError
 
-__all__ = ["CLASS_ATTACKS", "class_groups", "named_identities", "class_link_test"]
+__all__ = ["CLASS_ATTACKS", "class_groups", "named_identities", "class_link_test", "ClassAttackFigures", "ClassLinkTest",
+           "AttackerClassLink"]
+
+
+class ClassAttackFigures(TypedDict):
+    """One class-level attack's classes linked, their share and its own permutation p-value."""
+
+    count: int
+    rate: float
+    p: float
+
+
+class ClassLinkTest(TypedDict):
+    """:func:`class_link_test`, JSON-ready.
+
+    Attributes:
+        classes: Released classes; ``identities`` private identities; ``chance`` ``1 / identities``.
+        attacks: Per attack (:data:`CLASS_ATTACKS`) its figures.
+        best: The attack with the most classes linked; ``count`` and ``rate`` its figures.
+        p: The p-value of the largest count (exact under the null); ``p_floor`` the smallest these
+            draws reach, ``data_floor`` the smallest any number does; ``permutations`` the draws.
+        null95: The null's 95th percentile of the best rate.
+    """
+
+    classes: int
+    identities: int
+    chance: float
+    attacks: dict[str, ClassAttackFigures]
+    best: str
+    count: int
+    rate: float
+    p: float
+    p_floor: float
+    data_floor: float
+    permutations: int
+    null95: float
+
+
+class AttackerClassLink(ClassLinkTest):
+    """One attacker's :class:`ClassLinkTest` (``report.json``'s ``class_link`` entries)."""
+
+    attacker: str
 
 #: The class-level attacks, in report order: ``name -> description``.
 CLASS_ATTACKS: dict[str, str] = {
@@ -116,7 +157,7 @@ def named_identities(proxy_emb: Any, group: np.ndarray, private_emb: Any, privat
 
 
 def class_link_test(proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any, *,
-                    permutations: int = 20000, seed: int = 0) -> dict[str, Any]:
+                    permutations: int = 20000, seed: int = 0) -> ClassLinkTest:
     """Score the class-level attacks and test them together (module docstring), JSON-ready.
 
     Args:
@@ -128,9 +169,7 @@ def class_link_test(proxy_emb: Any, proxy_source: Any, private_emb: Any, private
         seed: Seed of the tie-breaking and the permutations.
 
     Returns:
-        ``{"classes", "identities", "chance", "attacks": {name: {"count", "rate", "p"}}, "best",
-        "rate" (the best attack's), "count", "p" (of the largest count, exact under the null),
-        "p_floor", "data_floor", "null95" (the null's 95th percentile of the best rate)}``.
+        The :class:`ClassLinkTest`.
 
     Raises:
         PfdError: Fewer than two identities, or sources outside the private labels.
@@ -161,12 +200,12 @@ def class_link_test(proxy_emb: Any, proxy_source: Any, private_emb: Any, private
     log_arr = math.lgamma(n_ids + 1) - math.lgamma(n_ids - n_groups + 1)
     best = int(np.argmax(counts))
     nb = np.concatenate(null_best) if null_best else np.zeros(1)
-    return {
-        "classes": int(n_groups), "identities": int(n_ids), "chance": 1.0 / n_ids,
-        "attacks": {name: {"count": int(counts[v]), "rate": float(counts[v] / n_groups), "p": float(p_all[v])}
-                    for v, name in enumerate(CLASS_ATTACKS)},
-        "best": list(CLASS_ATTACKS)[best], "count": int(counts[best]), "rate": float(counts[best] / n_groups),
-        "p": float(p_all[-1]), "p_floor": 1.0 / (1 + permutations),
-        "data_floor": math.exp(-log_arr) if log_arr < 700 else 0.0, "permutations": int(permutations),
-        "null95": float(np.quantile(nb, 0.95) / n_groups),
-    }
+    return ClassLinkTest(
+        classes=int(n_groups), identities=int(n_ids), chance=1.0 / n_ids,
+        attacks={name: ClassAttackFigures(count=int(counts[v]), rate=float(counts[v] / n_groups), p=float(p_all[v]))
+                 for v, name in enumerate(CLASS_ATTACKS)},
+        best=list(CLASS_ATTACKS)[best], count=int(counts[best]), rate=float(counts[best] / n_groups),
+        p=float(p_all[-1]), p_floor=1.0 / (1 + permutations),
+        data_floor=math.exp(-log_arr) if log_arr < 700 else 0.0, permutations=int(permutations),
+        null95=float(np.quantile(nb, 0.95) / n_groups),
+    )  # fmt: skip

@@ -25,8 +25,8 @@ memory is ``query_chunk × chunk`` whatever the gallery size.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -34,7 +34,7 @@ import torch
 from pfd.audit.intervals import clustered_interval, composition_chance
 from pfd.errors import PfdError
 
-__all__ = ["streamed_top1", "LinkabilityResult", "LinkFigures", "visual_matching", "rank1_reid", "HUB_SHARE", "hub_share"]
+__all__ = ["streamed_top1", "LinkabilityResult", "LinkabilityFigures", "LinkFigures", "visual_matching", "rank1_reid", "HUB_SHARE", "hub_share"]
 
 
 def _as_tensor(x: Any, name: str) -> torch.Tensor:
@@ -122,6 +122,29 @@ def streamed_top1(
     return best_idx.numpy(), best_val.numpy()
 
 
+class _FigureFields(TypedDict):
+    attack: str
+    count: int
+    n: int
+    rate: float
+    chance: float
+    ci95: list[float]
+    n_identities: int
+    n_eff: float
+    design_effect: float
+    clusters: int
+
+
+class LinkabilityFigures(_FigureFields, total=False):
+    """A :class:`LinkabilityResult` in ``report.json`` (:meth:`LinkabilityResult.as_dict`): its
+    figures, and the per-proxy arrays only when asked for."""
+
+    predicted: list[int]
+    match_index: list[int]
+    score: list[float]
+    success: list[bool]
+
+
 @dataclass(frozen=True)
 class LinkabilityResult:
     """Outcome of a linkability attack.
@@ -161,16 +184,14 @@ class LinkabilityResult:
     score: np.ndarray = field(repr=False)
     success: np.ndarray = field(repr=False)
 
-    def as_dict(self, *, per_proxy: bool = False) -> dict[str, Any]:
-        """JSON-ready dict; the per-proxy arrays only with ``per_proxy=True``."""
-        d = asdict(self)
-        arrays = ("predicted", "match_index", "score", "success")
-        for k in arrays:
-            d[k] = d[k].tolist()
-        if not per_proxy:
-            for k in arrays:
-                del d[k]
-        d["ci95"] = list(self.ci95)
+    def as_dict(self, *, per_proxy: bool = False) -> LinkabilityFigures:
+        """JSON-ready figures; the per-proxy arrays only with ``per_proxy=True``."""
+        d = LinkabilityFigures(attack=self.attack, count=self.count, n=self.n, rate=self.rate, chance=self.chance,
+                               ci95=[float(x) for x in self.ci95], n_identities=self.n_identities, n_eff=self.n_eff,
+                               design_effect=self.design_effect, clusters=self.clusters)
+        if per_proxy:
+            d.update(predicted=self.predicted.tolist(), match_index=self.match_index.tolist(),
+                     score=self.score.tolist(), success=self.success.tolist())
         return d
 
 
@@ -189,7 +210,7 @@ class LinkFigures:
     attacker: str
     results: dict[str, LinkabilityResult]
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, str | LinkabilityFigures]:
         """``report.json``'s entry: ``{"target", "attacker", <attack>: {...}}``."""
         return {"target": self.target, "attacker": self.attacker, **{a: r.as_dict() for a, r in self.results.items()}}
 

@@ -23,17 +23,57 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
 from scipy.stats import t as student_t
 
-from pfd.attacks.linkability.matching import LinkabilityResult, _as_tensor, _check_sources, _result, _unit
+from pfd.attacks.linkability.matching import LinkabilityFigures, LinkabilityResult, _as_tensor, _check_sources, _result, _unit
 from pfd.errors import PfdError
 
-__all__ = ["RANKINGS", "BLOCK", "block_rows", "identity_templates", "ranks_from_cos", "rank_blocks", "identity_ranks",
+__all__ = ["UniformityTest", "SourceRankTest", "AttackerSourceRank", "RANKINGS", "BLOCK", "block_rows", "identity_templates", "ranks_from_cos", "rank_blocks", "identity_ranks",
            "source_ranks", "rank_last", "injections", "uniformity_test", "source_rank_test"]
+
+
+class UniformityTest(TypedDict):
+    """The permutation test that the source's rank is uniform (:func:`uniformity_test`), JSON-ready.
+
+    Attributes:
+        statistic: The chi-square statistic of the binned ranks; ``p`` its permutation p-value,
+            ``p_floor`` the smallest p these draws reach, ``data_floor`` the smallest any number does.
+        permutations: Draws of the null; ``bins`` bins of the ranks.
+        histogram: Proxies per bin; ``expected`` under the null.
+        mean_rank: Mean normalised rank (0 nearest, 1 farthest), its 95 % interval over source
+            identities and its chance value (0.5).
+        uniform: Whether ``p > 0.05``.
+    """
+
+    statistic: float
+    p: float
+    p_floor: float
+    data_floor: float
+    permutations: int
+    bins: int
+    histogram: list[int]
+    expected: list[float]
+    mean_rank: float
+    mean_rank_ci95: list[float]
+    chance_mean_rank: float
+    uniform: bool
+
+
+class SourceRankTest(UniformityTest):
+    """:func:`source_rank_test`: the ranking (``by``), the rank-last attack's figures and the test."""
+
+    by: str
+    reid_last: LinkabilityFigures
+
+
+class AttackerSourceRank(SourceRankTest):
+    """One attacker's :class:`SourceRankTest` (``report.json``'s ``source_rank`` entries)."""
+
+    attacker: str
 
 
 #: How identities are ranked: by cosine to the template (0 = nearest), or by its absolute value
@@ -213,7 +253,7 @@ def _per_bin(binned: np.ndarray, b: int) -> np.ndarray:
 def uniformity_test(ranks: np.ndarray | None, source: np.ndarray, n_ids: int, *, bins: int = 10,
                     permutations: int = 2000, seed: int = 0,
                     rank_matrix: np.ndarray | Iterable[tuple[int, np.ndarray]] | None = None,
-                    identities: np.ndarray | None = None) -> dict[str, Any]:
+                    identities: np.ndarray | None = None) -> UniformityTest:
     """Permutation test that the source's rank is uniform over ``{0, ..., N-1}``.
 
     Args:
@@ -288,15 +328,14 @@ def uniformity_test(ranks: np.ndarray | None, source: np.ndarray, n_ids: int, *,
     # Student's t over the G source means: with z = 1.96 the interval missed 0.5 in 7 % of null audits
     # at the demo's 24 sources (tests/attacks/linkability/test_ranks.py checks its coverage).
     half = float(student_t.ppf(0.975, len(per_source) - 1)) * se if len(per_source) > 1 else float("nan")
-    return {"statistic": t, "p": float(p), "p_floor": 1.0 / (1 + permutations), "data_floor": data_floor,
-            "permutations": int(permutations), "bins": b,
-            "histogram": np.histogram(ranks, bins=edges)[0].tolist(), "expected": expected.tolist(),
-            "mean_rank": m, "mean_rank_ci95": [m - half, m + half], "chance_mean_rank": 0.5,
-            "uniform": bool(p > 0.05)}
+    return UniformityTest(statistic=t, p=float(p), p_floor=1.0 / (1 + permutations), data_floor=data_floor,
+                          permutations=int(permutations), bins=b, histogram=np.histogram(ranks, bins=edges)[0].tolist(),
+                          expected=expected.tolist(), mean_rank=m, mean_rank_ci95=[m - half, m + half],
+                          chance_mean_rank=0.5, uniform=bool(p > 0.05))
 
 
 def source_rank_test(proxy_emb: Any, proxy_source: Any, private_emb: Any, private_labels: Any, *,
-                     permutations: int = 2000, seed: int = 0, by: str = "cos") -> dict[str, Any]:
+                     permutations: int = 2000, seed: int = 0, by: str = "cos") -> SourceRankTest:
     """The rank-last attack and the uniformity test of the source's rank, JSON-ready.
 
     Args:
@@ -304,7 +343,7 @@ def source_rank_test(proxy_emb: Any, proxy_source: Any, private_emb: Any, privat
             rank-last is the orthogonal Re-ID).
 
     Returns:
-        ``{"by", "reid_last": LinkabilityResult.as_dict(), **uniformity_test(...)}``.
+        The :class:`SourceRankTest`: ``by``, the rank-last attack's figures, the uniformity test.
     """
     src = np.asarray(proxy_source).ravel()
     lab = np.asarray(private_labels).ravel()
@@ -322,4 +361,4 @@ def source_rank_test(proxy_emb: Any, proxy_source: Any, private_emb: Any, privat
     test = uniformity_test(None, src, len(uniq), permutations=permutations, seed=seed, rank_matrix=blocks(),
                            identities=uniq)
     last = _last(proxy_emb, src, templates, uniq, idx, by)
-    return {"by": by, "reid_last": last.as_dict(), **test}
+    return SourceRankTest(by=by, reid_last=last.as_dict(), **test)

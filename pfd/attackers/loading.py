@@ -37,9 +37,9 @@ from __future__ import annotations
 import copy
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -50,14 +50,15 @@ from pfd.embed import Embedder
 from pfd.attackers.torchscript import first_line, is_torchscript, load_torchscript
 from pfd.data.shape import canonical_size, image_hw, same_size, size_text
 from pfd.errors import PfdError
-from pfd.attackers.outside import INSIGHTFACE, AttackerSpec, ConventionAdapter, describe_convention, load_outside_model, read_attacker_spec
+from pfd.attackers.outside import (INSIGHTFACE, AttackerSpec, ConventionAdapter, InputConvention, load_outside_model,
+                                   read_attacker_spec)
 from pfd.attackers.outside import is_entry_point
 from pfd.nn.checkpoints import load_checkpoint
 import logging
 import threading
 from pfd.nn.checkpoints import load_backbone
 
-__all__ = ["Attacker", "load_attacker", "load_outside_attacker", "is_torchscript", "resize_images", "checkpoint_head",
+__all__ = ["Attacker", "load_attacker", "load_outside_attacker", "is_torchscript", "resize_images", "checkpoint_head", "StoredHead",
            "check_not_constant"]
 
 #: Seconds a model may take on its first batch of 2 images before a warning names it.
@@ -96,7 +97,7 @@ class Attacker:
     embedding_dim: int
     embedder: Embedder
     distance: str = "cosine"
-    convention: dict[str, Any] | None = None
+    convention: InputConvention | None = None
 
     def embed(self, x: FaceSet | torch.Tensor, *, cache_dir: str | os.PathLike | None = None) -> torch.Tensor:
         """``(n, D)`` unit embeddings of a FaceSet (opened at :attr:`size`) or an image tensor.
@@ -147,12 +148,12 @@ class Attacker:
         return any(isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None
                    for m in self.model.modules())
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """JSON-ready description (role, path, kind, size, embedding_dim, arch when known)."""
-        d: dict[str, Any] = {"role": self.role, "path": self.path, "kind": self.kind, "size": self.size,
-                             "embedding_dim": self.embedding_dim, "distance": self.distance}
+        d: dict[str, object] = {"role": self.role, "path": self.path, "kind": self.kind, "size": self.size,
+                                "embedding_dim": self.embedding_dim, "distance": self.distance}
         if self.convention is not None:
-            d["convention"] = dict(self.convention)
+            d["convention"] = asdict(self.convention)
         arch = getattr(self.model, "arch", None)
         if isinstance(arch, dict):
             d["arch"] = dict(arch)
@@ -341,11 +342,19 @@ def load_outside_attacker(
     embedder = Embedder(model, batch_size=batch_size, flip=flip, device="cpu" if kind == "onnx" else device,
                         progress=progress, normalize=conv.distance == "cosine")
     return Attacker(role=name, path=desc, kind=kind, model=model, size=side, embedding_dim=dim, embedder=embedder,
-                    distance=conv.distance, convention=describe_convention(conv))
+                    distance=conv.distance, convention=conv)
 
 
-def checkpoint_head(path: str | os.PathLike) -> dict[str, Any] | None:
-    """``{"kind", "scale", "margin"}`` of the margin head stored in a pfd checkpoint, else ``None``.
+class StoredHead(TypedDict, total=False):
+    """What a pfd checkpoint says of its margin head (the keys it stores)."""
+
+    kind: str
+    scale: float
+    margin: float | None
+
+
+def checkpoint_head(path: str | os.PathLike) -> StoredHead | None:
+    """The kind, scale and margin of the margin head stored in a pfd checkpoint, else ``None``.
 
     Used to default the grey-box MIA statistics to the head the model was trained with.
     """
@@ -361,4 +370,4 @@ def checkpoint_head(path: str | os.PathLike) -> dict[str, Any] | None:
     head = ck.get("head")
     if not isinstance(head, dict) or "kind" not in head:
         return None
-    return {k: head[k] for k in ("kind", "scale", "margin") if k in head}
+    return StoredHead(**{k: head[k] for k in ("kind", "scale", "margin") if k in head})

@@ -33,7 +33,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -336,7 +336,3 @@ def _declared_size(obj: Any) -> tuple[int, int] | None:
             return (v, v)
     return None
 
-
-def describe_convention(conv: InputConvention) -> dict[str, Any]:
-    """JSON-ready convention (for reports)."""
-    return asdict(conv)

@@ -10,14 +10,24 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from scipy.stats import beta
 
 from pfd.errors import PfdError
 
-__all__ = ["wilson_interval", "clopper_pearson", "MIN_CLUSTERS_FOR_DEFF", "clustered_interval", "composition_chance"]
+__all__ = ["wilson_interval", "clopper_pearson", "MIN_CLUSTERS_FOR_DEFF", "clustered_interval", "ClusteredInterval",
+           "composition_chance"]
+
+
+class ClusteredInterval(TypedDict):
+    """:func:`clustered_interval`: the interval, the effective trials, the design effect and the clusters."""
+
+    ci95: tuple[float, float]
+    n_eff: float
+    design_effect: float
+    clusters: int
 
 
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -88,7 +98,7 @@ def clopper_pearson(k: float, n: float, *, alpha: float = 0.05) -> tuple[float, 
 MIN_CLUSTERS_FOR_DEFF = 5
 
 
-def clustered_interval(success: Any, cluster: Any, *, alpha: float = 0.05) -> dict[str, Any]:
+def clustered_interval(success: Any, cluster: Any, *, alpha: float = 0.05) -> ClusteredInterval:
     """Interval of a success rate whose trials come in clusters (the K proxies of one source).
 
     Proxies of one source identity share that identity and its prototypes, so their successes
@@ -120,7 +130,7 @@ def clustered_interval(success: Any, cluster: Any, *, alpha: float = 0.05) -> di
         alpha: 1 − confidence.
 
     Returns:
-        ``{"ci95": (low, high), "n_eff": float, "design_effect": float, "clusters": int}``.
+        The :class:`ClusteredInterval` (``ci95`` as ``(low, high)``).
 
     Raises:
         PfdError: If the lengths differ.
@@ -131,7 +141,7 @@ def clustered_interval(success: Any, cluster: Any, *, alpha: float = 0.05) -> di
         raise PfdError(f"clustered_interval: {s.size} outcomes but {c.size} cluster ids; pass one per trial")
     n = s.size
     if n == 0:
-        return {"ci95": (0.0, 1.0), "n_eff": 0.0, "design_effect": 1.0, "clusters": 0}
+        return ClusteredInterval(ci95=(0.0, 1.0), n_eff=0.0, design_effect=1.0, clusters=0)
     _, inv = np.unique(c, return_inverse=True)
     n_c = np.bincount(inv).astype(np.float64)  # (C,) trials per cluster
     k_c = np.bincount(inv, weights=s)  # (C,) successes per cluster
@@ -150,7 +160,7 @@ def clustered_interval(success: Any, cluster: Any, *, alpha: float = 0.05) -> di
         hi = max(hi, clopper_pearson(0.0, n_min, alpha=alpha)[1])
     if np.count_nonzero(n_c - k_c) < MIN_CLUSTERS_FOR_DEFF:
         lo = min(lo, clopper_pearson(n_min, n_min, alpha=alpha)[0])
-    return {"ci95": (lo, hi), "n_eff": float(n_eff), "design_effect": float(deff), "clusters": int(n_clusters)}
+    return ClusteredInterval(ci95=(lo, hi), n_eff=float(n_eff), design_effect=float(deff), clusters=int(n_clusters))
 
 
 def composition_chance(query_labels: Any, gallery_labels: Any) -> float:

@@ -44,14 +44,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence, TypedDict
 
 from pfd.audit.intervals import clopper_pearson
 from pfd.audit.rows import AuditRow
 from pfd.errors import PfdError
 
-__all__ = ["LEVEL", "RULE_OUT", "BOUND", "VERSION", "REFUSING", "Verdict", "decide", "failure", "design_share",
-           "people_needed"]
+__all__ = ["LEVEL", "RULE_OUT", "BOUND", "VERSION", "REFUSING", "Verdict", "VerdictSummary", "VerdictRecord", "decide",
+           "failure", "design_share", "people_needed"]
 
 #: The family-wise level: a release at chance is refused through LEAKS in at most this share of audits.
 LEVEL = 0.01
@@ -65,6 +65,38 @@ REFUSING: tuple[str, ...] = ("failed", "leaks", "unresolved")
 #: The audit's version, recorded in the manifest of every release it passed (2: class-level linking added;
 #: 3: what the audit rules out is a property of its design, not of the realised intervals).
 VERSION = 3
+
+
+class VerdictSummary(TypedDict):
+    """:meth:`Verdict.summary`: the aggregates a release's manifest records (its ``audit``; the keys
+    :data:`pfd.release.format.AUDIT_KEYS` allows). ``None`` stands for a figure that is not finite."""
+
+    version: int
+    level: float
+    rule_out: float
+    bound: float
+    figures: int
+    checks: int
+    publishable: bool
+    largest_rate_over_chance: float | None
+    rules_out_share: float | None
+    rules_out_multiple: float | None
+    people: int
+    failed: int
+
+
+class VerdictRecord(VerdictSummary):
+    """:meth:`Verdict.as_dict`: the summary, the verdict's text, the per-figure level and the labels of
+    the rows that refuse, the skipped checks (and why) and the rows too few to test."""
+
+    text: str
+    per_figure: float
+    leaks: list[str]
+    unresolved: list[str]
+    failed_checks: list[str]
+    skipped: dict[str, str]
+    untestable: list[str]
+    not_audited: dict[str, str]
 
 
 @dataclass
@@ -143,20 +175,20 @@ class Verdict:
                     f"{', '.join(r.label for r in self.untestable[:3])}{', ...' if len(self.untestable) > 3 else ''})")
         return out
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> VerdictSummary:
         """Aggregates only (nothing about any person): what a release's manifest records."""
-        return {"version": VERSION, "level": self.level, "rule_out": self.rule_out, "bound": self.bound,
-                "figures": self.figures, "checks": self.checks, "publishable": self.publishable,
-                "largest_rate_over_chance": _finite(self.largest), "rules_out_share": _finite(self.design_share),
-                "rules_out_multiple": _finite(self.design_multiple), "people": int(self.people),
-                "failed": len(self.refusals)}
+        return VerdictSummary(version=VERSION, level=self.level, rule_out=self.rule_out, bound=self.bound,
+                              figures=self.figures, checks=self.checks, publishable=self.publishable,
+                              largest_rate_over_chance=_finite(self.largest), rules_out_share=_finite(self.design_share),
+                              rules_out_multiple=_finite(self.design_multiple), people=int(self.people),
+                              failed=len(self.refusals))
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> VerdictRecord:
         """JSON-ready: the summary, the text, and the labels of the rows that refuse."""
-        return {**self.summary(), "text": self.text, "per_figure": self.per_figure,
-                "leaks": [r.label for r in self.leaks], "unresolved": [r.label for r in self.unresolved],
-                "failed_checks": [r.label for r in self.failed], "skipped": dict(self.skipped),
-                "untestable": [r.label for r in self.untestable], "not_audited": dict(self.not_audited)}
+        return VerdictRecord(**self.summary(), text=self.text, per_figure=self.per_figure,
+                             leaks=[r.label for r in self.leaks], unresolved=[r.label for r in self.unresolved],
+                             failed_checks=[r.label for r in self.failed], skipped=dict(self.skipped),
+                             untestable=[r.label for r in self.untestable], not_audited=dict(self.not_audited))
 
 
 def _finite(x: float) -> float | None:

@@ -64,7 +64,7 @@ def test_exported_models_embed_like_the_eager_model(exported, which):
     net, onnx_path, ts_path = exported
     att = load_outside_attacker(onnx_path if which == "onnx" else ts_path, device="cpu")
     assert (att.kind, att.size, att.embedding_dim, att.distance) == (which, SIZE, 16, "cosine")
-    assert att.role == "tiny" and att.convention["mean"] == (127.5,) * 3  # insightface's default
+    assert att.role == "tiny" and att.convention.mean == (127.5,) * 3  # insightface's default
     x = torch.rand(7, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1))
     got = att.embed(x)
     assert (got - _eager(net, x)).abs().max().item() <= 1e-4
@@ -141,7 +141,7 @@ def test_toml_spec_reads_the_convention_relative_to_itself(tmp_path, exported):
     s = read_attacker_spec(spec)
     assert s.model == str(tmp_path / "m.onnx") and s.name == "arc" and s.convention.resize == "pad"
     att = load_attacker(spec)
-    assert att.role == "arc" and att.kind == "onnx" and att.convention["resize"] == "pad"
+    assert att.role == "arc" and att.kind == "onnx" and att.convention.resize == "pad"
     spec.write_text('model = "m.onnx"\ncolour = "rgb"\n')
     with pytest.raises(PfdError, match="unknown key"):
         read_attacker_spec(spec)

@@ -26,18 +26,24 @@ question (docs/benchmarks.md): either is allowed here.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
 
 from pfd.data.faceset import FaceSet
 from pfd.errors import PfdError
-from pfd.release.private_copies import find_private_copies
+from pfd.io import atomic_write_json
+from pfd.release.private_copies import SEARCH_VERSION, find_private_copies
+from pfd.release.state_dir import STATE_FILE_MODE, StateDir, check_digest, record_digest
 
-__all__ = ["INITS", "init_assignment", "check_disjoint", "InitPool"]
+__all__ = ["INITS", "init_assignment", "check_disjoint", "pool_images", "PoolCheck", "pool_check", "checked_before",
+           "record_pool_check", "InitPool"]
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +113,7 @@ def check_disjoint(pool: FaceSet, private: FaceSet, *, pool_spec: str, private_s
     if pool_spec.strip() == private_spec.strip():
         raise PfdError(f"--init-data {pool_spec} is the private set: pass a set of public faces")
 
-    idx = np.unique(np.arange(len(pool)) if used is None else np.asarray(used))
-    images = [(pool.name(int(i)), np.clip(np.round(pool.load(int(i)).permute(1, 2, 0).numpy() * 255.0), 0, 255)
-               .astype(np.uint8)) for i in idx]
+    images = pool_images(pool, used)
     # Aligned too (issue 34): a private photo rolled, cropped or rotated survives RTA's first iterations
     # (a proxy started from it kept a pixel correlation of 0.79 with it after 20), and only the aligned
     # search finds those edits; the audit's copy check on the released proxies cannot, once RTA has moved them.
@@ -119,6 +123,62 @@ def check_disjoint(pool: FaceSet, private: FaceSet, *, pool_spec: str, private_s
         raise PfdError(f"--init-data {pool_spec}: {f.file} is private photo {f.private} ({f.how}; {len(found)} pool "
                        "photo(s) in all): the proxies must start from public faces, never private ones; remove "
                        "them from the pool")
+
+
+def pool_images(pool: FaceSet, used: np.ndarray | None = None) -> list[tuple[str, np.ndarray]]:
+    """``(name, (H, W, 3) uint8)`` of the pool photos ``used`` (default all), each once, in index order."""
+    idx = np.unique(np.arange(len(pool)) if used is None else np.asarray(used))
+    return [(pool.name(int(i)), np.clip(np.round(pool.load(int(i)).permute(1, 2, 0).numpy() * 255.0), 0, 255)
+             .astype(np.uint8)) for i in idx]
+
+
+class PoolCheck(TypedDict):
+    """What a passed initialisation-pool check stands for (``state/init_pool_check.json``).
+
+    Attributes:
+        pool: Digest of the pixels of the pool photos that seed a proxy (sorted: names do not count).
+        private: The private set's record digest (:func:`pfd.release.private_set.private_set_record`).
+        search: :data:`pfd.release.private_copies.SEARCH_VERSION` of the search that passed them.
+    """
+
+    pool: str
+    private: str
+    search: int
+
+
+def pool_check(pool: FaceSet, used: np.ndarray | None, *, private_sha: str) -> PoolCheck:
+    """The :class:`PoolCheck` of this pool's used photos against the private set whose record digest is ``private_sha``."""
+    digests = sorted(hashlib.sha256(img.tobytes() + str(img.shape).encode()).digest() for _, img in pool_images(pool, used))
+    return PoolCheck(pool=hashlib.sha256(b"".join(digests)).hexdigest(), private=str(private_sha), search=SEARCH_VERSION)
+
+
+def checked_before(state_dir: str | os.PathLike, key: PoolCheck) -> bool:
+    """Whether the run that owns ``state_dir`` already passed this pool against this private set.
+
+    The aligned copy search takes ~0.1 s a pool photo (40 min at 10^4 identities) and a ``--resume``
+    would redo it for the same pixels; a record of a pass is taken only for the same pool pixels, the
+    same private set and the same search.
+
+    Raises:
+        PfdError: The record was edited after the run wrote it (:func:`~pfd.release.state_dir.check_digest`).
+    """
+    path = StateDir.at(state_dir).init_pool_check
+    if not path.is_file():
+        return False
+    check_digest(state_dir, path.name)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # an unreadable record proves nothing: the search runs again
+    return doc == key
+
+
+def record_pool_check(state_dir: str | os.PathLike, key: PoolCheck) -> None:
+    """Record a passed pool check in the state dir (0600; its digest in the marker)."""
+    path = StateDir.at(state_dir).init_pool_check
+    atomic_write_json(path, key)
+    os.chmod(path, STATE_FILE_MODE)
+    record_digest(state_dir, path.name)
 
 
 class InitPool:

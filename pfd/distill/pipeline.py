@@ -36,7 +36,7 @@ from pfd.distill.batches import gather_batches, save_batch
 from pfd.distill.claim import claim_run
 from pfd.distill.delink import PublicView
 from pfd.distill.gate import PublicationRefused, audit_config, refusal_message, release_card
-from pfd.distill.init_pool import InitPool, check_disjoint
+from pfd.distill.init_pool import InitPool, check_disjoint, checked_before, pool_check, record_pool_check
 from pfd.distill.methods import check_method
 from pfd.distill.ogp import Rotation
 from pfd.distill.ogp_trainer import OGPTrainer
@@ -147,6 +147,8 @@ class Distillation:
             save_config(cfg, self.state.config, section="distill")
             if not (cfg.resume and self.state.private_set.is_file()):
                 record_private_set(self.state.private_set, self.private_record)
+            if self.init_pool is not None and not checked_before(self.state.root, self._pool_check):
+                record_pool_check(self.state.root, self._pool_check)
         self.acc.wait_for_everyone()
 
     @property
@@ -195,7 +197,13 @@ class Distillation:
             raise PfdError(f"--init-data {cfg.rta.init_data}: images are {size_text(pool.size)} but size is "
                            f"{size_text(cfg.size)}; give public faces at the release's size")
         init = InitPool(pool, n_ids=self.faces.num_classes, k=cfg.rta.ipc, seed=cfg.rta.seed)
-        check_disjoint(pool, self.faces, pool_spec=cfg.rta.init_data, private_spec=cfg.private, used=init.used)
+        key = pool_check(pool, init.used, private_sha=self.private_record["sha256"])
+        if cfg.resume and checked_before(self.state.root, key):
+            log.info("%s: the initialisation pool passed the copy check before (same pixels, same private set)",
+                     cfg.rta.init_data)
+        else:
+            check_disjoint(pool, self.faces, pool_spec=cfg.rta.init_data, private_spec=cfg.private, used=init.used)
+        self._pool_check = key
         return init
 
     @property
@@ -389,6 +397,10 @@ class Distillation:
         done = st.finished() if cfg.resume else set()
         rank, world = self.acc.process_index, self.acc.num_processes
         mine = [b for b in range(len(batches)) if b % world == rank and b not in done]
+        if not mine:  # a finished run resumed, or every batch another process's: no distiller to build
+            self.acc.wait_for_everyone()
+            self._timed("rta", t0, bool(done))
+            return
         pid = protos.proto_identity
         classes = (pid + self.N if self.rotated else pid).numpy()  # eq. 7's internal class
         P = protos.P if self.method.rta else None  # sre2l: no L_RTA

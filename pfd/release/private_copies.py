@@ -39,7 +39,11 @@ from collections import Counter
 from pfd.release.aligned_copies import find_aligned_copies
 from pfd.embed import Embedder
 
-__all__ = ["PrivateCopy", "find_private_copies", "cosine_threshold", "distinct_photo_level", "distinct_hash_level",
+#: Version of what :func:`find_private_copies` finds: a recorded pass of an older search (a state
+#: dir's initialisation-pool check) is not taken for this one's. Bump it when the search finds more.
+SEARCH_VERSION = 1
+
+__all__ = ["SEARCH_VERSION", "PrivateCopy", "find_private_copies", "cosine_threshold", "distinct_photo_level", "distinct_hash_level",
            "COSINE_FLOOR", "COSINE_CEILING"]
 
 #: The calibrated cosine threshold never drops below this (a release of near-identical proxies

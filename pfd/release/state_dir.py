@@ -8,6 +8,7 @@ read it; the names are fixed)::
       .pfd-lock                 flock'ed by the run that owns the state dir (pid inside; :class:`StateLock`)
       config.toml               the resolved DistillConfig ([distill] with nested tables; a recipe)
       private_set.json          identities and per-image pixel digests of the private set (resume checks it)
+      init_pool_check.json      the initialisation pool's copy check passed, for which pool and private set
       public_model.pt           the public starting checkpoint (pfd format; the attacker's model)
       judge_model.pt            the gate's judge, a model no loss sees (release.judge; only with one)
       adapted.pt                adapted backbone + head (2N classes for pfd, N otherwise) + config
@@ -118,7 +119,7 @@ class ProxyMap(_ProxyMapFields, total=False):
 #: Modes of everything in the state dir.
 STATE_FILE_MODE, STATE_DIR_MODE = 0o600, 0o700
 #: What a run writes before its first stage (a failed one leaves only these).
-STUB = (MARKER, "config.toml", "private_set.json")
+STUB = (MARKER, "config.toml", "private_set.json", "init_pool_check.json")
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,11 @@ class StateDir:
     @property
     def private_set(self) -> Path:
         return self.root / "private_set.json"
+
+    @property
+    def init_pool_check(self) -> Path:
+        """The initialisation pool's copy check that passed (:func:`pfd.distill.init_pool.record_pool_check`)."""
+        return self.root / "init_pool_check.json"
 
     @property
     def adapted(self) -> Path:

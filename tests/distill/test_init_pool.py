@@ -8,8 +8,11 @@ import torch
 from PIL import Image
 
 from pfd.data.faceset import TensorFaces
-from pfd.distill.init_pool import InitPool, check_disjoint, init_assignment
+from pfd.distill.init_pool import (InitPool, check_disjoint, checked_before, init_assignment, pool_check,
+                                   record_pool_check)
 from pfd.errors import PfdError
+from pfd.release.private_copies import SEARCH_VERSION
+from pfd.release.state_dir import StateDir, write_marker
 
 
 def test_each_class_starts_as_one_public_person_with_distinct_photos():
@@ -53,6 +56,29 @@ def test_a_pool_holding_a_private_photo_is_refused_exact_or_edited():
     # Only the photos that seed a proxy need checking: the leaked one unused passes.
     check_disjoint(TensorFaces(leaked, pool.labels, identities=pool.identities), private, pool_spec="public/", private_spec="p/",
                    used=np.array([0, 1, 2]))
+
+
+def test_a_passed_pool_check_stands_only_for_the_same_pixels_private_set_and_search(tmp_path):
+    """Issue 57: a --resume at 10^4 identities searched the same pool again (~0.1 s a photo)."""
+    write_marker(tmp_path, "run")
+    pool = _faces(2)
+    key = pool_check(pool, None, private_sha="abc")
+    assert key["search"] == SEARCH_VERSION and not checked_before(tmp_path, key)
+    record_pool_check(tmp_path, key)
+    assert checked_before(tmp_path, key)
+    renamed = TensorFaces(pool.images.clone(), pool.labels, identities=[f"x{i}" for i in range(4)])
+    assert checked_before(tmp_path, pool_check(renamed, None, private_sha="abc"))  # pixels, not names
+    edited = pool.images.clone()
+    edited[3, 0, 5, 5] = 1.0 - edited[3, 0, 5, 5]  # one pixel of one photo
+    assert not checked_before(tmp_path, pool_check(TensorFaces(edited, pool.labels, identities=pool.identities), None,
+                                                   private_sha="abc"))
+    assert not checked_before(tmp_path, pool_check(pool, None, private_sha="abd"))  # another private set
+    assert not checked_before(tmp_path, pool_check(pool, np.array([0, 1]), private_sha="abc"))  # other photos used
+    path = StateDir.at(tmp_path).init_pool_check
+    assert path.stat().st_mode & 0o777 == 0o600
+    path.write_text(path.read_text().replace(key["pool"], "0" * 64))  # a record edited by hand
+    with pytest.raises(PfdError, match="edited or replaced after the run wrote it"):
+        checked_before(tmp_path, key)
 
 
 def test_the_private_folder_or_one_inside_it_is_refused_as_a_pool(tmp_path):

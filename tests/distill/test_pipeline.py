@@ -488,7 +488,7 @@ def test_the_demos_card_reads_the_release_on_test_people_of_its_private_domain()
 # -- the de-linking term and the judge (issue 27: the demo refused on a Xeon) -------------------
 
 
-def test_delink_runs_judge_the_release_with_a_model_no_loss_saw(public, tmp_path):
+def test_delink_runs_judge_the_release_with_a_model_no_loss_saw(public, tmp_path, monkeypatch):
     """With --lambda-delink the gate gets judge checks, and the judge is stored as private state.
 
     The same run also has issue 26's other levers: proxies that start from public faces and the
@@ -513,6 +513,14 @@ def test_delink_runs_judge_the_release_with_a_model_no_loss_saw(public, tmp_path
     manifest = json.loads((tmp_path / "release" / "manifest.json").read_text())
     assert manifest["audit"]["publishable"] is True and manifest["audit"]["level"] == 0.01
     assert not any("judge" in p.name for p in (tmp_path / "release").rglob("*"))  # private state stays private
+    # --resume does not search the same pool again (issue 57: ~0.1 s a photo, 40 min at 10^4 people).
+    import pfd.distill.pipeline as pipeline
+
+    assert (tmp_path / "state" / "init_pool_check.json").is_file()
+    monkeypatch.setattr(pipeline, "check_disjoint", lambda *a, **k: pytest.fail("the same pool was searched again"))
+    again = tiny_distill_config(public, tmp_path, resume=True, rta={"lambda_delink": 10.0, "init": "public",
+                                "init_data": pool, "lambda_spatial": 0.1}, release={"judge": str(judge)})
+    assert distill(again, progress=False).summary["gate"]["passed"]
 
 
 @pytest.mark.parametrize("change, message", [

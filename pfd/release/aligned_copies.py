@@ -136,16 +136,14 @@ class _Thumbs:
         self.private = self.unit(low)  # (m, T²)
         thumbs, owner = [], []
         for lo in range(0, len(private_grey), 256):  # crops of each private photo: a release of a crop matches one
-            wins = []
-            for j in range(lo, min(lo + 256, len(private_grey))):
-                w, _ = _windows(private_grey[j : j + 1], scales=PRIVATE_WINDOW_SCALES)  # (w, 1, S, S)
-                wins.append(w)
-                owner += [j] * len(w)
-            # Thumbnails a block of photos at a time: the windows themselves ((m·w, 1, S, S), 29 per photo)
-            # held whole were 28 GB at 2 × 10^4 private photos.
-            thumbs.append(self.unit(_low(torch.cat(wins))))
+            block = private_grey[lo : lo + 256]  # (b, 1, S, S)
+            # One warp for the block (the windows are the same boxes for every photo), thumbnailed a block
+            # at a time: the windows held whole ((m·w, 1, S, S), 29 per photo) were 28 GB at 2 × 10^4 photos.
+            wins, boxes = _windows(block, scales=PRIVATE_WINDOW_SCALES)  # (b·w, 1, S, S)
+            owner.append(torch.arange(lo, lo + len(block)).repeat_interleave(len(boxes)))
+            thumbs.append(self.unit(_low(wins)))
         self.windows = torch.cat(thumbs)  # (m·w, T²)
-        self.owner = torch.tensor(owner)
+        self.owner = torch.cat(owner)  # (m·w,)
 
     def unit(self, low: torch.Tensor) -> torch.Tensor:
         return _unit(low - self.mean)
@@ -288,7 +286,8 @@ def _best_alignment(target: torch.Tensor, candidates: Sequence[int], bank: _Bank
 
 
 def _windows(grey: torch.Tensor, scales: Sequence[float] = None) -> tuple[torch.Tensor, list[tuple[float, float, float]]]:
-    """Every window of one ``(1, 1, S, S)`` image on a grid of eighths, resized to ``S``: ``(w, 1, S, S)``, boxes."""
+    """Every window of each ``(b, 1, S, S)`` image on a grid of eighths, resized to ``S``: ``(b·w, 1, S, S)``
+    (image-major: image 0's ``w`` windows first), and the ``w`` boxes."""
     boxes = []
     for s in (WINDOW_SCALES if scales is None else scales):
         steps = np.arange(0.0, 1.0 - s + 1e-9, 0.125)
@@ -297,8 +296,10 @@ def _windows(grey: torch.Tensor, scales: Sequence[float] = None) -> tuple[torch.
                 boxes.append((float(top), float(left), float(s)))
     side = grey.shape[-1]
     theta = torch.tensor([[[s, 0.0, (2 * left + s) - 1.0], [0.0, s, (2 * top + s) - 1.0]] for top, left, s in boxes])
-    grid = F.affine_grid(theta, (len(boxes), 1, side, side), align_corners=False)
-    return F.grid_sample(grey.expand(len(boxes), -1, -1, -1), grid, mode="bilinear", align_corners=False), boxes
+    grid = F.affine_grid(theta, (len(boxes), 1, side, side), align_corners=False)  # (w, S, S, 2)
+    b = grey.shape[0]
+    return F.grid_sample(grey.repeat_interleave(len(boxes), 0), grid.repeat(b, 1, 1, 1), mode="bilinear",
+                         align_corners=False), boxes
 
 
 def find_aligned_copies(released: torch.Tensor, private: torch.Tensor) -> list[AlignedMatch]:

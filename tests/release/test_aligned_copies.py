@@ -93,3 +93,14 @@ def test_a_shifted_copy_among_real_faces_is_found_however_widely_the_faces_score
     assert [m.index for m in found] == [5] and 20 <= found[0].private < 30
     assert found[0].threshold == SCORE_CEILING
     assert calibrated_threshold(np.r_[np.linspace(0.3, 0.8, 50)]) == SCORE_CEILING
+
+
+def test_the_windows_of_a_block_of_photos_are_each_photos_own_windows():
+    """The private photos' windows are cut a block at a time (one warp): the same pixels, in photo order."""
+    from pfd.release.aligned_copies import PRIVATE_WINDOW_SCALES, _windows
+
+    grey = torch.rand(5, 1, 32, 32, generator=torch.Generator().manual_seed(3))
+    block, boxes = _windows(grey, scales=PRIVATE_WINDOW_SCALES)
+    one = [_windows(grey[j : j + 1], scales=PRIVATE_WINDOW_SCALES) for j in range(5)]
+    assert all(b == boxes for _, b in one) and block.shape == (5 * len(boxes), 1, 32, 32)
+    assert torch.equal(block, torch.cat([w for w, _ in one]))

@@ -12,7 +12,8 @@ link (r − 1) people beyond the one that chance links (a rate of r × chance wh
 The grid (issue 57): N ∈ {24, 72, 300, 1000, 10000}, K ∈ {5, 10} (K 5 only at N ≤ 72), sigma ∈
 {0.02, 0.05, 0.1, 0.5}; null draws ≥ 200 at N ≤ 72, ≥ 50 at 300, ≥ 20 at 1000, ≥ 5 at 10^4, and
 fewer for the planted leaks (power is far from its bar or far below it). Each finished cell is
-appended to ``<out>.jsonl`` (resumable: a cell already there is not run again), and the summary
+appended to ``<out>.jsonl`` (resumable: a cell already there is not run again; at N 10^4, minutes a
+draw, each draw is appended as it lands and pooled with the cell's earlier ones), and the summary
 ``<out>.json`` (a list ``cells`` with ``n_ids, k, sigma, leak, draws, refused``, the refusal
 rate's exact 95 % interval, the audits refused through LEAKS and through an unresolved design, the
 seconds), ``<out>.md`` and ``<out>.png`` are rewritten from it.
@@ -50,6 +51,8 @@ LEAKS = ("null", "linked-5", "linked-10", "times-2", "times-3")
 #: of only the cells near the goal would be optional stopping); a top-up's draws have their own seed.
 DRAWS = ((72, 600, 50), (300, 50, 20), (1000, 20, 10), (10_000, 5, 3))
 QUICK_DRAWS = ((72, 10, 4),)
+#: Cells of this many people or more are run and recorded one draw at a time (minutes a draw).
+PART_FROM = 10_000
 QUICK_SIGMAS = (0.05, 0.5)
 QUICK_LEAKS = ("null", "linked-10")
 
@@ -245,9 +248,14 @@ def main(argv: list[str] | None = None) -> int:
                 if _key(c) not in done or done[_key(c)]["draws"] < c["draws"]]
         print(f"{len(todo)} cells to run or top up ({len(done)} recorded)", flush=True)
         for i, cell in enumerate(todo, 1):
-            rec = run_cell(cell, seed=args.seed, before=done.get(_key(cell)))
-            with jsonl.open("a") as f:  # one line per finished cell: a kill loses at most the cell in flight
-                f.write(json.dumps(rec) + "\n")
+            rec = done.get(_key(cell))
+            while rec is None or rec["draws"] < cell["draws"]:
+                # A draw at N 10^4 takes minutes: its cells are recorded draw by draw (each part pooled with
+                # a seed of its own, as a top-up), so a kill loses one draw, not the cell.
+                upto = cell["draws"] if cell["n_ids"] < PART_FROM else (rec["draws"] if rec else 0) + 1
+                rec = run_cell({**cell, "draws": upto}, seed=args.seed, before=rec)
+                with jsonl.open("a") as f:  # one line per finished part: a kill loses at most the part in flight
+                    f.write(json.dumps(rec) + "\n")
             print(f"[{i}/{len(todo)}] N {rec['n_ids']} K {rec['k']} sigma {rec['sigma']:g} {rec['leak']}: "
                   f"{rec['refused']}/{rec['draws']} refused ({rec['leaks']} leaks, {rec['unresolved']} unresolved), "
                   f"{rec['seconds']:.0f} s", flush=True)

@@ -49,3 +49,17 @@ def test_a_cell_recorded_with_fewer_draws_is_topped_up_with_draws_of_its_own(tmp
     extra = cal.simulate(12, 3, draws=3, sigma=0.05, seed=pooled["seeds"][1])
     assert pooled["refused"] == first["refused"] + extra.refused
     assert cal.main(["--out", str(out)]) == 0 and len(out.with_suffix(".jsonl").read_text().splitlines()) == 2
+
+
+def test_a_large_cell_is_recorded_draw_by_draw_and_pooled(tmp_path, monkeypatch):
+    """A draw at N 10^4 takes minutes: each is recorded as it lands, so a kill loses one draw, not the cell."""
+    cell = {"n_ids": 12, "k": 3, "sigma": 0.05, "leak": "null", "draws": 3}
+    monkeypatch.setattr(cal, "grid", lambda **kw: [dict(cell)])
+    monkeypatch.setattr(cal, "PART_FROM", 12)
+    out = tmp_path / "cal"
+    cal.main(["--out", str(out)])
+    parts = [json.loads(line) for line in out.with_suffix(".jsonl").read_text().splitlines()]
+    assert [p["draws"] for p in parts] == [1, 2, 3] and len(set(parts[-1]["seeds"])) == 3
+    singles = [cal.simulate(12, 3, draws=1, sigma=0.05, seed=s).refused for s in parts[-1]["seeds"]]
+    assert parts[-1]["refused"] == sum(singles)
+    assert cal.main(["--out", str(out)]) == 0 and len(out.with_suffix(".jsonl").read_text().splitlines()) == 3

@@ -147,7 +147,9 @@ class Distillation:
             save_config(cfg, self.state.config, section="distill")
             if not (cfg.resume and self.state.private_set.is_file()):
                 record_private_set(self.state.private_set, self.private_record)
-            if self.init_pool is not None and not checked_before(self.state.root, self._pool_check):
+            # A fresh run records its pass under its own marker (a failed run's stub may hold one that
+            # the new marker has no digest of); a resume only when it searched again.
+            if self.init_pool is not None and (not cfg.resume or not checked_before(self.state.root, self._pool_check)):
                 record_pool_check(self.state.root, self._pool_check)
         self.acc.wait_for_everyone()
 

@@ -36,7 +36,7 @@ from pfd.distill.batches import gather_batches, save_batch
 from pfd.distill.claim import claim_run
 from pfd.distill.delink import PublicView
 from pfd.distill.gate import PublicationRefused, audit_config, refusal_message, release_card
-from pfd.distill.init_pool import InitPool, check_disjoint, checked_before, pool_check, record_pool_check
+from pfd.distill.init_pool import InitPool, PoolCheck, check_disjoint, checked_before, pool_check, record_pool_check
 from pfd.distill.methods import check_method
 from pfd.distill.ogp import Rotation
 from pfd.distill.ogp_trainer import OGPTrainer
@@ -147,10 +147,8 @@ class Distillation:
             save_config(cfg, self.state.config, section="distill")
             if not (cfg.resume and self.state.private_set.is_file()):
                 record_private_set(self.state.private_set, self.private_record)
-            # A fresh run records its pass under its own marker (a failed run's stub may hold one that
-            # the new marker has no digest of); a resume only when it searched again.
-            if self.init_pool is not None and (not cfg.resume or not checked_before(self.state.root, self._pool_check)):
-                record_pool_check(self.state.root, self._pool_check)
+            if self._pool_searched is not None:  # a pass this run searched for, under its own marker
+                record_pool_check(self.state.root, self._pool_searched)
         self.acc.wait_for_everyone()
 
     @property
@@ -186,6 +184,7 @@ class Distillation:
         # identity folder published a proxy map naming the wrong source for every proxy).
         self.private_record = (check_private_set(self.state.private_set, self.faces, spec=cfg.private)
                                if cfg.resume else private_set_record(self.faces))
+        self._pool_searched: PoolCheck | None = None  # the pool check this run searched for and passed
         self.init_pool = self._init_pool(init_faces)
 
     def _init_pool(self, given: FaceSet | None) -> Any:
@@ -205,7 +204,7 @@ class Distillation:
                      cfg.rta.init_data)
         else:
             check_disjoint(pool, self.faces, pool_spec=cfg.rta.init_data, private_spec=cfg.private, used=init.used)
-        self._pool_check = key
+            self._pool_searched = key  # recorded once the state dir is claimed
         return init
 
     @property

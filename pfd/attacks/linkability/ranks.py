@@ -109,12 +109,22 @@ def block_rows(n_ids: int) -> int:
 
 
 def ranks_from_cos(cos: torch.Tensor, by: str = "cos") -> torch.Tensor:
-    """``(c, N)`` cosines -> ``(c, N)`` int64 rank of each identity (0 = nearest, ties by identity order)."""
+    """``(c, N)`` cosines -> ``(c, N)`` int64 rank of each identity (0 = nearest, ties by identity order).
+
+    The rows are sorted by numpy's unstable sort (vectorised where the CPU allows: half the time of a
+    stable sort at N = 10^4, the largest cost of an audit's permutation tests); a row with two equal
+    keys is sorted again stably, so the ranks are the stable order's, bit for bit, on every CPU.
+    """
     if by not in RANKINGS:
         raise ValueError(f"by must be one of {RANKINGS}, got {by!r}")
-    order = torch.argsort(-(cos.abs() if by == "abs" else cos), dim=1, stable=True)  # (c, N) identities, first first
+    key = -(cos.abs() if by == "abs" else cos)  # (c, N) ascending key: nearest first
+    order = torch.from_numpy(np.argsort(key.numpy(), axis=1))  # (c, N) identities, first first; ties in any order
+    ordered = key.gather(1, order)
+    tied = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1)  # (c,) rows whose order a tie leaves open
+    if bool(tied.any()):
+        order[tied] = torch.argsort(key[tied], dim=1, stable=True)
     ranks = torch.empty_like(order)
-    ranks.scatter_(1, order, torch.arange(cos.shape[1]).expand_as(order).contiguous())
+    ranks.scatter_(1, order, torch.arange(key.shape[1]).expand_as(order))
     return ranks
 
 

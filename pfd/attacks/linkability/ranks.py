@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypedDict
 
 import numpy as np
@@ -108,6 +109,27 @@ def block_rows(n_ids: int) -> int:
     return max(1, BLOCK // max(int(n_ids), 1))
 
 
+#: Entries below which one thread sorts a block (a thread pool costs more than it saves).
+_PARALLEL_FROM = 1 << 18
+
+
+def _argsort_rows(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, axis=1)``, rows split over torch's intra-op threads (numpy's sort releases the GIL
+    but runs on one thread; at 10^4 identities the rank scans are an audit's largest cost)."""
+    threads = min(torch.get_num_threads(), len(key))
+    if threads <= 1 or key.size < _PARALLEL_FROM:
+        return np.argsort(key, axis=1)
+    out = np.empty(key.shape, dtype=np.intp)
+    bounds = np.linspace(0, len(key), threads + 1).astype(int)
+
+    def part(i: int) -> None:
+        out[bounds[i] : bounds[i + 1]] = np.argsort(key[bounds[i] : bounds[i + 1]], axis=1)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(part, range(threads)))
+    return out
+
+
 def ranks_from_cos(cos: torch.Tensor, by: str = "cos") -> torch.Tensor:
     """``(c, N)`` cosines -> ``(c, N)`` int64 rank of each identity (0 = nearest, ties by identity order).
 
@@ -118,7 +140,7 @@ def ranks_from_cos(cos: torch.Tensor, by: str = "cos") -> torch.Tensor:
     if by not in RANKINGS:
         raise ValueError(f"by must be one of {RANKINGS}, got {by!r}")
     key = -(cos.abs() if by == "abs" else cos)  # (c, N) ascending key: nearest first
-    order = torch.from_numpy(np.argsort(key.numpy(), axis=1))  # (c, N) identities, first first; ties in any order
+    order = torch.from_numpy(_argsort_rows(key.numpy()))  # (c, N) identities, first first; ties in any order
     ordered = key.gather(1, order)
     tied = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1)  # (c,) rows whose order a tie leaves open
     if bool(tied.any()):

@@ -35,21 +35,29 @@ def test_ranks_against_a_sort_of_the_template_cosines():
     assert r.shape == (N * K,) and r.min() >= 0 and r.max() <= N - 1
 
 
+@pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("by", RANKINGS)
-def test_ranks_break_ties_by_identity_order_as_a_stable_sort(by):
+def test_ranks_break_ties_by_identity_order_as_a_stable_sort(by, threads):
     """The unstable (vectorised) sort is corrected wherever keys tie: equal cosines, +0 and -0,
-    opposite cosines under ``abs``; every other row keeps the unstable sort's (unique) order."""
-    cos = torch.from_numpy(np.random.default_rng(2).standard_normal((40, 257)))
+    opposite cosines under ``abs``; every other row keeps the unstable sort's (unique) order; rows
+    split over threads (a block of 1,100 × 257 entries) give the same ranks."""
+    cos = torch.from_numpy(np.random.default_rng(2).standard_normal((1100, 257)))
     cos[0, :100] = 0.25
     cos[1, ::3] = -0.5
     cos[2] = 0.0
     cos[3, 7], cos[3, 9] = -0.0, 0.0
     cos[4] = torch.round(cos[4])
     cos[5, 10], cos[5, 200] = 0.3, -0.3  # a tie under abs only
+    cos[1099] = cos[0]  # a tied row in the last thread's share too
     key = -(cos.abs() if by == "abs" else cos)
     want = torch.empty(cos.shape, dtype=torch.int64)
     want.scatter_(1, torch.argsort(key, dim=1, stable=True), torch.arange(cos.shape[1]).expand(cos.shape[0], -1))
-    got = ranks_from_cos(cos, by)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = ranks_from_cos(cos, by)
+    finally:
+        torch.set_num_threads(before)
     assert got.dtype == torch.int64 and torch.equal(got, want)
     assert torch.equal(got[0, :100], got[0, 0] + torch.arange(100))  # 100 tied identities: consecutive, in order
 

@@ -1,7 +1,8 @@
-"""The private set and the release an audit reads, opened once per image size.
+"""The data sets an audit reads, opened once per image size.
 
 Every attacker may take another image size; each opens the private set and the release at its own
-size once (:class:`ReleaseSets`). A benchmark's private set that lives only in memory
+size once (:class:`ReleaseSets`), as every check opens the other sets it is given (the membership
+test's held-out people and public data: :meth:`ReleaseSets.dataset`). A benchmark's private set that lives only in memory
 (:class:`OpenedPrivateSets`) and the gate's release before it is written (:class:`MemorySets`) are
 read through the same three methods, so every check sees the same images whatever the way in.
 """
@@ -25,12 +26,13 @@ __all__ = ["ReleaseSets", "OpenedPrivateSets", "MemorySets", "private_spec_text"
 
 
 class ReleaseSets:
-    """The private set and the release, opened once per image size."""
+    """The private set, the release and any other data set of the audit, opened once per image size."""
 
     def __init__(self, private_spec: str, release: Path, *, skip_bad: bool = False) -> None:
         self.private_spec, self.release, self.skip_bad = private_spec, release, skip_bad
         self._private: dict[Any, FaceSet] = {}
         self._release: dict[Any, FaceSet] = {}
+        self._other: dict[tuple[str, Any], FaceSet] = {}
 
     def private(self, size: Any) -> FaceSet:
         key = _key(size)
@@ -44,13 +46,23 @@ class ReleaseSets:
             self._release[key] = read_release(self.release, size=size)
         return self._release[key]
 
-    def seed(self, size: Any, *, private: FaceSet | None = None, proxies: FaceSet | None = None) -> ReleaseSets:
+    def dataset(self, spec: str, size: Any) -> FaceSet:
+        """Another data set of the audit (``--holdout``, ``--public``), opened once per size and shared by the
+        checks: its pixel digests (:mod:`pfd.release.disjoint`) are then computed once too."""
+        key = (spec, _key(size))
+        if key not in self._other:
+            self._other[key] = open_faces(spec, size=size, skip_bad=self.skip_bad)
+        return self._other[key]
+
+    def seed(self, size: Any, *, private: FaceSet | None = None, proxies: FaceSet | None = None,
+             datasets: dict[str, FaceSet] | None = None) -> ReleaseSets:
         """Hand over sets the caller opened at ``size`` (``pfd card`` checks them first): they are not opened again.
 
         Args:
             size: The image size they were opened at.
             private: The private set, as :func:`~pfd.data.sources.open_faces` opened it from :attr:`private_spec`.
             proxies: The release, as :func:`~pfd.release.reader.read_release` read it.
+            datasets: Other sets by the spec :meth:`dataset` is asked for (as ``open_faces`` opened it).
 
         Returns:
             This object.
@@ -59,6 +71,8 @@ class ReleaseSets:
             self._private[_key(size)] = private
         if proxies is not None:
             self._release[_key(size)] = proxies
+        for spec, faces in (datasets or {}).items():
+            self._other[(spec, _key(size))] = faces
         return self
 
     def released_pixels(self) -> list[tuple[str, np.ndarray]]:

@@ -223,7 +223,8 @@ def _inputs(cfg: CardConfig, progress: bool) -> CardInputs:
     test = to_memory(open_faces(cfg.test, size=size, skip_bad=cfg.skip_bad))
     private_set = _open_private(cfg, private, size)
     release = read_release(cfg.release, size=size)
-    digests = _check_disjoint(cfg, private, private_set, public, test, release)
+    holdout = open_faces(cfg.holdout, size=size, skip_bad=cfg.skip_bad) if cfg.holdout else None
+    digests = _check_disjoint(cfg, private, private_set, public, test, release, holdout)
     e = cfg.eval
     pairs, info = adaptive_pairs(test, num_pairs=e.pairs, seed=e.seed, folds=e.folds)
     n_public = sum(len(f) for f in public)
@@ -232,7 +233,9 @@ def _inputs(cfg: CardConfig, progress: bool) -> CardInputs:
         raise PfdError(f"--batch-size {cfg.downstream.batch_size} is larger than the {n_public} public images the "
                        f"public-ft side trains on; pass --batch-size {n_public} or fewer")
     attack, configs = _attack_config(cfg, private, Path(public_model))
-    sets = ReleaseSets(private, state.release, skip_bad=cfg.skip_bad).seed(size, private=private_set, proxies=release)
+    opened = dict(zip(cfg.public, public)) | ({cfg.holdout: holdout} if holdout is not None else {})
+    sets = ReleaseSets(private, state.release, skip_bad=cfg.skip_bad).seed(size, private=private_set, proxies=release,
+                                                                            datasets=opened)
     with recipe_keys("card."):
         audit = open_audit(attack, state=state, sets=sets, progress=progress)
     return CardInputs(state=state, public_model=Path(public_model), private=private, size=size, public=public,
@@ -273,7 +276,7 @@ def _open_private(cfg: CardConfig, spec: str, size: Any) -> Any:
 
 
 def _check_disjoint(cfg: CardConfig, private_spec: str, private: FaceSet, public: list[FaceSet], test: FaceSet,
-                    release: FaceSet) -> DataDigests:
+                    release: FaceSet, holdout: FaceSet | None) -> DataDigests:
     """The card's data sets told apart by content (:mod:`pfd.release.disjoint`), never by their spelling.
 
     Returns:
@@ -299,8 +302,7 @@ def _check_disjoint(cfg: CardConfig, private_spec: str, private: FaceSet, public
                            "trained on twice; pass each public set once")
         seen[d] = spec
     digests = DataDigests(private=content_digest(private), public=list(seen), test=content_digest(test))
-    if cfg.holdout:
-        holdout = open_faces(cfg.holdout, size=release.size, skip_bad=cfg.skip_bad)
+    if holdout is not None:
         check_disjoint_sets(holdout, private, a_flag=f"--holdout {cfg.holdout}", b_flag=f"the private set {private_spec}",
                             fix="the held-out people are the non-members of the membership test: pass people the "
                                 "release was not distilled from")

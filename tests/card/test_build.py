@@ -276,12 +276,19 @@ def test_cli_writes_the_card_and_prints_the_verdict(card_world, tmp_path):
     assert doc["verdict"]["text"] == r.output.splitlines()[0]
 
 
-def test_with_a_holdout_the_membership_attack_runs_and_its_roc_is_on_the_page(card_world, tmp_path):
+def test_with_a_holdout_the_membership_attack_runs_and_its_roc_is_on_the_page(card_world, tmp_path, monkeypatch):
+    import pfd.data.synthetic as synthetic
+
+    opened = []
+    real = synthetic.open_synthetic
+    monkeypatch.setattr(synthetic, "open_synthetic", lambda text, **kw: opened.append(text) or real(text, **kw))
     attack = {"reconstruction": {"enabled": False}, "attributes": {"enabled": False},
               "membership": {"downstream": {"max_steps": 10}, "permutations": 5000}}
-    cfg = card_config(card_world["release"], card_world["state"], tmp_path / "card",
-                      holdout="synthetic:test,ids=20,imgs=10,size=32", attack=attack)
+    holdout = "synthetic:test,ids=20,imgs=10,size=32"
+    cfg = card_config(card_world["release"], card_world["state"], tmp_path / "card", holdout=holdout, attack=attack)
     card = make_card(cfg, progress=False)
+    # The card opens and checks the held-out people once; the membership test reads the same set (issue 52).
+    assert sum(text in holdout for text in opened) == 1, opened
     rows = [r for r in card.data["privacy"]["summary"] if r["attack"].startswith("Membership")]
     assert len(rows) == 1 and rows[0]["kind"] == "auc" and 0 <= rows[0]["p"] <= 1
     page = card.paths["html"].read_text(encoding="utf-8")

@@ -163,21 +163,20 @@ class MembershipAttack(Check):
         from pfd.attacks.membership.audit import membership_audit, resolve_head
         from pfd.attacks.membership.downstream import downstream_config, train_downstream
         from pfd.attackers.loading import load_attacker
-        from pfd.data.sources import open_faces
-
-        cfg, c = inputs.cfg, self.cfg
-        # Non-members that are members make the test meaningless: refused by content before any training.
         from pfd.release.disjoint import check_disjoint_sets
 
-        first = open_faces(c.holdout, size=inputs.public.size, skip_bad=cfg.skip_bad)
-        check_disjoint_sets(first, inputs.sets.private(inputs.public.size), a_flag=f"--holdout {c.holdout}",
+        cfg, c, sets = inputs.cfg, self.cfg, inputs.sets
+        # Non-members that are members make the test meaningless: refused by content before any training.
+        # The sets are the audit's (pfd card has opened and checked them already: no second decoding).
+        first = sets.dataset(c.holdout, inputs.public.size)
+        check_disjoint_sets(first, sets.private(inputs.public.size), a_flag=f"--holdout {c.holdout}",
                             b_flag=f"the private set {inputs.private_spec}",
                             fix="the held-out people are the non-members of the membership test: pass people "
                                 "the release was not distilled from")
         dcfg = downstream_config(c.downstream, public=c.public, release=inputs.state.release,
                                  image_size=inputs.state.image_size or inputs.public.size,
                                  out=Path(cfg.report) / "downstream")
-        n_train = len(open_faces(c.public, size=dcfg.size, skip_bad=cfg.skip_bad)) + len(inputs.state.files)
+        n_train = len(sets.dataset(c.public, dcfg.size)) + len(inputs.state.files)
         if dcfg.batch_size > n_train:  # the trainer's message names --batch-size, which sizes other models (issue 34)
             raise PfdError(f"the membership test's downstream model trains on {n_train} images (--public "
                            f"{c.public} + the release), fewer than its batch of {dcfg.batch_size}; set batch_size = "
@@ -186,15 +185,14 @@ class MembershipAttack(Check):
         path, reused = inputs.clock.run("downstream", lambda: train_downstream(dcfg, progress=inputs.progress))
         model = load_attacker(path, role="downstream", batch_size=cfg.batch_size, flip=cfg.flip, progress=inputs.progress)
         kind, s, m, _ = resolve_head(path, None, None, None)
-        holdout = open_faces(c.holdout, size=model.size, skip_bad=cfg.skip_bad)
+        holdout = sets.dataset(c.holdout, model.size)
         # The public model saw neither the private nor the held-out people: the reference check of
         # pfd.attacks.membership.reference (a LEAKS verdict on groups that differ before training is inconclusive).
         # Its private gallery is already embedded (linkability), so only the held-out people are new to it.
         ref = inputs.public
-        ref_sets = (inputs.sets.private(ref.size), holdout if ref.size == model.size
-                    else open_faces(c.holdout, size=ref.size, skip_bad=cfg.skip_bad))
+        ref_sets = (sets.private(ref.size), sets.dataset(c.holdout, ref.size))
         rep = inputs.clock.run("membership", lambda: membership_audit(
-            model, inputs.sets.private(model.size), holdout, head=kind, scale=s, margin=m, folds=c.folds,
+            model, sets.private(model.size), holdout, head=kind, scale=s, margin=m, folds=c.folds,
             seed=cfg.seed, permutations=c.permutations, reference=ref, reference_sets=ref_sets,
             reference_member_emb=inputs.embeddings(ref)["private"]))
         rep.update(members=inputs.private_spec, nonmembers=c.holdout, downstream=config_to_dict(dcfg),

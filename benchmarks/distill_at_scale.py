@@ -9,8 +9,13 @@ clock read as the process's CPU time, as ``benchmarks.scaling`` reads it, so tha
 machine does not inflate it, and :class:`pfd.memory.StagePeaks`), and the process's wall time.
 
 A run of hours: started in the background, it is resumable (``pfd distill --resume`` continues from
-the last finished RTA batch; each invocation's wall time is added up in the log), and the result is
-written to ``benchmarks/results/distill_at_scale.{json,md}`` when the run has finished (issue 57).
+the last finished RTA batch), and the result is written to ``benchmarks/results/distill_at_scale.{json,md}``
+when the run has finished (issue 57). Each invocation's output is kept (``invocation-<n>.log`` in the work
+folder) and its start and end are logged (``invocations.jsonl``; a kill by SIGTERM is logged too), so
+that a run spread over invocations reports every stage's time: a resumed ``pfd distill`` reports
+only its own (the stages it skipped at 0 s), so the stage times are added up from every invocation's
+lines (``stage X: done in``, each RTA batch's line where an invocation ended inside RTA, and the copy
+check of the initialisation pool, which runs before the stages).
 
 Usage:
     nohup python -m benchmarks.distill_at_scale --work ~/pfd-scale > distill_at_scale.log 2>&1 &
@@ -23,6 +28,8 @@ import argparse
 import json
 import os
 import platform
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -47,27 +54,70 @@ def command(ids: int, k: int, *, resume: bool, threads: int) -> list[str]:
     return cmd + (["--resume"] if resume else [])
 
 
+#: The lines of a pfd distill log that carry a time (CPU seconds under :data:`CPU_CLOCK_DRIVER`).
+STAGE_LINE = re.compile(r"stage (\w+): done in ([\d.]+) s")
+BATCH_LINE = re.compile(r"RTA batch \d+: .*done in ([\d.]+) s")
+POOL_LINE = re.compile(r"copy check of the initialisation pool .*: done in ([\d.]+) s")
+
+
+def stage_times(logs: list[str]) -> dict[str, float]:
+    """Each stage's seconds added up over the invocations' logs (in order), with ``pool_check``.
+
+    An invocation that ended inside RTA (killed, or still running) leaves no ``stage rta`` line: its
+    finished batches count instead. One that finished RTA counts its stage line, which holds its
+    batches and their setup.
+    """
+    out: dict[str, float] = {}
+    for text in logs:
+        stages = {m.group(1): float(m.group(2)) for m in STAGE_LINE.finditer(text)}
+        if "rta" not in stages:
+            batches = [float(m.group(1)) for m in BATCH_LINE.finditer(text)]
+            if batches:
+                stages["rta"] = sum(batches)
+        stages["pool_check"] = sum(float(m.group(1)) for m in POOL_LINE.finditer(text))
+        for k, v in stages.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise SystemExit(f"terminated by signal {signum}")
+
+
 def run(work: Path, *, ids: int, k: int, threads: int) -> dict[str, Any]:
-    """Run (or continue) the unit in ``work``; the wall times of every invocation are logged there."""
+    """Run (or continue) the unit in ``work``; every invocation's output and wall time are logged there."""
     work.mkdir(parents=True, exist_ok=True)
     log = work / "invocations.jsonl"
     st = StateDir.at(work / "state")
     resume = st.root.is_dir()
-    t0 = time.perf_counter()
-    r = subprocess.run(command(ids, k, resume=resume, threads=threads), cwd=work)
-    wall = time.perf_counter() - t0
+    n = len(list(work.glob("invocation-*.log"))) + 1
+    out = work / f"invocation-{n}.log"
     with log.open("a") as f:
-        f.write(json.dumps({"resume": resume, "exit": r.returncode, "wall_s": wall,
-                            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}) + "\n")
+        f.write(json.dumps({"invocation": n, "resume": resume, "start": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}) + "\n")
+    signal.signal(signal.SIGTERM, _terminated)  # a kill is logged with its wall time, as an exit
+    t0, code = time.perf_counter(), None
+    try:
+        with out.open("w") as o:
+            code = subprocess.run(command(ids, k, resume=resume, threads=threads), cwd=work, stdout=o,
+                                  stderr=subprocess.STDOUT).returncode
+    finally:
+        with log.open("a") as f:
+            f.write(json.dumps({"invocation": n, "exit": code, "wall_s": time.perf_counter() - t0,
+                                "end": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}) + "\n")
     if not st.summary.is_file():
-        raise SystemExit(f"pfd distill exited {r.returncode} without a summary; rerun this command to continue")
-    runs = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        raise SystemExit(f"pfd distill exited {code} without a summary; rerun this command to continue")
+    events = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    ends = [e for e in events if "wall_s" in e]
+    logs = [p.read_text(errors="replace") for p in sorted(work.glob("invocation-*.log"),
+                                                          key=lambda p: int(p.stem.split("-")[1]))]
     summary = json.loads(st.summary.read_text())
     gate = summary.get("gate") or {}
     verdict = gate.get("verdict") or {}
-    return {"ids": ids, "k": k, "images": ids * 20, "proxies": ids * k, "exit": r.returncode,
-            "invocations": runs, "wall_s": sum(x["wall_s"] for x in runs),
-            "stages_s": summary.get("times_s", {}), "memory_gb": summary.get("memory_gb", {}),
+    return {"ids": ids, "k": k, "images": ids * 20, "proxies": ids * k, "exit": code,
+            "invocations": len({e["invocation"] for e in events if "invocation" in e}),
+            "invocations_timed": len(ends), "wall_s": sum(e["wall_s"] for e in ends),
+            "stages_s": stage_times(logs), "last_invocation_stages_s": summary.get("times_s", {}),
+            "memory_gb": summary.get("memory_gb", {}),
             "verdict": {key: verdict.get(key) for key in ("publishable", "text", "version") if key in verdict},
             "published": gate.get("published"),
             "threads": threads, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
@@ -77,7 +127,9 @@ def run(work: Path, *, ids: int, k: int, threads: int) -> dict[str, Any]:
 def markdown(doc: dict[str, Any]) -> str:
     """The result as a short page."""
     lines = [f"## pfd distill of {doc['ids']:,} identities (the demo's recipe and models; {doc['images']:,} photos, "
-             f"K = {doc['k']}: {doc['proxies']:,} proxies)", "", "| stage | CPU seconds | peak GB |", "|---|---|---|"]
+             f"K = {doc['k']}: {doc['proxies']:,} proxies)", "",
+             "CPU seconds of each stage added up over the invocations; the memory peak is the last invocation's.", "",
+             "| stage | CPU seconds | peak GB |", "|---|---|---|"]
     mem = doc.get("memory_gb") or {}
     for stage, sec in doc["stages_s"].items():
         m = mem.get(stage)
@@ -85,7 +137,8 @@ def markdown(doc: dict[str, Any]) -> str:
     v = doc.get("verdict") or {}
     lines += ["", f"Verdict of the publication gate: {v.get('text', '(no audit recorded)')} (audit version "
               f"{v.get('version', '?')}); exit status {doc['exit']}.",
-              f"Wall time {doc['wall_s'] / 3600:.2f} h over {len(doc['invocations'])} invocation(s), "
+              f"Wall time {doc['wall_s'] / 3600:.2f} h over {doc['invocations_timed']} timed of {doc['invocations']} "
+              "invocation(s), "
               f"{doc['threads']} thread(s) on {doc['cores']} cores ({doc['cpu']}); {doc['date']}."]
     return "\n".join(lines) + "\n"
 

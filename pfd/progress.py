@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, Iterable, Iterator
 
-__all__ = ["show_progress", "progress_bar", "stage_line", "PROGRESS_LOGGER"]
+__all__ = ["show_progress", "progress_bar", "stage_line", "step_line", "PROGRESS_LOGGER"]
 
 PROGRESS_LOGGER = "pfd.progress"
 log = logging.getLogger(PROGRESS_LOGGER)
@@ -145,6 +145,11 @@ def progress_bar(iterable: Iterable[Any] | None = None, *, enabled: bool | None 
 
     kw.pop("disable", None)
     return tqdm(iterable, desc=desc, total=total, initial=initial, **kw)
+
+
+def step_line(step: str, seconds: float) -> None:
+    """Log the one line a finished step outside the stages leaves in a log (INFO, logger ``pfd.progress``)."""
+    log.info("%s: done in %.1f s", step, seconds)
 
 
 def stage_line(stage: str, seconds: float, *, skipped: bool = False) -> None:

@@ -132,7 +132,8 @@ def open_audit(
     Args:
         cfg: The audit's settings (:func:`run_scorecard`).
         state: The release's state, already opened with :func:`~pfd.audit.inputs.open_release_state`.
-        sets: The private set and the release, where the caller has opened them (their cache seeded).
+        sets: The private set, the release and other data sets (``--holdout``, ``--public``), where the caller
+            has opened them (their cache seeded).
         reconstructor: As :func:`run_scorecard`.
         attackers: As :func:`run_scorecard`.
         progress: Progress bars.

@@ -27,6 +27,8 @@ Usage:
     python -m benchmarks.verdict_calibration --quick --out /tmp/cal   # ~2 minutes: N 24 and 72, K 10, few draws
     python -m benchmarks.verdict_calibration --max-ids 1000   # the grid up to N = 1000
     python -m benchmarks.verdict_calibration --summarise      # rewrite json/md/png from the jsonl
+    python -m benchmarks.verdict_calibration --shard 0/2 & python -m benchmarks.verdict_calibration --shard 1/2 &
+                                                              # two processes (one per core), disjoint cells
 """
 
 from __future__ import annotations
@@ -71,6 +73,18 @@ def grid(*, max_ids: int = 10_000, quick: bool = False) -> list[dict[str, Any]]:
                     cells.append({"n_ids": n, "k": k, "sigma": sigma, "leak": leak,
                                   "draws": null_draws if leak == "null" else leak_draws})
     return cells
+
+
+def shard(cells: list[dict[str, Any]], spec: str) -> list[dict[str, Any]]:
+    """The cells of shard ``"I/N"`` of the grid: its cells I, I+N, ... (by grid order, so that processes started
+    at different times split the same list; a cell is never run by two)."""
+    try:
+        i, n = (int(v) for v in spec.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard {spec!r}: give I/N, e.g. 0/2 and 1/2 for two processes") from None
+    if not 0 <= i < n:
+        raise SystemExit(f"--shard {spec!r}: I must be in 0..N-1")
+    return cells[i::n]
 
 
 def _key(cell: dict[str, Any]) -> tuple:
@@ -239,13 +253,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-ids", type=int, default=10_000, help="skip cells with more people")
     p.add_argument("--summarise", action="store_true", help="only rewrite the summary from the jsonl")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shard", default="0/1", metavar="I/N",
+                   help="run only the grid's cells I, I+N, I+2N, ... (one process per core: each appends its own cells)")
     args = p.parse_args(argv)
     if not args.summarise:
         jsonl = args.out.with_suffix(".jsonl")
         jsonl.parent.mkdir(parents=True, exist_ok=True)
         done = {_key(c): c for c in load(jsonl)}
-        todo = [c for c in grid(max_ids=args.max_ids, quick=args.quick)
-                if _key(c) not in done or done[_key(c)]["draws"] < c["draws"]]
+        mine = shard(grid(max_ids=args.max_ids, quick=args.quick), args.shard)
+        todo = [c for c in mine if _key(c) not in done or done[_key(c)]["draws"] < c["draws"]]
         print(f"{len(todo)} cells to run or top up ({len(done)} recorded)", flush=True)
         for i, cell in enumerate(todo, 1):
             rec = done.get(_key(cell))

@@ -63,3 +63,11 @@ def test_a_large_cell_is_recorded_draw_by_draw_and_pooled(tmp_path, monkeypatch)
     singles = [cal.simulate(12, 3, draws=1, sigma=0.05, seed=s).refused for s in parts[-1]["seeds"]]
     assert parts[-1]["refused"] == sum(singles)
     assert cal.main(["--out", str(out)]) == 0 and len(out.with_suffix(".jsonl").read_text().splitlines()) == 3
+
+
+def test_shards_split_the_grid_into_disjoint_parts_that_cover_it():
+    g = cal.grid()
+    parts = [cal.shard(g, f"{i}/3") for i in range(3)]
+    keys = [cal._key(c) for part in parts for c in part]
+    assert sorted(keys) == sorted(cal._key(c) for c in g) and len(set(keys)) == len(g)
+    assert cal.shard(g, "0/1") == g

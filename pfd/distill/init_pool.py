@@ -155,7 +155,7 @@ def pool_check(pool: FaceSet, used: np.ndarray | None, *, private_sha: str) -> P
 def checked_before(state_dir: str | os.PathLike, key: PoolCheck) -> bool:
     """Whether the run that owns ``state_dir`` already passed this pool against this private set.
 
-    The aligned copy search takes ~0.1 s a pool photo (40 min at 10^4 identities) and a ``--resume``
+    The copy search takes ~0.1 CPU s a pool photo (17 min at 10^4 identities) and a ``--resume``
     would redo it for the same pixels; a record of a pass is taken only for the same pool pixels, the
     same private set and the same search.
 

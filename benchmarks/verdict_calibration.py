@@ -56,6 +56,9 @@ QUICK_DRAWS = ((72, 10, 4),)
 #: Cells of this many people or more are run and recorded one draw at a time (minutes a draw).
 PART_FROM = 10_000
 QUICK_SIGMAS = (0.05, 0.5)
+#: At N >= PART_FROM the cells run leak-kind first: the nulls, the power goal's linked shares, then the
+#: multiples of chance that are only reported.
+_GOAL_ORDER = {"null": 0, "linked": 1, "times": 2}
 QUICK_LEAKS = ("null", "linked-10")
 
 
@@ -68,10 +71,15 @@ def grid(*, max_ids: int = 10_000, quick: bool = False) -> list[dict[str, Any]]:
             continue
         null_draws, leak_draws = next((d0, d1) for top, d0, d1 in table if n <= top)
         for k in ((5, 10) if n <= 72 and not quick else (10,)):
-            for sigma in (QUICK_SIGMAS if quick else SIGMAS):
-                for leak in (QUICK_LEAKS if quick else LEAKS):
-                    cells.append({"n_ids": n, "k": k, "sigma": sigma, "leak": leak,
-                                  "draws": null_draws if leak == "null" else leak_draws})
+            pairs = [(sigma, leak) for sigma in (QUICK_SIGMAS if quick else SIGMAS)
+                     for leak in (QUICK_LEAKS if quick else LEAKS)]
+            if n >= PART_FROM:
+                # Core-hours a cell at this size: the goals' cells first (every null, then the power
+                # goal's linked shares), the multiples of chance (reported only) last.
+                pairs.sort(key=lambda sl: _GOAL_ORDER[sl[1].split("-")[0]])
+            for sigma, leak in pairs:
+                cells.append({"n_ids": n, "k": k, "sigma": sigma, "leak": leak,
+                              "draws": null_draws if leak == "null" else leak_draws})
     return cells
 
 

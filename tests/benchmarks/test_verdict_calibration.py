@@ -17,6 +17,9 @@ def test_the_grid_has_every_cell_the_issue_asks_for_with_its_draws():
             assert c["draws"] >= need, c
         assert c["k"] == 10 or c["n_ids"] <= 72
     assert {c["n_ids"] for c in g} == {24, 72, 300, 1000, 10_000}
+    # At 10^4 (hours a cell) the goals' cells come first: every null, then the linked shares.
+    big = [c["leak"].split("-")[0] for c in g if c["n_ids"] == 10_000]
+    assert big == ["null"] * 4 + ["linked"] * 8 + ["times"] * 8
     assert cal.planted("linked-10", 72) == 0.1 and cal.planted("times-3", 72) == 2 / 72 and cal.planted("null", 9) == 0
 
 

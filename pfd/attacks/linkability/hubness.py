@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pfd.attacks.linkability.matching import LinkabilityResult, _as_tensor, _check_sources, _result, _unit
+from pfd.attacks.linkability.matching import LinkabilityResult, _as_tensor, _check_sources, _result, _unit, block_sizes
 from pfd.errors import PfdError
 
 __all__ = ["CSLS_K", "csls_top1", "visual_matching_csls", "rank1_reid_csls"]
@@ -37,8 +37,8 @@ CSLS_K = 10
 
 
 @torch.no_grad()
-def csls_top1(queries: Any, gallery: Any, *, k: int = CSLS_K, chunk: int = 2048,
-              query_chunk: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+def csls_top1(queries: Any, gallery: Any, *, k: int = CSLS_K, chunk: int | None = None,
+              query_chunk: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top-1 gallery row of every query by CSLS, and its cosine.
 
     Two streamed passes, so memory is ``query_chunk × chunk`` whatever the sizes: the first keeps
@@ -49,8 +49,8 @@ def csls_top1(queries: Any, gallery: Any, *, k: int = CSLS_K, chunk: int = 2048,
         queries: ``(q, D)`` embeddings (normalised here).
         gallery: ``(g, D)`` embeddings (normalised here), ``g >= 1``.
         k: Nearest queries in each gallery item's hubness ``r_Q(g)`` (at most ``q``).
-        chunk: Gallery rows per block.
-        query_chunk: Query rows per block.
+        chunk: Gallery rows per block (None: :func:`~pfd.attacks.linkability.matching.block_sizes`).
+        query_chunk: Query rows per block (likewise).
 
     Returns:
         ``(index (q,) int64, cosine (q,))``: the CSLS match and its plain cosine; ties go to the
@@ -67,6 +67,7 @@ def csls_top1(queries: Any, gallery: Any, *, k: int = CSLS_K, chunk: int = 2048,
         raise PfdError(f"queries have D={q.shape[1]} but the gallery D={g.shape[1]}; embed both with the same model")
     if g.shape[0] == 0:
         raise PfdError("the gallery is empty; pass at least one private image")
+    query_chunk, chunk = block_sizes(q.device, query_chunk, chunk)
     kk = max(1, min(int(k), q.shape[0]))
     r = torch.empty(g.shape[0], dtype=dtype)  # (g,) r_Q: mean cosine to the k nearest queries
     for lo in range(0, g.shape[0], chunk):
@@ -84,7 +85,7 @@ def csls_top1(queries: Any, gallery: Any, *, k: int = CSLS_K, chunk: int = 2048,
         qb, rows = q[qlo : qlo + query_chunk], slice(qlo, qlo + query_chunk)
         for lo in range(0, g.shape[0], chunk):
             s = qb @ g[lo : lo + chunk].T  # (b, c) cosines
-            v, i = (2.0 * s - r[None, lo : lo + chunk]).max(dim=1)  # (b,) the block's best CSLS score (first maximum)
+            v, i = torch.mul(s, 2.0).sub_(r[None, lo : lo + chunk]).max(dim=1)  # (b,) the block's best CSLS score (first maximum)
             better = v > best[rows]  # strict: an earlier block keeps a tie
             best[rows] = torch.where(better, v, best[rows])
             idx[rows] = torch.where(better, i + lo, idx[rows])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pfd.attacks.linkability.matching import rank1_reid, streamed_top1, visual_matching
+from pfd.attacks.linkability.matching import CPU_BLOCK, DEVICE_BLOCK, block_sizes, rank1_reid, streamed_top1, visual_matching
 from pfd.errors import PfdError
 
 
@@ -40,6 +40,22 @@ def test_streamed_top1_ties_go_to_lowest_index(chunk):
     idx, _ = streamed_top1(torch.as_tensor(queries, dtype=torch.float32), gallery.astype(np.float32), chunk=chunk)
     full = (queries @ gallery.T).argmax(1)  # numpy argmax: first maximum
     np.testing.assert_array_equal(idx, full)
+
+
+def test_the_default_blocks_by_device_and_a_tie_across_their_boundaries():
+    """The CPU's small blocks and a GPU's large ones give the same matches, the first maximum: gallery rows
+    of entries ±0.5 in 4-D hold 16 distinct vectors, so every query's best score ties across blocks."""
+    assert block_sizes(torch.device("cpu")) == CPU_BLOCK and block_sizes(torch.device("meta")) == DEVICE_BLOCK
+    assert block_sizes(torch.device("cpu"), 5, 7) == (5, 7)
+    with pytest.raises(PfdError, match=">= 1"):
+        block_sizes(torch.device("cpu"), 0, None)
+    rng = np.random.default_rng(3)
+    base = rng.choice([-0.5, 0.5], size=(2600, 4)).astype(np.float32)  # exact dot products: exact ties
+    queries = rng.choice([-0.5, 0.5], size=(1200, 4)).astype(np.float32)
+    small = streamed_top1(queries, base)
+    large = streamed_top1(queries, base, query_chunk=DEVICE_BLOCK[0], chunk=DEVICE_BLOCK[1])
+    np.testing.assert_array_equal(small[0], large[0])
+    np.testing.assert_array_equal(small[0], (queries @ base.T).argmax(1))
 
 
 def test_streamed_top1_errors():

@@ -120,7 +120,13 @@ def run_point(name: str, n: int, *, k: int, imgs: int, dim: int, path: Path, env
     res = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
     rows = res.pop("rows")
     return {"n_ids": n, "k": k, "dim": dim, "imgs": imgs, "check": name, **res,
-            "figures": len(rows), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            "figures": len(rows), "commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def _commit() -> str:
+    """The code that measured a point (``git describe``; '' outside a checkout)."""
+    r = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=HERE, capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else ""
 
 
 def fit(x: list[float], y: list[float]) -> tuple[float, float]:
@@ -197,6 +203,9 @@ def markdown(doc: dict[str, Any]) -> str:
               "MiB: peak resident memory beyond the loaded embeddings; peak RSS: the largest process's, embeddings "
               "included. Source-rank and class-level tests at their default 20,000 permutations. Run by "
               "`python -m benchmarks.audit_scaling`."]
+    commits = sorted({p["commit"] for p in by.values() if p.get("commit")})
+    if commits:  # points measured before a speed-up keep their old code's figures until re-measured (--redo)
+        lines += ["", "Points measured by commit " + ", ".join(commits) + " (the others before commits were recorded)."]
     return "\n".join(lines) + "\n"
 
 
@@ -237,11 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--out", type=Path, default=OUT, help="results stem (.jsonl, .json)")
     ap.add_argument("--summarise", action="store_true", help="only rewrite the summaries")
+    ap.add_argument("--redo", action="store_true",
+                    help="measure the given sizes and checks again (after a change to the code): the new points are "
+                         "appended and replace the old ones in the summaries")
     a = ap.parse_args(argv)
     jsonl = a.out.with_suffix(".jsonl")
     jsonl.parent.mkdir(parents=True, exist_ok=True)
     if not a.summarise:
-        done = {_key(p) for p in load(jsonl)}
+        done = set() if a.redo else {_key(p) for p in load(jsonl)}
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
         with tempfile.TemporaryDirectory() as tmp:
             for n in sorted(a.sizes):

@@ -119,6 +119,8 @@ def run(work: Path, *, ids: int, k: int, threads: int) -> dict[str, Any]:
             "stages_s": stage_times(logs), "last_invocation_stages_s": summary.get("times_s", {}),
             "memory_gb": summary.get("memory_gb", {}),
             "verdict": {key: verdict.get(key) for key in ("publishable", "text", "version") if key in verdict},
+            # Every figure of the gate's audit: a refusal is read by its effect sizes, not only its p-values.
+            "rows": gate.get("checks") or [],
             "published": gate.get("published"),
             "threads": threads, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -135,12 +137,24 @@ def markdown(doc: dict[str, Any]) -> str:
         m = mem.get(stage)
         lines.append(f"| {stage} | {float(sec):.0f} | {'' if m is None else f'{float(m):.2f}'} |")
     v = doc.get("verdict") or {}
+    failing = [r for r in doc.get("rows") or [] if r.get("family") == "leaks"]
+    if failing:
+        lines += ["", "The figures that fail (family-wise):", "", "| figure | attacker | value | chance | 95 % interval | p |",
+                  "|---|---|---|---|---|---|"]
+        for r in failing:
+            ci = r.get("ci95")
+            lines.append(f"| {r['attack']} | {r['attacker']} | {_num(r.get('value'))} | {_num(r.get('chance'))} | "
+                         f"{'' if not ci else f'{_num(ci[0])} to {_num(ci[1])}'} | {_num(r.get('p'))} |")
     lines += ["", f"Verdict of the publication gate: {v.get('text', '(no audit recorded)')} (audit version "
               f"{v.get('version', '?')}); exit status {doc['exit']}.",
               f"Wall time {doc['wall_s'] / 3600:.2f} h over {doc['invocations_timed']} timed of {doc['invocations']} "
               "invocation(s), "
               f"{doc['threads']} thread(s) on {doc['cores']} cores ({doc['cpu']}); {doc['date']}."]
     return "\n".join(lines) + "\n"
+
+
+def _num(v: Any) -> str:
+    return "" if v is None else f"{float(v):.3g}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,14 @@ def test_the_page_gives_each_stage_and_the_gates_verdict(das):
     page = das.markdown(doc)
     assert "| adapt | 600 | 1.50 |" in page and "| rta | 2400 |  |" in page
     assert "publishable: no figure leaks (audit version 3)" in page and "1.00 h over 1 timed of 2 invocation" in page
+    assert "fail (family-wise)" not in page
+    rows = [{"attack": "Source rank uniform (proxies): mean rank", "attacker": "public", "value": 0.4512, "chance": 0.5,
+             "ci95": [0.44, 0.46], "p": 5e-05, "family": "leaks"},
+            {"attack": "Rank-1 Re-ID (proxies)", "attacker": "public", "value": 0.001, "chance": 0.001,
+             "ci95": [0.0, 0.004], "p": 0.6, "family": "passed"}]
+    page = das.markdown({**doc, "rows": rows})
+    assert "| Source rank uniform (proxies): mean rank | public | 0.451 | 0.5 | 0.44 to 0.46 | 5e-05 |" in page
+    assert "Rank-1 Re-ID (proxies) |" not in page  # only the figures that fail are listed
 
 
 def test_stage_times_add_up_over_invocations_with_the_batches_of_one_that_ended_inside_rta(das):

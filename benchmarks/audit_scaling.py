@@ -124,9 +124,14 @@ def run_point(name: str, n: int, *, k: int, imgs: int, dim: int, path: Path, env
 
 
 def _commit() -> str:
-    """The code that measured a point (``git describe``; '' outside a checkout)."""
-    r = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=HERE, capture_output=True, text=True)
-    return r.stdout.strip() if r.returncode == 0 else ""
+    """The code that measured a point: the commit, ``-dirty`` if pfd/ or a benchmark script differs from it
+    (results being written do not count); '' outside a checkout."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
+    if head.returncode:
+        return ""
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "../pfd", ".",
+                              ":(exclude)results"], cwd=HERE, capture_output=True, text=True).stdout.strip()
+    return head.stdout.strip() + ("-dirty" if changed else "")
 
 
 def fit(x: list[float], y: list[float]) -> tuple[float, float]:
@@ -205,7 +210,9 @@ def markdown(doc: dict[str, Any]) -> str:
               "`python -m benchmarks.audit_scaling`."]
     commits = sorted({p["commit"] for p in by.values() if p.get("commit")})
     if commits:  # points measured before a speed-up keep their old code's figures until re-measured (--redo)
-        lines += ["", "Points measured by commit " + ", ".join(commits) + " (the others before commits were recorded)."]
+        older = any(not p.get("commit") for p in by.values())
+        lines += ["", "Points measured by commit " + ", ".join(commits)
+                  + (" (the others before commits were recorded)." if older else ".")]
     return "\n".join(lines) + "\n"
 
 

@@ -56,10 +56,10 @@ QUICK_DRAWS = ((72, 10, 4),)
 #: Cells of this many people or more are run and recorded one draw at a time (minutes a draw).
 PART_FROM = 10_000
 QUICK_SIGMAS = (0.05, 0.5)
-#: At N >= PART_FROM the cells run leak-kind first: the nulls, the power goal's linked shares, then the
-#: multiples of chance that are only reported.
-_GOAL_ORDER = {"null": 0, "linked": 1, "times": 2}
 QUICK_LEAKS = ("null", "linked-10")
+#: At N >= PART_FROM (a draw takes core-minutes) the cells run by leak kind: the nulls, the power goal's
+#: linked shares, then the multiples of chance that are only reported.
+_GOAL_ORDER = {"null": 0, "linked": 1, "times": 2}
 
 
 def grid(*, max_ids: int = 10_000, quick: bool = False) -> list[dict[str, Any]]:
@@ -74,8 +74,6 @@ def grid(*, max_ids: int = 10_000, quick: bool = False) -> list[dict[str, Any]]:
             pairs = [(sigma, leak) for sigma in (QUICK_SIGMAS if quick else SIGMAS)
                      for leak in (QUICK_LEAKS if quick else LEAKS)]
             if n >= PART_FROM:
-                # Core-hours a cell at this size: the goals' cells first (every null, then the power
-                # goal's linked shares), the multiples of chance (reported only) last.
                 pairs.sort(key=lambda sl: _GOAL_ORDER[sl[1].split("-")[0]])
             for sigma, leak in pairs:
                 cells.append({"n_ids": n, "k": k, "sigma": sigma, "leak": leak,

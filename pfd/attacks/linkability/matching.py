@@ -94,8 +94,8 @@ def streamed_top1(
     Args:
         queries: ``(q, D)`` query embeddings (numpy or torch).
         gallery: ``(g, D)`` gallery embeddings, ``g >= 1``.
-        chunk: Gallery rows per block (default :func:`block_sizes`' for the device).
-        query_chunk: Query rows per block (default likewise).
+        chunk: Gallery rows per block (None: the device's, :func:`block_sizes`).
+        query_chunk: Query rows per block (None: likewise).
         normalize: L2-normalise both sides first (cosine); False for already-unit inputs.
         device: Where to compute (default: the queries' device). Results come back on CPU.
         metric: ``"cosine"``, or ``"euclidean"``: nearest by ``‖q − g‖`` on the raw rows (no

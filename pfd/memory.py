@@ -94,6 +94,10 @@ class StagePeaks:
         if peak is None:
             return None
         gb = round(peak / 1e9, 2)
+        if not self.resettable and self.peaks_gb:
+            # A lifetime peak only grows; VmHWM read through the kernel's batched per-CPU counters can come
+            # back a few MB lower than a reading before it (seen: 1.58 then 1.57 GB), which is noise.
+            gb = max(gb, *self.peaks_gb.values())
         self.peaks_gb[stage] = max(gb, self.peaks_gb.get(stage, 0.0))
         release_free_memory()  # what this stage freed is not the next stage's
         self.resettable = reset_peak() and self.resettable

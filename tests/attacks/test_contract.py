@@ -107,3 +107,14 @@ def test_the_summary_is_every_result_in_registry_order(card):
     assert set(card.data["skipped"]) <= {"ogp_margin", "judge_competence"}, card.data["skipped"]
     assert all(r.family in ("passed", "failed", "leaks", "unresolved") for r in card.rows if r.gates
                and r.verdict != "inconclusive")
+
+
+def test_the_class_level_section_says_how_tight_the_classes_are(card):
+    """Each attacker's class-level entry carries the spread of the released classes and of the private photos."""
+    entries = card.data["class_link"]
+    assert entries and {e["attacker"] for e in entries} >= {"public", "insider"}
+    for e in entries:
+        for part in ("proxies", "private"):
+            s = e["spread"][part]
+            assert 0.0 < s["excess"] <= 1.0 and s["sigma"] >= 0.0 and s["classes"] > 1
+    assert "sigma" in "\n".join(card.results["class_link"].markdown())

@@ -320,6 +320,16 @@ class ClassLinkResult(CheckResult):
         for t in self.tests:
             out.append(f"| {t['attacker']} | " + " | ".join(
                 f"{t['attacks'][k]['count']}/{t['classes']}" for k in CLASS_ATTACKS) + " |")
+        out += ["", "How tight the classes are in each model: the mean cosine of two proxies of one class (two photos of "
+                "one person), its excess over two unrelated ones, and the spread sigma of the verdict's null simulation "
+                "with the same excess (`pfd.attacks.linkability.spread`; the calibration covers sigma 0.02 to 0.5, "
+                "docs/benchmarks.md). Tight classes make each rate count about one trial per class.", "",
+                "| attacker | proxies: cos within | excess | sigma | private photos: cos within | excess | sigma |",
+                "|---|---|---|---|---|---|---|"]
+        for t in self.tests:
+            cells = [f"{s['within']:.3f} | {s['excess']:.3f} | {s['sigma']:.3g}" if s else "– | – | –"
+                     for s in (t["spread"].get("proxies"), t["spread"].get("private"))]
+            out.append(f"| {t['attacker']} | " + " | ".join(cells) + " |")
         return out
 
 
@@ -351,13 +361,20 @@ class ClassLinkAttack(Check):
 
     def run(self, inputs: AuditInputs) -> ClassLinkResult:
         from pfd.attacks.linkability.classes import AttackerClassLink, class_link_test
+        from pfd.attacks.linkability.spread import class_spread
 
         tests = []
         for a, e in _cosine_attackers(inputs):
             t = inputs.clock.run("linkability", lambda e=e: class_link_test(
                 e["proxies"], inputs.source, e["private"], inputs.labels, permutations=self.cfg.permutations,
                 seed=inputs.cfg.seed))
-            tests.append(AttackerClassLink(attacker=a.role, **t))
+            spread = {}
+            for part, labels in (("proxies", inputs.source), ("private", inputs.labels)):
+                try:
+                    spread[part] = class_spread(e[part], labels)
+                except ValueError:  # one member a class (K = 1) or one class: no spread to report
+                    pass
+            tests.append(AttackerClassLink(attacker=a.role, spread=spread, **t))
         return ClassLinkResult(tests)
 
 

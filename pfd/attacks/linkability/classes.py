@@ -34,6 +34,7 @@ import torch
 
 from pfd.attacks.linkability.matching import _as_tensor, _check_sources, _unit
 from pfd.attacks.linkability.ranks import block_rows, identity_templates, injections, rank_blocks
+from pfd.attacks.linkability.spread import ClassSpread
 from pfd.errors import PfdError
 
 __all__ = ["CLASS_ATTACKS", "class_groups", "named_identities", "class_link_test", "ClassAttackFigures", "ClassLinkTest",
@@ -75,9 +76,12 @@ class ClassLinkTest(TypedDict):
 
 
 class AttackerClassLink(ClassLinkTest):
-    """One attacker's :class:`ClassLinkTest` (``report.json``'s ``class_link`` entries)."""
+    """One attacker's :class:`ClassLinkTest` (``report.json``'s ``class_link`` entries), with how tight
+    the released classes and the private identities are in its model
+    (:func:`pfd.attacks.linkability.spread.class_spread`: ``proxies`` and ``private``)."""
 
     attacker: str
+    spread: dict[str, ClassSpread]
 
 #: The class-level attacks, in report order: ``name -> description``.
 CLASS_ATTACKS: dict[str, str] = {

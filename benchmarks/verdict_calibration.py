@@ -29,6 +29,14 @@ Usage:
     python -m benchmarks.verdict_calibration --summarise      # rewrite json/md/png from the jsonl
     python -m benchmarks.verdict_calibration --shard 0/2 & python -m benchmarks.verdict_calibration --shard 1/2 &
                                                               # two processes (one per core), disjoint cells
+    pfd attack --release release --state-dir state --report /tmp/demo-audit
+    python -m benchmarks.verdict_calibration --real demo=/tmp/demo-audit/report.json
+                                                              # what a real release's classes measure, in sigma
+
+Where real releases sit on the grid: ``--real NAME=REPORT`` reads the class-level section of an audit's
+``report.json`` (``pfd attack``; :func:`pfd.attacks.linkability.spread.class_spread` per model: the
+mean within-class cosine of the proxies and of the private photos over two unrelated ones, and the
+simulation's sigma with the same excess) into ``<out>_real.json``, which the table's last section lists.
 """
 
 from __future__ import annotations
@@ -160,6 +168,56 @@ def load(jsonl: Path) -> list[dict[str, Any]]:
     return list(done.values())
 
 
+def real_path(out: Path) -> Path:
+    """Where the real releases' measured spreads are kept (``--real``)."""
+    return out.with_name(out.name + "_real.json")
+
+
+def read_real(report: Path) -> dict[str, Any]:
+    """One audit's class spreads per model, from its ``report.json`` (``class_link`` entries)."""
+    try:
+        data = json.loads(report.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--real: cannot read {report}: {e}; give the report.json that pfd attack wrote") from None
+    entries = [e for e in data.get("class_link") or [] if e.get("spread")]
+    if not entries:
+        raise SystemExit(f"--real: {report} has no class spreads (written by a pfd older than the class_link "
+                         "spread); run pfd attack on the release again")
+    first = entries[0]
+    return {"n_ids": first["identities"], "classes": first["classes"],
+            "models": [{"attacker": e["attacker"], **{part: e["spread"].get(part) for part in ("proxies", "private")}}
+                       for e in entries]}
+
+
+def add_real(out: Path, name: str, report: Path) -> None:
+    """Record (or replace) one real release's spreads under ``name``."""
+    path = real_path(out)
+    real = json.loads(path.read_text()) if path.is_file() else {}
+    real[name] = {**read_real(report), "measured": time.strftime("%Y-%m-%d", time.gmtime())}
+    atomic_write_json(path, real)
+
+
+def real_lines(real: dict[str, Any]) -> list[str]:
+    """The table's section on real releases: each model's proxy and photo spread, in sigma."""
+    if not real:
+        return []
+    def cell(s: dict[str, Any] | None) -> str:
+        if not s:
+            return "–"
+        sigma = "no class structure" if s["sigma"] is None else f"sigma {s['sigma']:.3g}"
+        strangers = f"{s['between']:.3f}".replace("-0.000", "0.000")
+        return f"{sigma} (cos {s['within']:.3f}, strangers {strangers})"
+    out = ["## Where real releases sit (class tightness measured, `--real`)", "",
+           "Each model's mean cosine between two proxies of one class (two photos of one person), against two "
+           "unrelated ones, mapped to the simulation's sigma with the same excess "
+           "(`pfd.attacks.linkability.spread`).", "",
+           "| release | N | model | proxies | private photos |", "|---|---|---|---|---|"]
+    for name, r in sorted(real.items()):
+        for m in r["models"]:
+            out.append(f"| {name} | {r['n_ids']} | {m['attacker']} | {cell(m.get('proxies'))} | {cell(m.get('private'))} |")
+    return out + [""]
+
+
 def goals(cells: list[dict[str, Any]]) -> list[str]:
     """Each goal of issue 57 that the finished cells can speak to, met or missed."""
     null = [c for c in cells if c["leak"] == "null"]
@@ -184,8 +242,8 @@ def goals(cells: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def markdown(cells: list[dict[str, Any]]) -> str:
-    """The table: one row per (N, K, sigma), the refusal rate per leak."""
+def markdown(cells: list[dict[str, Any]], real: dict[str, Any] | None = None) -> str:
+    """The table: one row per (N, K, sigma), the refusal rate per leak; then the real releases' spreads."""
     rows = sorted({(c["n_ids"], c["k"], c["sigma"]) for c in cells})
     by = {_key(c): c for c in cells}
     lines = [f"# Verdict calibration (verdict version {VERSION})", "",
@@ -207,7 +265,7 @@ def markdown(cells: list[dict[str, Any]]) -> str:
         lines.append(f"| {n} | {k} | {sigma:g} | {100 * design_share(1 / n, n):.2f} % | " + " | ".join(cellstr) + " |")
     secs = sum(c["seconds"] for c in cells)
     lines += ["", "## Goals (issue 57)", "", *goals(cells), "",
-              f"{len(cells)} cells, {secs / 3600:.1f} core-hours of simulation.", ""]
+              f"{len(cells)} cells, {secs / 3600:.1f} core-hours of simulation.", "", *real_lines(real or {})]
     return "\n".join(lines)
 
 
@@ -244,9 +302,10 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
 def summarise(out: Path) -> list[dict[str, Any]]:
     """Rewrite ``<out>.json``, ``.md`` and ``.png`` from ``<out>.jsonl``."""
     cells = sorted(load(out.with_suffix(".jsonl")), key=lambda c: (c["n_ids"], c["k"], c["sigma"], LEAKS.index(c["leak"])))
+    real = json.loads(real_path(out).read_text()) if real_path(out).is_file() else {}
     atomic_write_json(out.with_suffix(".json"), {"verdict_version": VERSION, "level": LEVEL, "bound": BOUND,
-                                                 "rule_out": RULE_OUT, "cells": cells})
-    atomic_write_text(out.with_suffix(".md"), markdown(cells))
+                                                 "rule_out": RULE_OUT, "cells": cells, "real": real})
+    atomic_write_text(out.with_suffix(".md"), markdown(cells, real))
     if cells:
         plot(cells, out.with_suffix(".png"))
     return cells
@@ -261,8 +320,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shard", default="0/1", metavar="I/N",
                    help="run only the grid's cells I, I+N, I+2N, ... (one process per core: each appends its own cells)")
+    p.add_argument("--real", action="append", default=[], metavar="NAME=REPORT",
+                   help="record a real release's class spreads from its audit's report.json (pfd attack), then summarise")
     args = p.parse_args(argv)
-    if not args.summarise:
+    for spec in args.real:
+        name, sep, report = spec.partition("=")
+        if not sep or not name or not report:
+            raise SystemExit(f"--real {spec!r}: give NAME=REPORT, e.g. demo=/tmp/audit/report.json")
+        add_real(args.out, name, Path(report))
+    if not args.summarise and not args.real:
         jsonl = args.out.with_suffix(".jsonl")
         jsonl.parent.mkdir(parents=True, exist_ok=True)
         done = {_key(c): c for c in load(jsonl)}

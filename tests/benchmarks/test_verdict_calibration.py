@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks import verdict_calibration as cal
 
 
@@ -74,3 +76,39 @@ def test_shards_split_the_grid_into_disjoint_parts_that_cover_it():
     keys = [cal._key(c) for part in parts for c in part]
     assert sorted(keys) == sorted(cal._key(c) for c in g) and len(set(keys)) == len(g)
     assert cal.shard(g, "0/1") == g
+
+
+def test_a_real_release_is_placed_on_the_grid_by_its_measured_spread(tmp_path):
+    """--real reads the class-level section an audit writes and lists each model's sigma beside the grid."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+
+    from pfd.attacks.linkability.attacks import ClassLinkAttack, ClassLinkConfig
+    from pfd.attacks.null import _view
+    from pfd.audit.contract import AuditInputs
+    from pfd.io import jsonable
+
+    n, k, imgs = 40, 5, 6
+    models = [SimpleNamespace(role=r, distance="cosine") for r in ("public", "insider")]
+    inputs = AuditInputs(cfg=SimpleNamespace(seed=0), state=None, sets=None, attackers=models,
+                         source=np.repeat(np.arange(n), k), labels=np.repeat(np.arange(n), imgs),
+                         private_spec="simulated", progress=False)
+    gen = torch.Generator().manual_seed(0)
+    for m, sigma in zip(models, (0.05, 0.5)):
+        inputs._emb[m.role] = _view(gen, n, k, imgs, 64, sigma, 0.0, torch.zeros(n, dtype=torch.bool))
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(jsonable(ClassLinkAttack(ClassLinkConfig(permutations=200)).run(inputs).sections())))
+    stem = tmp_path / "cal"
+    assert cal.main(["--out", str(stem), "--real", f"sim={report}"]) == 0
+    real = json.loads(cal.real_path(stem).read_text())["sim"]
+    assert real["n_ids"] == n and [m["attacker"] for m in real["models"]] == ["public", "insider"]
+    got = {m["attacker"]: m["proxies"]["sigma"] for m in real["models"]}
+    assert abs(got["public"] - 0.05) < 0.01 and abs(got["insider"] - 0.5) < 0.1
+    md = stem.with_suffix(".md").read_text()
+    assert "| sim | 40 | public | sigma 0.0" in md and json.loads(stem.with_suffix(".json").read_text())["real"]["sim"]
+    bad = tmp_path / "old.json"
+    bad.write_text(json.dumps({"class_link": [{"attacker": "public", "identities": n}]}))
+    with pytest.raises(SystemExit, match="no class spreads"):
+        cal.main(["--out", str(stem), "--real", f"old={bad}"])

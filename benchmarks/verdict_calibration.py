@@ -34,7 +34,7 @@ Usage:
                                                               # what a real release's classes measure, in sigma
 
 Where real releases sit on the grid: ``--real NAME=REPORT`` reads the class-level section of an audit's
-``report.json`` (``pfd attack``; :func:`pfd.attacks.linkability.spread.class_spread` per model: the
+``report.json`` (``pfd attack``; or the gate's ``audit.json`` in a state dir; :func:`pfd.attacks.linkability.spread.class_spread` per model: the
 mean within-class cosine of the proxies and of the private photos over two unrelated ones, and the
 simulation's sigma with the same excess) into ``<out>_real.json``, which the table's last section lists.
 """
@@ -178,7 +178,8 @@ def read_real(report: Path) -> dict[str, Any]:
     try:
         data = json.loads(report.read_text())
     except (OSError, ValueError) as e:
-        raise SystemExit(f"--real: cannot read {report}: {e}; give the report.json that pfd attack wrote") from None
+        raise SystemExit(f"--real: cannot read {report}: {e}; give the report.json that pfd attack wrote "
+                         "or a state dir's audit.json") from None
     entries = [e for e in data.get("class_link") or [] if e.get("spread")]
     if not entries:
         raise SystemExit(f"--real: {report} has no class spreads (written by a pfd older than the class_link "
@@ -321,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard", default="0/1", metavar="I/N",
                    help="run only the grid's cells I, I+N, I+2N, ... (one process per core: each appends its own cells)")
     p.add_argument("--real", action="append", default=[], metavar="NAME=REPORT",
-                   help="record a real release's class spreads from its audit's report.json (pfd attack), then summarise")
+                   help="record a real release's class spreads from its audit's report.json (pfd attack) or a state dir's "
+                        "audit.json (the gate), then summarise")
     args = p.parse_args(argv)
     for spec in args.real:
         name, sep, report = spec.partition("=")

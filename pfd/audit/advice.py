@@ -33,8 +33,10 @@ REMEDIES: dict[str, str] = {
     "judge": ("the proxies carry their sources' identity to a model no loss saw: distill again with a larger "
               "--lambda-delink or fewer RTA iterations, and audit again with the same judge"),
     "insider": ("the adapted model still finds the sources: continue OGP longer (--resume --ogp-steps, e.g. twice "
-                "counts.ogp_steps of summary.json) so that the rotation decouples them, keep pfd's source-rank defaults "
-                "(rta.source_ranks, rta.lambda_insider), and keep the state dir private: it holds that model"),
+                "counts.ogp_steps of summary.json) so that the rotation decouples them; where the source's rank refuses, "
+                "distill again into a new --state-dir with a larger lambda_insider in the recipe's [distill.rta] "
+                "(50 instead of 10 made the insider's ranks uniform at 100 people, docs/distill.md); keep the state dir "
+                "private: it holds that model"),
 }
 #: ... and by the pass/fail check (its registry name, the row's ``check``).
 CHECK_REMEDIES: dict[str, str] = {

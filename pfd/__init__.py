@@ -83,6 +83,7 @@ _EXPORTS: dict[str, str] = {
     **{n: "pfd.attacks.membership.dataset" for n in ("dataset_membership", "most_likely")},
     **{n: "pfd.attacks.linkability.matching" for n in ("streamed_top1", "visual_matching", "rank1_reid")},
     "class_link_test": "pfd.attacks.linkability.classes",
+    "class_spread": "pfd.attacks.linkability.spread",
     **{n: "pfd.attacks.attributes.recovery" for n in ("attribute_recovery", "LinearProbe", "read_attributes_csv")},
     # the privacy-utility card
     **{n: "pfd.card.config" for n in ("CardConfig", "DownstreamConfig", "CardEvalConfig")},

@@ -368,12 +368,9 @@ class ClassLinkAttack(Check):
             t = inputs.clock.run("linkability", lambda e=e: class_link_test(
                 e["proxies"], inputs.source, e["private"], inputs.labels, permutations=self.cfg.permutations,
                 seed=inputs.cfg.seed))
-            spread = {}
-            for part, labels in (("proxies", inputs.source), ("private", inputs.labels)):
-                try:
-                    spread[part] = class_spread(e[part], labels)
-                except ValueError:  # one member a class (K = 1) or one class: no spread to report
-                    pass
+            # None (left out) where a part has no class of two members, e.g. one proxy per identity.
+            spread = {part: s for part, labels in (("proxies", inputs.source), ("private", inputs.labels))
+                      if (s := class_spread(e[part], labels)) is not None}
             tests.append(AttackerClassLink(attacker=a.role, spread=spread, **t))
         return ClassLinkResult(tests)
 

@@ -24,6 +24,9 @@ from typing import Any, TypedDict
 import numpy as np
 import torch
 
+from pfd.attacks.linkability.matching import _as_tensor, _unit
+from pfd.errors import PfdError
+
 #: The embedding dimension of the verdict's null simulation (:func:`pfd.attacks.null.simulate`'s ``dim``).
 SIM_DIM = 64
 
@@ -63,7 +66,7 @@ def simulation_sigma(excess: float, *, dim: int = SIM_DIM) -> float:
     return math.sqrt(max(1.0 / min(excess, 1.0) - 1.0, 0.0) / dim)
 
 
-def class_spread(emb: Any, labels: Any, *, dim: int = SIM_DIM) -> ClassSpread:
+def class_spread(emb: Any, labels: Any, *, dim: int = SIM_DIM) -> ClassSpread | None:
     """How tight the classes of ``emb`` are, and the null simulation's matching spread.
 
     Every pairwise mean comes from class sums (``|Σ x|² = n + Σ_{i≠j} x_i·x_j`` for unit rows), so the
@@ -75,25 +78,23 @@ def class_spread(emb: Any, labels: Any, *, dim: int = SIM_DIM) -> ClassSpread:
         dim: The simulation's embedding dimension.
 
     Returns:
-        A :class:`ClassSpread`.
+        A :class:`ClassSpread`; ``None`` where there is nothing to measure (fewer than two classes, or
+        no class with two members: a release of one proxy per identity).
 
     Raises:
-        ValueError: Fewer than two classes, no class with two members, or a row that is not finite.
+        PfdError: Embeddings that are not a finite ``(n, D)`` matrix, or not one label per row.
     """
-    x = torch.as_tensor(emb, dtype=torch.float64)
-    if x.ndim != 2 or not torch.isfinite(x).all():
-        raise ValueError("class_spread: embeddings must be a finite (n, D) matrix")
-    x = x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)  # (n, D)
+    x = _unit(_as_tensor(emb, "embeddings").to(torch.float64))  # (n, D)
     uniq, group = np.unique(np.asarray(labels).ravel(), return_inverse=True)
     if len(group) != len(x):
-        raise ValueError(f"class_spread: {len(x)} embeddings but {len(group)} labels")
+        raise PfdError(f"{len(x)} embeddings but {len(group)} class labels; pass one label per row")
     sums = torch.zeros(len(uniq), x.shape[1], dtype=torch.float64).index_add_(0, torch.as_tensor(group), x)  # (C, D)
     counts = np.bincount(group, minlength=len(uniq)).astype(np.float64)  # (C,)
     own = (sums * sums).sum(1).numpy()  # (C,) |Σ_class x|² = n_c + Σ_{i≠j} cos
     pairs = counts * (counts - 1)
     ok = pairs > 0
     if len(uniq) < 2 or not ok.any():
-        raise ValueError("class_spread: needs two classes and a class with two members")
+        return None
     within = float(np.mean((own[ok] - counts[ok]) / pairs[ok]))
     total = float((sums.sum(0) ** 2).sum())  # |Σ x|²
     cross = len(x) ** 2 - float((counts ** 2).sum())  # ordered pairs from different classes

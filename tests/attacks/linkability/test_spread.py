@@ -11,6 +11,7 @@ import torch
 
 from pfd.attacks.linkability.spread import SIM_DIM, class_spread, simulation_sigma
 from pfd.attacks.null import _view
+from pfd.errors import PfdError
 
 
 @pytest.mark.parametrize("sigma", [0.02, 0.05, 0.1, 0.5])
@@ -55,12 +56,39 @@ def test_ends_of_the_scale():
     assert simulation_sigma(1 / (1 + 0.25 * SIM_DIM)) == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("emb, labels, match", [
-    (np.ones((4, 3)), np.zeros(4), "two classes"),
-    (np.eye(3), np.arange(3), "two members"),
-    (np.array([[1.0, np.nan], [0.0, 1.0]]), np.array([0, 1]), "finite"),
-    (np.eye(3), np.arange(2), "labels"),
+@pytest.mark.parametrize("emb, labels", [
+    (np.ones((4, 3)), np.zeros(4)),  # one class: no strangers
+    (np.eye(3), np.arange(3)),  # one member a class (K = 1): no pair within a class
 ])
-def test_refuses_what_has_no_spread(emb, labels, match):
-    with pytest.raises(ValueError, match=match):
+def test_nothing_to_measure_is_none(emb, labels):
+    assert class_spread(emb, labels) is None
+
+
+@pytest.mark.parametrize("emb, labels, match", [
+    (np.array([[1.0, np.nan], [0.0, 1.0]]), np.array([0, 1]), "NaN or inf"),
+    (np.eye(3), np.arange(2), "one label per row"),
+    (np.ones(3), np.arange(3), r"\(n, D\) matrix"),
+])
+def test_refuses_bad_input_with_the_fix(emb, labels, match):
+    with pytest.raises(PfdError, match=match):
         class_spread(emb, labels)
+
+
+def test_the_class_level_check_leaves_out_a_part_with_nothing_to_measure():
+    """One proxy per identity: the check still runs, its spread has the photos only and its page says so."""
+    from types import SimpleNamespace
+
+    from pfd.attacks.linkability.attacks import ClassLinkAttack, ClassLinkConfig
+    from pfd.audit.contract import AuditInputs
+
+    n, imgs = 30, 4
+    models = [SimpleNamespace(role="public", distance="cosine")]
+    inputs = AuditInputs(cfg=SimpleNamespace(seed=0), state=None, sets=None, attackers=models,
+                         source=np.arange(n), labels=np.repeat(np.arange(n), imgs), private_spec="simulated",
+                         progress=False)
+    inputs._emb["public"] = _view(torch.Generator().manual_seed(0), n, 1, imgs, SIM_DIM, 0.1, 0.0,
+                                  torch.zeros(n, dtype=torch.bool))
+    result = ClassLinkAttack(ClassLinkConfig(permutations=200)).run(inputs)
+    spread = result.tests[0]["spread"]
+    assert set(spread) == {"private"} and spread["private"]["sigma"] == pytest.approx(0.1, rel=0.15)
+    assert "| public | – | – | – |" in "\n".join(result.markdown())

@@ -29,8 +29,7 @@ import numpy as np
 import pfd.audit.checks  # noqa: F401 - registers the pass/fail checks
 from pfd.audit.contract import AuditInputs, CheckResult, Clock, Reconstructor, ordered_checks
 from pfd.audit.grid import MatchGrid
-from pfd.audit.inputs import (ReleaseState, open_release_state, proxy_sources, recorded_private_unopenable,
-                              state_private_spec, state_run_size, unwritten_release_state)
+from pfd.audit.inputs import ReleaseState, open_release_state, proxy_sources, unwritten_release_state
 from pfd.audit.risk import per_identity_risk
 from pfd.audit.rows import AuditRow, rows_to_json
 from pfd.audit.sets import MemorySets, OpenedPrivateSets, ReleaseSets
@@ -149,26 +148,19 @@ def open_audit(
         raise PfdError("pass --release (the released folder) and --state-dir (the publisher's state dir)")
     if state is None:
         state = clock.run("load", lambda: open_release_state(cfg.release, cfg.state_dir))
-    private_spec = cfg.private or state_private_spec(state)
+    private_spec = cfg.private or state.private_spec
     if not private_spec:
         raise PfdError(f"no private set: pass --private (the state dir {state.state_dir} records none)")
+    if sets is None:  # nothing is opened yet: each set opens at the first attacker's size that asks for it
+        sets = ReleaseSets(private_spec, state.release, skip_bad=cfg.skip_bad,
+                           recorded_in=None if cfg.private else state.state_dir)
+    sets.private_spec = sets.private_spec or private_spec
     own = clock.run("load", lambda: own_attackers(cfg, state, progress))
     outside = clock.run("load", lambda: outside_attackers(cfg, list(attackers or []), [a.role for a in own], progress))
     models = own + outside
     refuse_duplicate_models(own, outside)
-    given = sets is not None
-    if sets is None:
-        sets = ReleaseSets(private_spec, state.release, skip_bad=cfg.skip_bad)
-    sets.private_spec = sets.private_spec or private_spec
     size = models[0].size
-    try:
-        private0 = clock.run("load", lambda: sets.private(size))
-    except PfdError as e:
-        if cfg.private or given:
-            raise
-        # The spec the state dir recorded, not one the auditor typed: a benchmark's in-memory set
-        # ("celeba:private+lowres (in memory)") or a folder that moved.
-        raise recorded_private_unopenable(state.state_dir, private_spec, e) from None
+    private0 = clock.run("load", lambda: sets.private(size))
     source = proxy_sources(state, clock.run("load", lambda: sets.proxies(size)).names, private0,
                            private_spec=private_spec)
     clock.run("load", lambda: _check_recorded_private(state, sets, private_spec))
@@ -178,7 +170,7 @@ def open_audit(
 
 def _check_recorded_private(state: ReleaseState, sets: Any, spec: str) -> None:
     """The private set by content: the pixel digests the state dir recorded, at the run's size."""
-    size = state_run_size(state)
+    size = state.run_size
     if size is not None:
         check_audited_private_set(StateDir.at(state.state_dir).private_set, sets.private(size), spec=spec)
 

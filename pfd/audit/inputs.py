@@ -32,8 +32,7 @@ from pfd.release.state_dir import StateDir, check_digest, release_sources
 from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
 
-__all__ = ["ReleaseState", "open_release_state", "state_private_spec", "proxy_sources", "recorded_private_unopenable",
-           "state_run_size", "unwritten_release_state"]
+__all__ = ["ReleaseState", "open_release_state", "proxy_sources", "unwritten_release_state"]
 
 
 @dataclass
@@ -73,6 +72,18 @@ class ReleaseState:
         """Distillation method recorded in the manifest."""
         return str(self.manifest.get("method", "unknown"))
 
+    @property
+    def private_spec(self) -> str | None:
+        """The private dataset spec recorded in the state dir's ``config.toml``, if any."""
+        v = _find_key(self.config, "private")
+        return str(v) if isinstance(v, str) and v else None
+
+    @property
+    def run_size(self) -> Any:
+        """The image size the run distilled at (``[distill] size`` of the state dir's config), if recorded."""
+        v = _find_key(self.config, "size")
+        return canonical_size(v) if v else None
+
 
 def _find_key(tables: Any, key: str) -> Any:
     """First value of ``key`` in a nested dict, breadth first (``[distill] private = ...``)."""
@@ -85,35 +96,6 @@ def _find_key(tables: Any, key: str) -> Any:
             return t[key]
         queue.extend(v for v in t.values() if isinstance(v, dict))
     return None
-
-
-def state_private_spec(state: ReleaseState) -> str | None:
-    """The private dataset spec recorded in the state dir's ``config.toml``, if any."""
-    v = _find_key(state.config, "private")
-    return str(v) if isinstance(v, str) and v else None
-
-
-def state_run_size(state: ReleaseState) -> Any:
-    """The image size the run distilled at (``[distill] size`` of the state dir's config), if recorded."""
-    v = _find_key(state.config, "size")
-    return canonical_size(v) if v else None
-
-
-def recorded_private_unopenable(state_dir: Any, spec: str, error: Exception) -> PfdError:
-    """The one error of ``pfd attack`` and ``pfd card`` when the private set the state dir records
-    cannot be opened here (a benchmark's in-memory set, a folder that moved), naming the way out.
-
-    Args:
-        state_dir: The state dir.
-        spec: The spec it records.
-        error: Why opening it failed.
-
-    Returns:
-        The error to raise.
-    """
-    return PfdError(f"the state dir {state_dir} records the private set as {spec!r}, which cannot be opened here "
-                    f"({error}); pass --private with those images (a benchmark's set: write it out with "
-                    "python -m benchmarks.privacy_utility --export SPEC DIR)")
 
 
 def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike) -> ReleaseState:

@@ -26,10 +26,23 @@ __all__ = ["ReleaseSets", "OpenedPrivateSets", "MemorySets", "private_spec_text"
 
 
 class ReleaseSets:
-    """The private set, the release and any other data set of the audit, opened once per image size."""
+    """The private set, the release and any other data set of the audit, opened once per image size.
 
-    def __init__(self, private_spec: str, release: Path, *, skip_bad: bool = False) -> None:
+    ``pfd attack`` and ``pfd card`` open every set through one of these (the card's test set too), so each
+    is opened and checked once and its pixel digests (:mod:`pfd.release.disjoint`) computed once.
+
+    Args:
+        private_spec: The private set's spec.
+        release: The released folder.
+        skip_bad: Skip (and list) unreadable images.
+        recorded_in: The state dir, where ``private_spec`` is the one it records (no ``--private`` given):
+            a set that does not open here is then one error naming the way out.
+    """
+
+    def __init__(self, private_spec: str, release: Path, *, skip_bad: bool = False,
+                 recorded_in: Path | str | None = None) -> None:
         self.private_spec, self.release, self.skip_bad = private_spec, release, skip_bad
+        self.recorded_in = recorded_in
         self._private: dict[Any, FaceSet] = {}
         self._release: dict[Any, FaceSet] = {}
         self._other: dict[tuple[str, Any], FaceSet] = {}
@@ -37,7 +50,16 @@ class ReleaseSets:
     def private(self, size: Any) -> FaceSet:
         key = _key(size)
         if key not in self._private:
-            self._private[key] = open_faces(self.private_spec, size=size, skip_bad=self.skip_bad)
+            try:
+                self._private[key] = open_faces(self.private_spec, size=size, skip_bad=self.skip_bad)
+            except PfdError as e:
+                if self.recorded_in is None:
+                    raise
+                # The spec the state dir recorded, not one the user typed: a benchmark's in-memory set
+                # ("celeba:private+lowres (in memory)") or a folder that moved.
+                raise PfdError(f"the state dir {self.recorded_in} records the private set as {self.private_spec!r}, "
+                               f"which cannot be opened here ({e}); pass --private with those images (a benchmark's "
+                               "set: write it out with python -m benchmarks.privacy_utility --export SPEC DIR)") from None
         return self._private[key]
 
     def proxies(self, size: Any) -> FaceSet:
@@ -53,27 +75,6 @@ class ReleaseSets:
         if key not in self._other:
             self._other[key] = open_faces(spec, size=size, skip_bad=self.skip_bad)
         return self._other[key]
-
-    def seed(self, size: Any, *, private: FaceSet | None = None, proxies: FaceSet | None = None,
-             datasets: dict[str, FaceSet] | None = None) -> ReleaseSets:
-        """Hand over sets the caller opened at ``size`` (``pfd card`` checks them first): they are not opened again.
-
-        Args:
-            size: The image size they were opened at.
-            private: The private set, as :func:`~pfd.data.sources.open_faces` opened it from :attr:`private_spec`.
-            proxies: The release, as :func:`~pfd.release.reader.read_release` read it.
-            datasets: Other sets by the spec :meth:`dataset` is asked for (as ``open_faces`` opened it).
-
-        Returns:
-            This object.
-        """
-        if private is not None:
-            self._private[_key(size)] = private
-        if proxies is not None:
-            self._release[_key(size)] = proxies
-        for spec, faces in (datasets or {}).items():
-            self._other[(spec, _key(size))] = faces
-        return self
 
     def released_pixels(self) -> list[tuple[str, np.ndarray]]:
         """``(name, (H, W, 3) uint8)`` of every released image, as written."""

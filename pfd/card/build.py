@@ -25,7 +25,7 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, TypedDict
 
@@ -36,7 +36,7 @@ from pfd.attacks.report_folder import check_apart, report_folder
 from pfd.attacks.scorecard.report import write_report
 from pfd.audit.contract import AuditInputs
 from pfd.audit.engine import attack_configs, open_audit, run_audit
-from pfd.audit.inputs import ReleaseState, open_release_state, recorded_private_unopenable, state_private_spec
+from pfd.audit.inputs import ReleaseState, open_release_state
 from pfd.audit.sets import ReleaseSets
 from pfd.card.config import CardConfig
 from pfd.card.downstream import (downstream_config, finetune, pair_scores, roc_curve, sample_images, utility_gain,
@@ -204,7 +204,7 @@ def _inputs(cfg: CardConfig, progress: bool) -> CardInputs:
         raise PfdError("pass --public DATA (the public training data of the people who will train on the release)")
     if not cfg.test:
         raise PfdError("pass --test SPEC (held-out people of the target domain, never in the private set)")
-    _attack_config(cfg, cfg.private or "", Path(cfg.public_model or "public_model.pt"))  # settings first, before any file
+    attack, configs = _attack_config(cfg)  # settings first, before any file
     state = open_release_state(cfg.release, cfg.state_dir)
     if state.adapted_model is None:  # the card always audits with the insider (pfd attack's --no-insider is not its)
         raise PfdError(f"{cfg.state_dir}: no adapted.pt; pass the state dir pfd distill wrote for this release (the "
@@ -213,17 +213,17 @@ def _inputs(cfg: CardConfig, progress: bool) -> CardInputs:
     if public_model is None or not Path(public_model).is_file():
         raise PfdError(f"{cfg.state_dir}: no public_model.pt; pass --public-model (the checkpoint the release's users "
                        "fine-tune)")
-    private = cfg.private or state_private_spec(state)
+    private = cfg.private or state.private_spec
     if not private:
         raise PfdError(f"no private set: pass --private (the state dir {cfg.state_dir} records none)")
     size = read_arch(str(public_model)).get("size")
     # Every data set is opened, and the pairs drawn, before anything is written: a missing public
     # folder or a test set too small for the folds is a one-line error with no card folder left behind.
-    public = [open_faces(spec, size=size, skip_bad=cfg.skip_bad) for spec in cfg.public]
-    test = to_memory(open_faces(cfg.test, size=size, skip_bad=cfg.skip_bad))
-    private_set = _open_private(cfg, private, size)
-    release = read_release(cfg.release, size=size)
-    holdout = open_faces(cfg.holdout, size=size, skip_bad=cfg.skip_bad) if cfg.holdout else None
+    # They are opened once, through the audit's own sets, which the audit then reads.
+    sets = ReleaseSets(private, state.release, skip_bad=cfg.skip_bad, recorded_in=None if cfg.private else cfg.state_dir)
+    opened = {spec: sets.dataset(spec, size) for spec in [*cfg.public, cfg.test, *([cfg.holdout] if cfg.holdout else [])]}
+    public, test, holdout = [opened[spec] for spec in cfg.public], to_memory(opened[cfg.test]), opened.get(cfg.holdout)
+    private_set, release = sets.private(size), sets.proxies(size)
     digests = _check_disjoint(cfg, private, private_set, public, test, release, holdout)
     e = cfg.eval
     pairs, info = adaptive_pairs(test, num_pairs=e.pairs, seed=e.seed, folds=e.folds)
@@ -232,10 +232,7 @@ def _inputs(cfg: CardConfig, progress: bool) -> CardInputs:
     if cfg.downstream.batch_size > n_public:
         raise PfdError(f"--batch-size {cfg.downstream.batch_size} is larger than the {n_public} public images the "
                        f"public-ft side trains on; pass --batch-size {n_public} or fewer")
-    attack, configs = _attack_config(cfg, private, Path(public_model))
-    opened = dict(zip(cfg.public, public)) | ({cfg.holdout: holdout} if holdout is not None else {})
-    sets = ReleaseSets(private, state.release, skip_bad=cfg.skip_bad).seed(size, private=private_set, proxies=release,
-                                                                            datasets=opened)
+    attack = replace(attack, private=private, public_model=str(public_model))
     with recipe_keys("card."):
         audit = open_audit(attack, state=state, sets=sets, progress=progress)
     return CardInputs(state=state, public_model=Path(public_model), private=private, size=size, public=public,
@@ -243,14 +240,14 @@ def _inputs(cfg: CardConfig, progress: bool) -> CardInputs:
                       configs=configs, audit=audit)
 
 
-def _attack_config(cfg: CardConfig, private: str, public_model: Path) -> tuple[AttackConfig, dict[str, Any]]:
+def _attack_config(cfg: CardConfig) -> tuple[AttackConfig, dict[str, Any]]:
     """The audit's configuration from ``[card.attack.*]`` (+ --holdout) and each check's, checked before any work.
 
     A broken setting names the card's recipe key (``card.attack.hubness.k``), not ``pfd attack``'s
     flag (``--csls-k``), which pfd card does not have (issue 34).
     """
-    layers: dict[str, str | bool] = {"release": cfg.release, "state_dir": cfg.state_dir, "private": private,
-                              "public_model": str(public_model), "report": str(Path(cfg.out).expanduser() / "privacy"),
+    layers: dict[str, str | bool] = {"release": cfg.release, "state_dir": cfg.state_dir, "private": cfg.private,
+                              "public_model": cfg.public_model, "report": str(Path(cfg.out).expanduser() / "privacy"),
                               "skip_bad": cfg.skip_bad}
     for name in sorted(cfg.attack):  # issue 54: `[card.attack] linkability = "x"` was a ValueError traceback
         if not isinstance(cfg.attack[name], Mapping):
@@ -262,17 +259,6 @@ def _attack_config(cfg: CardConfig, private: str, public_model: Path) -> tuple[A
     acfg = build_config(AttackConfig, attacks, layers)
     with recipe_keys("card."):
         return acfg, attack_configs(acfg)
-
-
-def _open_private(cfg: CardConfig, spec: str, size: Any) -> Any:
-    """The private set, opened before any fine-tune (issue 34: a state dir's recorded set that does not
-    open here failed after both fine-tunes, 306 s on 30 real people)."""
-    try:
-        return open_faces(spec, size=size, skip_bad=cfg.skip_bad)
-    except PfdError as e:
-        if cfg.private:
-            raise
-        raise recorded_private_unopenable(cfg.state_dir, spec, e) from None
 
 
 def _check_disjoint(cfg: CardConfig, private_spec: str, private: FaceSet, public: list[FaceSet], test: FaceSet,

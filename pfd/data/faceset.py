@@ -64,6 +64,11 @@ class FaceSet(Dataset):
         return len(self.identities)
 
     @property
+    def hw(self) -> tuple[int, int]:
+        """``(H, W)`` of the images :meth:`load` returns."""
+        return image_hw(self.size)
+
+    @property
     def names(self) -> list[str]:
         """Per-sample names, in sample order."""
         return [self.name(i) for i in range(len(self))]

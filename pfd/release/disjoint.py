@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from pfd.data.faceset import FaceSet
-from pfd.data.shape import image_hw
 from pfd.errors import PfdError
 from pfd.release.private_copies import find_private_copies
 import torch.nn.functional as F
@@ -81,20 +80,19 @@ def _digests(faces: FaceSet, hw: tuple[int, int]) -> list[bytes]:
     return done[hw]
 
 
-def shared_photos(a: FaceSet, b: FaceSet, *, size: Any = None) -> list[SharedPhoto]:
-    """Every photo of ``a`` that is a photo of ``b`` (the same decoded pixels).
+def shared_photos(a: FaceSet, b: FaceSet) -> list[SharedPhoto]:
+    """Every photo of ``a`` that is a photo of ``b`` (the same decoded pixels, compared at ``a``'s size).
 
     Args:
         a: One set.
-        b: The other, opened at the same image size.
-        size: The size both are compared at (default ``a``'s).
+        b: The other (resized to ``a``'s size where it was opened at another).
 
     Returns:
         One :class:`SharedPhoto` per image of ``a`` that has a match in ``b``, in ``a``'s order.
     """
     if len(a) == 0 or len(b) == 0:
         return []
-    hw = image_hw(size if size is not None else a.size)
+    hw = a.hw
     where = {d: j for j, d in reversed(list(enumerate(_digests(b, hw))))}
     la, lb = np.asarray(a.labels), np.asarray(b.labels)
     out = []
@@ -105,10 +103,10 @@ def shared_photos(a: FaceSet, b: FaceSet, *, size: Any = None) -> list[SharedPho
     return out
 
 
-def shared_identities(a: FaceSet, b: FaceSet, *, size: Any = None) -> dict[str, list[SharedPhoto]]:
+def shared_identities(a: FaceSet, b: FaceSet) -> dict[str, list[SharedPhoto]]:
     """The identities of ``a`` with a photo in ``b``: ``{identity: [SharedPhoto, ...]}`` in ``a``'s order."""
     out: dict[str, list[SharedPhoto]] = {}
-    for s in shared_photos(a, b, size=size):
+    for s in shared_photos(a, b):
         out.setdefault(s.a_identity, []).append(s)
     return out
 
@@ -118,7 +116,7 @@ def _names(ids: list[str], limit: int = 4) -> str:
     return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
-def check_disjoint_sets(a: FaceSet, b: FaceSet, *, a_flag: str, b_flag: str, fix: str, size: Any = None) -> None:
+def check_disjoint_sets(a: FaceSet, b: FaceSet, *, a_flag: str, b_flag: str, fix: str) -> None:
     """Refuse two sets that share a photo, naming the identities and one photo.
 
     Args:
@@ -127,12 +125,11 @@ def check_disjoint_sets(a: FaceSet, b: FaceSet, *, a_flag: str, b_flag: str, fix
         a_flag: E.g. ``"--test test/"``.
         b_flag: E.g. ``"the private set priv/"``.
         fix: What to do, e.g. ``"the test people must be held out of the release: remove them from --test"``.
-        size: The size both are compared at (default ``a``'s).
 
     Raises:
         PfdError: ``a`` shares a photo with ``b``.
     """
-    shared = shared_identities(a, b, size=size)
+    shared = shared_identities(a, b)
     if not shared:
         return
     first = next(iter(shared.values()))[0]
@@ -141,7 +138,7 @@ def check_disjoint_sets(a: FaceSet, b: FaceSet, *, a_flag: str, b_flag: str, fix
                    f"{first.b}): {fix}")
 
 
-def check_other_people(a: FaceSet, private: FaceSet, *, a_flag: str, b_flag: str, fix: str, size: Any = None) -> None:
+def check_other_people(a: FaceSet, private: FaceSet, *, a_flag: str, b_flag: str, fix: str) -> None:
     """Refuse a set that should hold other people than the private set but shares names or copies with it.
 
     Args:
@@ -150,7 +147,6 @@ def check_other_people(a: FaceSet, private: FaceSet, *, a_flag: str, b_flag: str
         a_flag: E.g. ``"--test test/"``.
         b_flag: E.g. ``"the private set priv/"``.
         fix: What to do.
-        size: The size both are compared at (default ``a``'s).
 
     Raises:
         PfdError: ``a`` has an identity name of the private set, or an identity most of whose photos
@@ -160,8 +156,7 @@ def check_other_people(a: FaceSet, private: FaceSet, *, a_flag: str, b_flag: str
     if named:
         raise PfdError(f"{a_flag} has {len(named)} identity name(s) of {b_flag} ({_names(named)}): the same people under "
                        f"the same names; {fix} (if they are other people, rename their folders)")
-    hw = image_hw(size if size is not None else a.size)
-    images = [(a.name(i), _pixels(a, i, hw)) for i in range(len(a))]
+    images = [(a.name(i), _pixels(a, i, a.hw)) for i in range(len(a))]
     copies = find_private_copies(images, private, aligned=False)  # it resizes each private photo itself
     # A person, not a photo: an identity is a private person when most of its photos copy photos of one
     # private identity. In a smooth low-resolution domain a stranger's photo can sit at the hash threshold
@@ -182,8 +177,7 @@ def check_other_people(a: FaceSet, private: FaceSet, *, a_flag: str, b_flag: str
                        f"(e.g. {found[0].file} is {found[0].how} of {found[0].private}): {fix}")
 
 
-def content_digest(faces: FaceSet, *, size: Any = None) -> str:
-    """A digest of a set's pixels (sorted, at ``size``): equal for the same images however named or placed."""
-    hw = image_hw(size if size is not None else faces.size)
-    digests = sorted(_digests(faces, hw))
+def content_digest(faces: FaceSet) -> str:
+    """A digest of a set's pixels (sorted, at its size): equal for the same images however named or placed."""
+    digests = sorted(_digests(faces, faces.hw))
     return hashlib.sha256(b"".join(digests)).hexdigest()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from pfd.audit.inputs import open_release_state, proxy_sources, state_private_spec
+from pfd.audit.inputs import open_release_state, proxy_sources
 from pfd.data.faceset import TensorFaces
 from pfd.release.reader import read_release
 from pfd.errors import PfdError
@@ -34,7 +34,7 @@ def test_sources_follow_names_even_when_the_private_set_is_reordered(layout):
     release, state_dir, sources = layout
     st = open_release_state(release, state_dir)
     assert st.method == "raw" and st.image_size == 16 and len(st.files) == 8
-    assert st.public_model is None and st.adapted_model is None and state_private_spec(st) is None
+    assert st.public_model is None and st.adapted_model is None and st.private_spec is None
     names = read_release(release).names
     private = TensorFaces(torch.rand(8, 3, 16, 16), np.repeat(np.arange(4), 2), identities=IDS)
     got = proxy_sources(st, names, private)
@@ -49,7 +49,7 @@ def test_sources_follow_names_even_when_the_private_set_is_reordered(layout):
 def test_private_spec_is_read_from_the_state_config(layout):
     release, state_dir, _ = layout
     (state_dir / "config.toml").write_text('[distill]\nprivate = "synthetic:private,ids=4"\nmethod = "raw"\n')
-    assert state_private_spec(open_release_state(release, state_dir)) == "synthetic:private,ids=4"
+    assert open_release_state(release, state_dir).private_spec == "synthetic:private,ids=4"
     (state_dir / "config.toml").write_text("[distill\n")
     with pytest.raises(PfdError, match="config.toml: invalid TOML"):
         open_release_state(release, state_dir)

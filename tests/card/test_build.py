@@ -289,6 +289,8 @@ def test_with_a_holdout_the_membership_attack_runs_and_its_roc_is_on_the_page(ca
     card = make_card(cfg, progress=False)
     # The card opens and checks the held-out people once; the membership test reads the same set (issue 52).
     assert sum(text in holdout for text in opened) == 1, opened
+    # Every set of the card goes through the audit's one set cache: the test people are opened once too.
+    assert sum(text == cfg.test for text in opened) == 1, opened
     rows = [r for r in card.data["privacy"]["summary"] if r["attack"].startswith("Membership")]
     assert len(rows) == 1 and rows[0]["kind"] == "auc" and 0 <= rows[0]["p"] <= 1
     page = card.paths["html"].read_text(encoding="utf-8")

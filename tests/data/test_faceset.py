@@ -61,3 +61,10 @@ def test_to_memory_keeps_pixels_names_and_attributes():
     assert np.array_equal(mem.labels, faces.labels)
     assert to_memory(faces, max_bytes=100) is faces  # too large: left lazy
     assert to_memory(mem) is mem
+
+
+def test_hw_is_the_height_and_width_of_what_load_returns():
+    faces = TensorFaces(torch.zeros(2, 3, 24, 20), np.array([0, 1]))
+    assert faces.hw == (24, 20) == tuple(faces.load(0).shape[-2:])
+    square = TensorFaces(torch.zeros(1, 3, 16, 16), np.array([0]))
+    assert square.size == 16 and square.hw == (16, 16)

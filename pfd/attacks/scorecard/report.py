@@ -33,7 +33,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pfd.audit.rows import AuditRow, rows_to_json
+from pfd.audit.rows import AuditRow
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
 from pfd.attacks.plots import plot_match_grid
 from pfd.attacks.scorecard.html import report_html
@@ -162,7 +162,6 @@ def write_report(card: Any, out: str | os.PathLike) -> dict[str, Path]:
         plots.update(result.plots(folder))
         sections += result.markdown()
     rows = card.rows
-    data["summary"] = rows_to_json(rows)
     data["plots"] = plots
     atomic_write_text(folder / "report.md", format_markdown(data, rows, plots, sections))
 

@@ -19,6 +19,7 @@ from pfd.attacks.linkability.attacks import LinkRows
 from pfd.attacks.membership.attack import MembershipResult, membership_row
 from pfd.attacks.scorecard.report import format_markdown, jsonable, write_report
 from pfd.audit.engine import Scorecard
+from pfd.audit.rows import rows_to_json
 
 
 def _clusters(n_ids, k, spread, rng, d=16):
@@ -101,6 +102,7 @@ def test_write_report_is_strict_json_and_markdown_lists_skips(tmp_path, membersh
     grid = MatchGrid(proxies=torch.rand(2, 3, 16, 16), matches=torch.rand(2, 3, 16, 16),
                      sources=torch.rand(2, 3, 16, 16), success=[True, False])
     result = MembershipResult(membership)
+    data["summary"] = rows_to_json(result.rows())  # as the engine writes it
     paths = write_report(Scorecard(data=data, grid=grid, results={"membership": result}, rows=result.rows()), tmp_path)
     doc = json.loads(paths["json"].read_text())  # strict JSON: inf thresholds became null
     assert doc["summary"] and doc["plots"]["matches"] == "matches.png"

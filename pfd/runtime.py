@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["set_threads", "make_accelerator"]
+__all__ = ["set_threads", "make_accelerator", "stage_runtime"]
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,21 @@ def set_threads(threads: int) -> None:
     if threads > cores:
         log.warning("--threads %d is more than the %d CPU cores here; using %d", threads, cores, cores)
     torch.set_num_threads(min(threads, cores))
+
+
+def stage_runtime(threads: int, mixed_precision: str = "auto", accelerator: Any = None) -> Any:
+    """What a training stage runs on: ``--threads`` (:func:`set_threads`) and its accelerator.
+
+    Args:
+        threads: Intra-op threads (0: leave torch's setting).
+        mixed_precision: As :func:`make_accelerator`.
+        accelerator: One the caller made (a test's, a shared one); otherwise a new one.
+
+    Returns:
+        The accelerator.
+    """
+    set_threads(threads)
+    return accelerator if accelerator is not None else make_accelerator(mixed_precision)
 
 
 def make_accelerator(mixed_precision: str = "auto") -> Any:

@@ -37,7 +37,7 @@ from pfd.data.faceset import ConcatFaces, FaceSet
 from pfd.data.shape import same_size, size_text
 from pfd.errors import PfdError
 from pfd.io import atomic_open, same_path
-from pfd.runtime import make_accelerator, set_threads
+from pfd.runtime import stage_runtime
 from pfd.data.sources import open_faces
 from pfd.embed import Embedder, class_centers
 from pfd.nn.backbones import create_backbone
@@ -206,7 +206,7 @@ class Trainer:
         self.cfg = cfg
         self.out = Path(cfg.out)
         self.final_path = Path(final_path) if final_path is not None else self.out / "model.pt"
-        self.acc = accelerator if accelerator is not None else make_accelerator(cfg.mixed_precision)
+        self.acc = stage_runtime(cfg.threads, cfg.mixed_precision, accelerator)
         self.progress = progress
         self.faces = faces if faces is not None else open_training_data(
             cfg.data, size=cfg.size, min_images=cfg.min_images, skip_bad=cfg.skip_bad)
@@ -532,7 +532,6 @@ def train(cfg: TrainConfig, *, faces: FaceSet | None = None, progress: bool = Tr
         if final.exists():
             log.info("%s: the run had finished; nothing to resume", final)
             return final
-    set_threads(cfg.threads)
     trainer = Trainer(cfg, faces=faces, progress=progress)
     if resume:
         trainer.resume()

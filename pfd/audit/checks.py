@@ -77,7 +77,8 @@ class IntegrityCheck(Check):
         return None
 
     def run(self, inputs: AuditInputs) -> ChecksResult:
-        findings = inputs.clock.run("checks", lambda: lint_release(inputs.state.release, state_dir=inputs.state.state_dir))
+        with inputs.clock.stage("checks"):
+            findings = lint_release(inputs.state.release, state_dir=inputs.state.state_dir)
         first = f"{findings[0].kind}: {findings[0].path}: {findings[0].detail}" if findings else ""
         detail = (f"{len(findings)} finding(s), first {first}; run pfd release lint" if findings
                   else "every file listed with its sha256, pixels only, no state, labels unordered")
@@ -102,7 +103,8 @@ class PrivateCopiesCheck(Check):
         # to the release's: a copy resized by another library is then found exactly (issue 54).
         private = inputs.sets.private(None)
         model = inputs.public.model if getattr(inputs.public, "has_batchnorm", False) else None
-        copies = inputs.clock.run("checks", lambda: find_private_copies(released, private, model=model))
+        with inputs.clock.stage("checks"):
+            copies = find_private_copies(released, private, model=model)
         detail = (f"{len(copies)} released image(s) copy private photos, first {copies[0].file}: {copies[0].how} of "
                   f"{copies[0].private}; remove them and distill again" if copies
                   else f"none of {len(released)} images is a copy of any of {len(private)} private photos")

@@ -29,13 +29,14 @@ registered attack; docs/attacks.md, "Adding an attack", walks through one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
 from pfd.audit.grid import MatchGrid
 from pfd.audit.risk import IdentityLinks
@@ -112,12 +113,14 @@ class Clock:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
 
-    def run(self, stage: str, fn: Callable[[], Any]) -> Any:
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Add the seconds of the ``with`` block to stage ``name`` (also when it raises)."""
         t0 = time.perf_counter()
         try:
-            return fn()
+            yield
         finally:
-            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - t0
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
 
 
 @dataclass
@@ -165,8 +168,9 @@ class AuditInputs:
         """``{"private": (g, D), "proxies": (q, D)}`` of one attacker, embedded once per run."""
         if attacker.role not in self._emb:
             size = attacker.input_size(self.state.image_size)
-            self._emb[attacker.role] = self.clock.run("embed", lambda: {
-                "private": attacker.embed(self.sets.private(size), cache_dir=self.cache_dir), "proxies": attacker.embed(self.sets.proxies(size))})
+            with self.clock.stage("embed"):
+                self._emb[attacker.role] = {"private": attacker.embed(self.sets.private(size), cache_dir=self.cache_dir),
+                                            "proxies": attacker.embed(self.sets.proxies(size))}
         return self._emb[attacker.role]
 
 

@@ -147,7 +147,8 @@ def open_audit(
     if not cfg.release or not cfg.state_dir:
         raise PfdError("pass --release (the released folder) and --state-dir (the publisher's state dir)")
     if state is None:
-        state = clock.run("load", lambda: open_release_state(cfg.release, cfg.state_dir))
+        with clock.stage("load"):
+            state = open_release_state(cfg.release, cfg.state_dir)
     private_spec = cfg.private or state.private_spec
     if not private_spec:
         raise PfdError(f"no private set: pass --private (the state dir {state.state_dir} records none)")
@@ -155,15 +156,15 @@ def open_audit(
         sets = ReleaseSets(private_spec, state.release, skip_bad=cfg.skip_bad,
                            recorded_in=None if cfg.private else state.state_dir)
     sets.private_spec = sets.private_spec or private_spec
-    own = clock.run("load", lambda: own_attackers(cfg, state, progress))
-    outside = clock.run("load", lambda: outside_attackers(cfg, list(attackers or []), [a.role for a in own], progress))
-    models = own + outside
-    refuse_duplicate_models(own, outside)
-    size = models[0].size
-    private0 = clock.run("load", lambda: sets.private(size))
-    source = proxy_sources(state, clock.run("load", lambda: sets.proxies(size)).names, private0,
-                           private_spec=private_spec)
-    clock.run("load", lambda: _check_recorded_private(state, sets, private_spec))
+    with clock.stage("load"):
+        own = own_attackers(cfg, state, progress)
+        outside = outside_attackers(cfg, list(attackers or []), [a.role for a in own], progress)
+        models = own + outside
+        refuse_duplicate_models(own, outside)
+        size = models[0].size
+        private0 = sets.private(size)
+        source = proxy_sources(state, sets.proxies(size).names, private0, private_spec=private_spec)
+        _check_recorded_private(state, sets, private_spec)
     return AuditInputs(cfg=cfg, state=state, sets=sets, attackers=models, source=source, labels=private0.labels,
                        private_spec=private_spec, progress=progress, clock=clock, reconstructor=reconstructor)
 
@@ -270,7 +271,8 @@ def audit_in_memory(
     configs = attack_configs(cfg)
     size = tuple(int(v) for v in proxies.shape[-2:])
     state = unwritten_release_state(state_dir, method=method, image_size=size, num_classes=len(np.unique(source)))
-    models = clock.run("load", lambda: own_attackers(cfg, state, progress))
+    with clock.stage("load"):
+        models = own_attackers(cfg, state, progress)
     # The private set as pfd attack and pfd card open it, from its spec (what the attribute probe's
     # default auxiliary set and every cache key derive from); the run's own copy only where the spec
     # names nothing that opens (a benchmark's in-memory set).

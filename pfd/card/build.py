@@ -457,6 +457,28 @@ def _check_out(cfg: CardConfig, out: Path) -> None:
                       ("--holdout", cfg.holdout), ("--private", cfg.private)], option="--out", what="card")
 
 
+def _begin(cfg: CardConfig, out: Path, inputs: CardInputs) -> InputHashes:
+    """Begin the card in its claimed folder, or continue it (``--resume``): the settings and the inputs' content
+    checked against what the folder records, then recorded (``inputs.json``, ``config.toml``).
+
+    Returns:
+        What the card's figures depend on (:func:`_hashes`).
+
+    Raises:
+        PfdError: A card there already without ``--resume``, or a ``--resume`` with other settings or inputs.
+    """
+    hashes = _hashes(cfg, inputs)
+    stale = _claim(cfg, out) | _check_inputs(out, hashes, cfg.resume)
+    if stale and (out / "privacy" / "report.json").is_file():
+        # Only the audit reads these (issue 34: --resume --holdout was refused, losing the fine-tunes):
+        # the privacy half is redone, the fine-tunes and their scores kept.
+        (out / "privacy" / "report.json").unlink()
+        log.info("card: %s changed: the privacy half is redone, the fine-tunes kept", ", ".join(sorted(stale)))
+    atomic_write_text(out / "inputs.json", json.dumps(hashes, indent=1, sort_keys=True))
+    atomic_write_text(out / "config.toml", dump_toml({"card": config_to_dict(cfg)}))
+    return hashes
+
+
 @contextlib.contextmanager
 def _forget_if_refused(out: Path) -> Iterator[None]:
     """A card that this run began and that an input or setting error stopped before any fine-tune or
@@ -494,17 +516,9 @@ def make_card(cfg: CardConfig, *, progress: bool = True) -> Card:
     out = Path(cfg.out).expanduser()
     _check_out(cfg, out)
     inputs = _inputs(cfg, progress)
-    hashes = _hashes(cfg, inputs)
     with report_folder(out, option="--out", release=cfg.release, entries=CARD_ENTRIES, what="pfd card"), \
             _forget_if_refused(out):
-        stale = _claim(cfg, out) | _check_inputs(out, hashes, cfg.resume)
-        if stale and (out / "privacy" / "report.json").is_file():
-            # Only the audit reads these (issue 34: --resume --holdout was refused, losing the fine-tunes):
-            # the privacy half is redone, the fine-tunes and their scores kept.
-            (out / "privacy" / "report.json").unlink()
-            log.info("card: %s changed: the privacy half is redone, the fine-tunes kept", ", ".join(sorted(stale)))
-        atomic_write_text(out / "inputs.json", json.dumps(hashes, indent=1, sort_keys=True))
-        atomic_write_text(out / "config.toml", dump_toml({"card": config_to_dict(cfg)}))
+        hashes = _begin(cfg, out, inputs)
         # Privacy first: a setting under which an audit test could never flag (issue 34: permutations = 1)
         # is refused before the fine-tunes, and --resume with the corrected setting continues.
         t0 = time.perf_counter()

@@ -57,7 +57,7 @@ from pfd.release.format import to_uint8
 from pfd.release.private_set import check_private_set, private_set_record, record_private_set
 from pfd.release.state_dir import StateDir, check_digest, record_digest
 from pfd.release.writer import clear_interrupted_release, write_proxy_map, write_release
-from pfd.runtime import make_accelerator, set_threads
+from pfd.runtime import stage_runtime
 from pfd.audit.rows import rows_to_json
 from pfd.audit.engine import audit_in_memory
 
@@ -133,8 +133,7 @@ class Distillation:
         # written yet), then one writer per state dir (a lock held by the main process until close()),
         # checked again under it.
         self.claim = claim_run(cfg, check_inputs=self._check_inputs)
-        set_threads(cfg.threads)
-        self.acc = accelerator if accelerator is not None else make_accelerator(cfg.mixed_precision)
+        self.acc = stage_runtime(cfg.threads, cfg.mixed_precision, accelerator)
         self.progress = progress
         self.times: dict[str, float] = {}
         self.peaks = StagePeaks()  # resident-memory peak per stage, printed beside its time

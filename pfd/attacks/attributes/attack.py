@@ -104,13 +104,15 @@ class AttributesAttack(Check):
 
         public = inputs.public
         aux_spec = self.cfg.data or default_aux_spec(inputs.sets.private(public.size))
-        aux = inputs.clock.run("load", lambda: open_faces(aux_spec, size=public.size, skip_bad=inputs.cfg.skip_bad))
+        with inputs.clock.stage("load"):
+            aux = open_faces(aux_spec, size=public.size, skip_bad=inputs.cfg.skip_bad)
         if not aux.attributes:
             inputs.skipped[self.name] = f"{aux_spec} has no attributes (no attributes.csv)"
             return AttributesResult(aux_spec, {})
-        aux_emb = inputs.clock.run("embed", lambda: public.embed(aux))
+        with inputs.clock.stage("embed"):
+            aux_emb = public.embed(aux)
         e = inputs.embeddings(public)
-        per = inputs.clock.run("attributes", lambda: probe_attribute_recovery(
-            aux_emb, aux, e["proxies"], inputs.source, e["private"], inputs.labels,
-            permutations=self.cfg.permutations, seed=inputs.cfg.seed))
+        with inputs.clock.stage("attributes"):
+            per = probe_attribute_recovery(aux_emb, aux, e["proxies"], inputs.source, e["private"], inputs.labels,
+                                           permutations=self.cfg.permutations, seed=inputs.cfg.seed)
         return AttributesResult(aux_spec, per)

@@ -118,13 +118,10 @@ def _link(inputs: AuditInputs, target: str, attacker: Any, query: "torch.Tensor"
     from pfd.attacks.linkability.matching import LinkFigures, rank1_reid, visual_matching
 
     gallery = inputs.embeddings(attacker)["private"]
-
-    def both() -> LinkFigures:
+    with inputs.clock.stage("linkability"):
         return LinkFigures(target, attacker.role, {
             "vismatch": visual_matching(query, source, gallery, inputs.labels, chunk=chunk, metric=attacker.distance),
             "reid": rank1_reid(query, source, gallery, inputs.labels, chunk=chunk, metric=attacker.distance)})
-
-    return inputs.clock.run("linkability", both)
 
 
 @dataclass
@@ -198,9 +195,11 @@ class HubnessAttack(Check):
 
         links = []
         for a, e in _cosine_attackers(inputs):  # CSLS is a cosine-similarity correction
-            links.append(inputs.clock.run("linkability", lambda e=e, a=a: LinkFigures("proxies", a.role, {
-                "vismatch_csls": visual_matching_csls(e["proxies"], inputs.source, e["private"], inputs.labels, k=self.cfg.k),
-                "reid_csls": rank1_reid_csls(e["proxies"], inputs.source, e["private"], inputs.labels, k=self.cfg.k)})))
+            with inputs.clock.stage("linkability"):
+                links.append(LinkFigures("proxies", a.role, {
+                    "vismatch_csls": visual_matching_csls(e["proxies"], inputs.source, e["private"], inputs.labels,
+                                                          k=self.cfg.k),
+                    "reid_csls": rank1_reid_csls(e["proxies"], inputs.source, e["private"], inputs.labels, k=self.cfg.k)}))
         text = ["", "## Linkability, hubness-corrected", "",
                 f"The same two attacks ranked by CSLS (k = {self.cfg.k}): a gallery item's similarity is discounted by "
                 "its mean similarity to its nearest proxies, so a private identity near most proxies (a hub) no longer "
@@ -283,9 +282,9 @@ class SourceRankAttack(Check):
         tests = []
         for a, e in _cosine_attackers(inputs):
             for by in ("cos", "abs"):
-                t = inputs.clock.run("linkability", lambda e=e, by=by: source_rank_test(
-                    e["proxies"], inputs.source, e["private"], inputs.labels, permutations=self.cfg.permutations,
-                    seed=inputs.cfg.seed, by=by))
+                with inputs.clock.stage("linkability"):
+                    t = source_rank_test(e["proxies"], inputs.source, e["private"], inputs.labels,
+                                         permutations=self.cfg.permutations, seed=inputs.cfg.seed, by=by)
                 tests.append(AttackerSourceRank(attacker=a.role, **t))
         return SourceRankResult(tests)
 
@@ -365,9 +364,9 @@ class ClassLinkAttack(Check):
 
         tests = []
         for a, e in _cosine_attackers(inputs):
-            t = inputs.clock.run("linkability", lambda e=e: class_link_test(
-                e["proxies"], inputs.source, e["private"], inputs.labels, permutations=self.cfg.permutations,
-                seed=inputs.cfg.seed))
+            with inputs.clock.stage("linkability"):
+                t = class_link_test(e["proxies"], inputs.source, e["private"], inputs.labels,
+                                    permutations=self.cfg.permutations, seed=inputs.cfg.seed)
             # None (left out) where a part has no class of two members, e.g. one proxy per identity.
             spread = {part: s for part, labels in (("proxies", inputs.source), ("private", inputs.labels))
                       if (s := class_spread(e[part], labels)) is not None}
@@ -475,10 +474,14 @@ class ReconstructionAttack(Check):
             recon = inputs.reconstructor
             info = {"method": getattr(recon, "__name__", type(recon).__name__)}
         targets = inputs.embeddings(public)["proxies"][pick]
-        images = inputs.clock.run("reconstruction", lambda: check_reconstructions(recon(targets), len(pick)))
+        with inputs.clock.stage("reconstruction"):
+            images = check_reconstructions(recon(targets), len(pick))
         if isinstance(recon, BNInversion):
             info["final_cosine_mean"] = float(np.mean([h["cosine"] for h in recon.history]))
         info.update(n=int(len(pick)), of=int(len(inputs.source)))
-        links = [_link(inputs, "reconstructions", a, inputs.clock.run("embed", lambda a=a: a.embed(images)),
-                       inputs.source[pick]) for a in inputs.attackers]
+        links = []
+        for a in inputs.attackers:
+            with inputs.clock.stage("embed"):
+                query = a.embed(images)  # (n, D)
+            links.append(_link(inputs, "reconstructions", a, query, inputs.source[pick]))
         return ReconstructionRows("linkability", links, ("vismatch", "reid"), info=info, images=images, pick=pick)

@@ -182,7 +182,8 @@ class MembershipAttack(Check):
                            f"{c.public} + the release), fewer than its batch of {dcfg.batch_size}; set batch_size = "
                            f"{n_train} or less under [{outer_key('attack.membership.downstream')}] in a --recipe, or "
                            "pass more public data")
-        path, reused = inputs.clock.run("downstream", lambda: train_downstream(dcfg, progress=inputs.progress))
+        with inputs.clock.stage("downstream"):
+            path, reused = train_downstream(dcfg, progress=inputs.progress)
         model = load_attacker(path, role="downstream", batch_size=cfg.batch_size, flip=cfg.flip, progress=inputs.progress)
         kind, s, m, _ = resolve_head(path, None, None, None)
         holdout = sets.dataset(c.holdout, model.size)
@@ -191,10 +192,11 @@ class MembershipAttack(Check):
         # Its private gallery is already embedded (linkability), so only the held-out people are new to it.
         ref = inputs.public
         ref_sets = (sets.private(ref.size), sets.dataset(c.holdout, ref.size))
-        rep = inputs.clock.run("membership", lambda: membership_audit(
-            model, sets.private(model.size), holdout, head=kind, scale=s, margin=m, folds=c.folds,
-            seed=cfg.seed, permutations=c.permutations, reference=ref, reference_sets=ref_sets,
-            reference_member_emb=inputs.embeddings(ref)["private"]))
+        reference_member_emb = inputs.embeddings(ref)["private"]
+        with inputs.clock.stage("membership"):
+            rep = membership_audit(model, sets.private(model.size), holdout, head=kind, scale=s, margin=m, folds=c.folds,
+                                   seed=cfg.seed, permutations=c.permutations, reference=ref, reference_sets=ref_sets,
+                                   reference_member_emb=reference_member_emb)
         rep.update(members=inputs.private_spec, nonmembers=c.holdout, downstream=config_to_dict(dcfg),
                    downstream_reused=reused)
         return MembershipResult(rep)

@@ -27,22 +27,23 @@ __all__ = ["own_attackers", "outside_attackers", "refuse_duplicate_models"]
 
 
 def own_attackers(cfg: AttackConfig, state: ReleaseState, progress: bool) -> list[Attacker]:
-    common = dict(batch_size=cfg.batch_size, flip=cfg.flip, progress=progress)
+    """The public model, the publisher's adapted model (the insider, unless ``--no-insider``) and the gate's judge
+    (where the state dir holds one: the scorecard shows what vouched for the release), in that order."""
+    st = StateDir.at(state.state_dir)
     public = cfg.public_model or state.public_model
     if public is None:
-        raise PfdError(f"{StateDir.at(state.state_dir).public_model}: missing; pass the attacker's model with --public-model")
-    out = [load_attacker(public, role="public", size=cfg.public_model_size or None, **common)]
-    if cfg.insider:
-        if state.adapted_model is None:
-            raise PfdError(f"{StateDir.at(state.state_dir).adapted}: missing; pass the state dir pfd distill wrote, "
-                           "or --no-insider to skip the insider attacker")
-        insider = load_attacker(state.adapted_model, role="insider", **common)
-        if state.image_size and not same_size(insider.size, state.image_size):
-            raise PfdError(f"{state.adapted_model}: the adapted model takes {size_text(insider.size)} images but the "
-                           f"release is {size_text(state.image_size)}; the state dir does not belong to this release")
-        out.append(insider)
-    if state.judge_model is not None:  # the gate's judge: the scorecard shows what vouched for the release
-        out.append(load_attacker(state.judge_model, role="judge", **common))
+        raise PfdError(f"{st.public_model}: missing; pass the attacker's model with --public-model")
+    if cfg.insider and state.adapted_model is None:
+        raise PfdError(f"{st.adapted}: missing; pass the state dir pfd distill wrote, or --no-insider to skip the "
+                       "insider attacker")
+    roles = [("public", public, cfg.public_model_size or None), ("insider", state.adapted_model if cfg.insider else None, None),
+             ("judge", state.judge_model, None)]
+    out = [load_attacker(path, role=role, size=size, batch_size=cfg.batch_size, flip=cfg.flip, progress=progress)
+           for role, path, size in roles if path is not None]
+    for a in out:
+        if a.role == "insider" and state.image_size and not same_size(a.size, state.image_size):
+            raise PfdError(f"{a.path}: the adapted model takes {size_text(a.size)} images but the release is "
+                           f"{size_text(state.image_size)}; the state dir does not belong to this release")
     return out
 
 

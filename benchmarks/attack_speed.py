@@ -17,9 +17,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 

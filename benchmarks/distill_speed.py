@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np

@@ -17,9 +17,7 @@ Uses ``pfd.nn.iresnet.create_backbone`` when it is importable, otherwise a small
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn as nn

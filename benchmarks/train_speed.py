@@ -24,7 +24,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path

@@ -48,14 +48,12 @@ from pfd.config import AttackConfig, build_config, config_to_dict, dump_toml, lo
 from pfd.config.checks import recipe_keys
 from pfd.data.faceset import ConcatFaces, FaceSet, to_memory
 from pfd.data.pairs import VerificationPairs
-from pfd.data.sources import open_faces
 from pfd.errors import PfdError
 from pfd.io import atomic_write_bytes, atomic_write_text, sha256_file
 from pfd.nn.checkpoints import read_arch
 from pfd.progress import PROGRESS_LOGGER
 from pfd.release.disjoint import check_disjoint_sets, check_other_people, content_digest
 from pfd.release.format import MANIFEST
-from pfd.release.reader import read_release
 from pfd.release.state_dir import StateDir
 
 __all__ = ["Card", "CardInputs", "make_card", "CARD_ENTRIES", "SIDES"]

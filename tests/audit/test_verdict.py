@@ -8,7 +8,7 @@ import pytest
 
 from pfd.audit.contract import check_row, summary_row
 from pfd.attacks.null import simulate
-from pfd.audit.verdict import BOUND, LEVEL, RULE_OUT, decide, design_share, people_needed
+from pfd.audit.verdict import BOUND, RULE_OUT, decide, design_share, people_needed
 from pfd.errors import PfdError
 
 

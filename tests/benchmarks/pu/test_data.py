@@ -23,7 +23,6 @@ from benchmarks.pu.runner import units_dir
 from pfd.data.faceset import TensorFaces
 from pfd.errors import PfdError
 
-import torch
 
 
 def _counts(n: int = 40, seed: int = 1) -> dict[str, int]:
@@ -203,7 +202,6 @@ def test_each_protocols_default_results_hold_a_table_of_todays_settings(protocol
 
 def test_a_rows_own_settings_run_its_units_again_and_leave_the_other_rows_units(monkeypatch):
     """The pfd row may carry a term (e.g. de-linking) that the RTA baselines must not: per-row settings."""
-    from types import SimpleNamespace
 
     from benchmarks.pu import ablation
     from benchmarks.pu.data import TARGET_SCENARIOS

@@ -18,59 +18,41 @@ with the same settings (a different setting is refused with one line, naming it)
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import io
 import json
 import logging
-import shutil
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, TypedDict
+from typing import Any
 
 import numpy as np
 
 from pfd.attackers.loading import load_attacker
-from pfd.attacks.report_folder import check_apart, report_folder
 from pfd.attacks.scorecard.report import write_report
-from pfd.audit.contract import AuditInputs
-from pfd.audit.engine import attack_configs, open_audit, run_audit
-from pfd.audit.inputs import ReleaseState, open_release_state
-from pfd.audit.sets import ReleaseSets
+from pfd.audit.engine import run_audit
 from pfd.card.config import CardConfig
 from pfd.card.downstream import (downstream_config, finetune, pair_scores, roc_curve, sample_images, utility_gain,
                                  verification)
-from pfd.card.pairs import PairsInfo, adaptive_pairs, pair_identities
+from pfd.card.folder import card_folder, check_out
+from pfd.card.inputs import CardInputs, open_card_inputs
+from pfd.card.pairs import PairsInfo, pair_identities
 from pfd.card.render import write_card
 from pfd.card.stats import identity_bootstrap_weights
-from pfd.config import AttackConfig, build_config, config_to_dict, dump_toml, load_recipe
+from pfd.config import config_to_dict
 from pfd.config.checks import recipe_keys
-from pfd.data.faceset import ConcatFaces, FaceSet, to_memory
+from pfd.data.faceset import ConcatFaces, to_memory
 from pfd.data.pairs import VerificationPairs
-from pfd.errors import PfdError
-from pfd.io import atomic_write_bytes, atomic_write_text, sha256_file
-from pfd.nn.checkpoints import read_arch
+from pfd.io import atomic_write_bytes
 from pfd.progress import PROGRESS_LOGGER
-from pfd.release.disjoint import check_disjoint_sets, check_other_people, content_digest
-from pfd.release.format import MANIFEST
 from pfd.release.state_dir import StateDir
 
-__all__ = ["Card", "CardInputs", "make_card", "CARD_ENTRIES", "SIDES"]
+__all__ = ["Card", "make_card", "SIDES"]
 
 log = logging.getLogger(PROGRESS_LOGGER)
 
 #: The two downstream models of each seed.
 SIDES = ("public-ft", "with-release")
-#: Everything a card run writes into its folder (anything else makes the folder foreign).
-CARD_ENTRIES = frozenset({"config.toml", "inputs.json", "downstream", "scores", "privacy", "card.json", "card.md", "card.html",
-                          ".pfd-report-lock"})
-#: Settings that may change between a run and its --resume (they do not change a figure).
-_FREE = ("resume", "out", "threads", "skip_bad")
-#: Inputs named by a path: a --resume compares what they hold (``inputs.json``), not how they are spelt.
-_CONTENT = ("release", "state_dir", "private", "public_model", "public", "test", "holdout")
-#: Inputs only the privacy half reads: a --resume after they changed redoes the audit and keeps the fine-tunes.
-_PRIVACY_ONLY = ("attack", "holdout")
 
 
 @dataclass
@@ -91,60 +73,6 @@ class Card:
         return str(self.data["verdict"]["text"])
 
 
-def _settings(cfg: CardConfig) -> dict[str, Any]:
-    return {k: v for k, v in config_to_dict(cfg).items() if k not in _FREE}
-
-
-def _claim(cfg: CardConfig, out: Path) -> set[str]:
-    """A new folder, or a card's with ``--resume`` and the same settings (checked before any work).
-
-    Returns:
-        The settings only the privacy half reads that changed (its audit is redone, the fine-tunes kept).
-    """
-    saved = out / "config.toml"
-    if not saved.is_file():
-        return set()
-    if not cfg.resume:
-        raise PfdError(f"{out}: holds a card already; pass --resume to continue it (same settings) or choose another --out")
-    before = load_recipe(saved).get("card", {})
-    now = json.loads(json.dumps(_settings(cfg)))
-    stale = set()
-    for key in sorted(set(before) | set(now)):
-        if key in _FREE or key in _CONTENT:
-            continue
-        if json.loads(json.dumps(before.get(key))) != now.get(key):
-            if key in _PRIVACY_ONLY:
-                stale.add(key)
-                continue
-            raise PfdError(f"{out}: --resume with another {key} ({before.get(key)!r} before, {now.get(key)!r} now); "
-                           "resume with the same settings or choose another --out")
-    return stale
-
-
-class _DigestFields(TypedDict):
-    private: str
-    public: list[str]
-    test: str
-
-
-class DataDigests(_DigestFields, total=False):
-    """The content digest of each of a card's data sets (:func:`~pfd.release.disjoint.content_digest`):
-    the private set, every public set, the test set and the held-out set (with ``--holdout``)."""
-
-    holdout: str
-
-
-class InputHashes(TypedDict):
-    """What a card's figures depend on, by content (``inputs.json``; :func:`_hashes`)."""
-
-    release_manifest: str
-    public_model: str
-    state_dir: dict[str, str]
-    data: DataDigests
-    settings: str
-    attack_settings: str
-
-
 @dataclass
 class PairScores:
     """The verification pairs and every model's scores on them (:func:`_scores`).
@@ -159,195 +87,6 @@ class PairScores:
     pairs_info: PairsInfo
     scores: dict[str, list[np.ndarray]]
     base: np.ndarray
-
-
-@dataclass
-class CardInputs:
-    """Every input of a card, opened and cross-checked once before any work, then passed down.
-
-    Attributes:
-        state: The release and its state dir (:func:`~pfd.audit.inputs.open_release_state`).
-        public_model: The checkpoint the release's users fine-tune.
-        private: The private set's spec.
-        size: The image size the downstream models take.
-        public: Each ``--public`` set.
-        test: The test people (in memory).
-        release: The release at ``size``.
-        pairs: The test pairs; ``pairs_info`` how they were drawn.
-        digests: Every data set's pixel digest (``private``, ``public``, ``test``, ``holdout``).
-        attack: The audit's settings; ``configs`` each check's, checked.
-        audit: The audit's opened inputs (the same sets, not opened again).
-    """
-
-    state: ReleaseState
-    public_model: Path
-    private: str
-    size: Any
-    public: list[FaceSet]
-    test: FaceSet
-    release: FaceSet
-    pairs: VerificationPairs
-    pairs_info: PairsInfo
-    digests: DataDigests
-    attack: AttackConfig
-    configs: dict[str, Any]
-    audit: AuditInputs
-
-
-def _inputs(cfg: CardConfig, progress: bool) -> CardInputs:
-    """Open and cross-check everything before any work: release, state dir, public model, specs."""
-    if not cfg.release or not cfg.state_dir:
-        raise PfdError("pass --release (the released folder) and --state-dir (the publisher's state dir)")
-    if not cfg.public:
-        raise PfdError("pass --public DATA (the public training data of the people who will train on the release)")
-    if not cfg.test:
-        raise PfdError("pass --test SPEC (held-out people of the target domain, never in the private set)")
-    attack, configs = _attack_config(cfg)  # settings first, before any file
-    state = open_release_state(cfg.release, cfg.state_dir)
-    if state.adapted_model is None:  # the card always audits with the insider (pfd attack's --no-insider is not its)
-        raise PfdError(f"{cfg.state_dir}: no adapted.pt; pass the state dir pfd distill wrote for this release (the "
-                       "card audits it with the publisher's adapted model)")
-    public_model = Path(cfg.public_model) if cfg.public_model else state.public_model
-    if public_model is None or not Path(public_model).is_file():
-        raise PfdError(f"{cfg.state_dir}: no public_model.pt; pass --public-model (the checkpoint the release's users "
-                       "fine-tune)")
-    private = cfg.private or state.private_spec
-    if not private:
-        raise PfdError(f"no private set: pass --private (the state dir {cfg.state_dir} records none)")
-    size = read_arch(str(public_model)).get("size")
-    # Every data set is opened, and the pairs drawn, before anything is written: a missing public
-    # folder or a test set too small for the folds is a one-line error with no card folder left behind.
-    # They are opened once, through the audit's own sets, which the audit then reads.
-    sets = ReleaseSets(private, state.release, skip_bad=cfg.skip_bad, recorded_in=None if cfg.private else cfg.state_dir)
-    opened = {spec: sets.dataset(spec, size) for spec in [*cfg.public, cfg.test, *([cfg.holdout] if cfg.holdout else [])]}
-    public, test, holdout = [opened[spec] for spec in cfg.public], to_memory(opened[cfg.test]), opened.get(cfg.holdout)
-    private_set, release = sets.private(size), sets.proxies(size)
-    digests = _check_disjoint(cfg, private, private_set, public, test, release, holdout)
-    e = cfg.eval
-    pairs, info = adaptive_pairs(test, num_pairs=e.pairs, seed=e.seed, folds=e.folds)
-    n_public = sum(len(f) for f in public)
-    n_public = min(n_public, cfg.downstream.public_images) if cfg.downstream.public_images > 0 else n_public
-    if cfg.downstream.batch_size > n_public:
-        raise PfdError(f"--batch-size {cfg.downstream.batch_size} is larger than the {n_public} public images the "
-                       f"public-ft side trains on; pass --batch-size {n_public} or fewer")
-    attack = replace(attack, private=private, public_model=str(public_model))
-    with recipe_keys("card."):
-        audit = open_audit(attack, state=state, sets=sets, progress=progress)
-    return CardInputs(state=state, public_model=Path(public_model), private=private, size=size, public=public,
-                      test=test, release=release, pairs=pairs, pairs_info=info, digests=digests, attack=attack,
-                      configs=configs, audit=audit)
-
-
-def _attack_config(cfg: CardConfig) -> tuple[AttackConfig, dict[str, Any]]:
-    """The audit's configuration from ``[card.attack.*]`` (+ --holdout) and each check's, checked before any work.
-
-    A broken setting names the card's recipe key (``card.attack.hubness.k``), not ``pfd attack``'s
-    flag (``--csls-k``), which pfd card does not have (issue 34).
-    """
-    layers: dict[str, str | bool] = {"release": cfg.release, "state_dir": cfg.state_dir, "private": cfg.private,
-                              "public_model": cfg.public_model, "report": str(Path(cfg.out).expanduser() / "privacy"),
-                              "skip_bad": cfg.skip_bad}
-    for name in sorted(cfg.attack):  # issue 54: `[card.attack] linkability = "x"` was a ValueError traceback
-        if not isinstance(cfg.attack[name], Mapping):
-            raise PfdError(f"card.attack.{name} = {cfg.attack[name]!r}: expected a table of that attack's settings "
-                           f"([card.attack.{name}] followed by key = value lines)")
-    attacks = {name: dict(cfg.attack[name]) for name in sorted(cfg.attack)}
-    if cfg.holdout:  # membership: a downstream model on the public data + the release, audited on the holdout
-        attacks["membership"] = {**attacks.get("membership", {}), "holdout": cfg.holdout, "public": cfg.public[0]}
-    acfg = build_config(AttackConfig, attacks, layers)
-    with recipe_keys("card."):
-        return acfg, attack_configs(acfg)
-
-
-def _check_disjoint(cfg: CardConfig, private_spec: str, private: FaceSet, public: list[FaceSet], test: FaceSet,
-                    release: FaceSet, holdout: FaceSet | None) -> DataDigests:
-    """The card's data sets told apart by content (:mod:`pfd.release.disjoint`), never by their spelling.
-
-    Returns:
-        The content digest of every data set (``private``, ``public`` (a list), ``test``, ``holdout``).
-    """
-    held_out = "the test people must be held out of the release"
-    check_disjoint_sets(test, private, a_flag=f"--test {cfg.test}", b_flag=f"the private set {private_spec}",
-                        fix=f"{held_out}: remove them from --test")
-    check_other_people(test, private, a_flag=f"--test {cfg.test}", b_flag=f"the private set {private_spec}",
-                       fix=f"{held_out}: remove them from --test")
-    check_disjoint_sets(test, release, a_flag=f"--test {cfg.test}",
-                        b_flag=f"the release {cfg.release}", fix="--test holds real photos of people the release "
-                        "was not distilled from, never the release")
-    for spec, faces in zip(cfg.public, public):
-        check_disjoint_sets(test, faces, a_flag=f"--test {cfg.test}", b_flag=f"--public {spec}",
-                            fix="the test people must be unseen by every model the card compares: remove them from "
-                                "--test or from --public")
-    seen: dict[str, str] = {}
-    for spec, faces in zip(cfg.public, public):
-        d = content_digest(faces)
-        if d in seen:
-            raise PfdError(f"--public {spec} holds the same images as --public {seen[d]}: every public image would be "
-                           "trained on twice; pass each public set once")
-        seen[d] = spec
-    digests = DataDigests(private=content_digest(private), public=list(seen), test=content_digest(test))
-    if holdout is not None:
-        check_disjoint_sets(holdout, private, a_flag=f"--holdout {cfg.holdout}", b_flag=f"the private set {private_spec}",
-                            fix="the held-out people are the non-members of the membership test: pass people the "
-                                "release was not distilled from")
-        check_other_people(holdout, private, a_flag=f"--holdout {cfg.holdout}", b_flag=f"the private set {private_spec}",
-                           fix="the held-out people are the non-members of the membership test: pass people the "
-                               "release was not distilled from")
-        digests["holdout"] = content_digest(holdout)
-    return digests
-
-
-def _hashes(cfg: CardConfig, inputs: CardInputs) -> InputHashes:
-    """What the card's figures depend on, by content: the release (its manifest, which holds every
-    file's sha256), the state dir's files the audit reads, the public model, every data set's pixel
-    digest and the settings. ``--resume`` continues only when all are unchanged (issue 34: a release
-    distilled again into the same folder kept the old figures under the new release's hash)."""
-    settings = dump_toml({"card": {k: v for k, v in _settings(cfg).items() if k not in _CONTENT and k != "attack"}}).encode()
-    attack = dump_toml({"attack": dict(cfg.attack)}).encode()
-    st = StateDir.at(cfg.state_dir)
-    state = {p.name: sha256_file(p) for p in (st.proxy_map, st.adapted, st.judge_model, st.private_set) if p.is_file()}
-    return InputHashes(release_manifest=sha256_file(Path(cfg.release) / MANIFEST),
-                       public_model=sha256_file(inputs.public_model), state_dir=state, data=inputs.digests,
-                       settings=hashlib.sha256(settings).hexdigest(), attack_settings=hashlib.sha256(attack).hexdigest())
-
-
-#: What each entry of :func:`_hashes` is, for the message that refuses a --resume after it changed.
-_INPUT_NAMES = {"release_manifest": "the release (--release: its manifest)", "public_model": "the public model",
-                "state_dir": "the state dir's files (--state-dir)", "settings": "the settings"}
-
-
-def _check_inputs(out: Path, hashes: InputHashes, resume: bool) -> set[str]:
-    """On ``--resume``, refuse inputs whose content changed since the card began, naming them.
-
-    Returns:
-        The inputs only the privacy half reads that changed (``holdout``): its audit is redone and
-        the fine-tunes kept.
-    """
-    saved = out / "inputs.json"
-    if not resume or not (out / "config.toml").is_file():
-        return set()
-    if not saved.is_file():  # inputs.json is written before config.toml: an older pfd began this card
-        raise PfdError(f"{out}: --resume of a card that does not record its inputs (made by an older pfd); choose "
-                       "another --out to make a new one")
-    before = json.loads(saved.read_text(encoding="utf-8"))
-    changed, stale = [], set()
-    for key in sorted(set(before) | set(hashes)):
-        if key == "data":
-            old, new = before.get(key) or {}, hashes.get(key) or {}
-            for k in sorted(set(old) | set(new)):
-                if old.get(k) != new.get(k):
-                    if k in _PRIVACY_ONLY:
-                        stale.add(k)
-                    else:
-                        changed.append(f"--{k}" if k != "private" else "the private set (--private)")
-        elif key == "attack_settings":
-            continue  # what only the audit reads: _claim compares the settings themselves
-        elif before.get(key) != hashes.get(key):
-            changed.append(_INPUT_NAMES.get(key, key))
-    if changed:
-        raise PfdError(f"{out}: --resume after {', '.join(changed)} changed since this card began; its figures belong "
-                       "to the old inputs: choose another --out (or delete this card) to make a new one")
-    return stale
 
 
 def _scores(cfg: CardConfig, out: Path, inputs: CardInputs, progress: bool) -> PairScores:
@@ -449,54 +188,6 @@ def verdict(privacy: dict[str, Any], utility: dict[str, Any]) -> dict[str, Any]:
             "utility": {"diff": acc["diff"], "ci95": acc["ci95"], "text": worth}}
 
 
-def _check_out(cfg: CardConfig, out: Path) -> None:
-    """``--out`` apart from every input folder (``--out`` inside the release is refused by its report folder)."""
-    check_apart(out, [("--state-dir", cfg.state_dir), *[("--public", p) for p in cfg.public], ("--test", cfg.test),
-                      ("--holdout", cfg.holdout), ("--private", cfg.private)], option="--out", what="card")
-
-
-def _begin(cfg: CardConfig, out: Path, inputs: CardInputs) -> InputHashes:
-    """Begin the card in its claimed folder, or continue it (``--resume``): the settings and the inputs' content
-    checked against what the folder records, then recorded (``inputs.json``, ``config.toml``).
-
-    Returns:
-        What the card's figures depend on (:func:`_hashes`).
-
-    Raises:
-        PfdError: A card there already without ``--resume``, or a ``--resume`` with other settings or inputs.
-    """
-    hashes = _hashes(cfg, inputs)
-    stale = _claim(cfg, out) | _check_inputs(out, hashes, cfg.resume)
-    if stale and (out / "privacy" / "report.json").is_file():
-        # Only the audit reads these (issue 34: --resume --holdout was refused, losing the fine-tunes):
-        # the privacy half is redone, the fine-tunes and their scores kept.
-        (out / "privacy" / "report.json").unlink()
-        log.info("card: %s changed: the privacy half is redone, the fine-tunes kept", ", ".join(sorted(stale)))
-    atomic_write_text(out / "inputs.json", json.dumps(hashes, indent=1, sort_keys=True))
-    atomic_write_text(out / "config.toml", dump_toml({"card": config_to_dict(cfg)}))
-    return hashes
-
-
-@contextlib.contextmanager
-def _forget_if_refused(out: Path) -> Iterator[None]:
-    """A card that this run began and that an input or setting error stopped before any fine-tune or
-    audit finished leaves nothing behind: a rerun is then not refused as "holds a card already"
-    (issue 34). Finished work (a fine-tune, the privacy report) is always kept for ``--resume``."""
-    began = not (out / "config.toml").is_file()
-    try:
-        yield
-    except PfdError:
-        work = (out / "downstream").is_dir() and any((out / "downstream").rglob("*.pt"))
-        if began and not work and not (out / "privacy" / "report.json").is_file():
-            for name in CARD_ENTRIES - {".pfd-report-lock"}:
-                p = out / name
-                if p.is_dir():
-                    shutil.rmtree(p, ignore_errors=True)
-                elif p.exists():
-                    p.unlink()
-        raise
-
-
 def make_card(cfg: CardConfig, *, progress: bool = True) -> Card:
     """Build a release's privacy-utility card (module docstring) and write it into ``cfg.out``.
 
@@ -512,11 +203,9 @@ def make_card(cfg: CardConfig, *, progress: bool = True) -> Card:
             each before any work.
     """
     out = Path(cfg.out).expanduser()
-    _check_out(cfg, out)
-    inputs = _inputs(cfg, progress)
-    with report_folder(out, option="--out", release=cfg.release, entries=CARD_ENTRIES, what="pfd card"), \
-            _forget_if_refused(out):
-        hashes = _begin(cfg, out, inputs)
+    check_out(cfg, out)
+    inputs = open_card_inputs(cfg, progress=progress)
+    with card_folder(cfg, out, inputs) as hashes:
         # Privacy first: a setting under which an audit test could never flag (issue 34: permutations = 1)
         # is refused before the fine-tunes, and --resume with the corrected setting continues.
         t0 = time.perf_counter()

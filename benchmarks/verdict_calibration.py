@@ -293,7 +293,8 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
         ax.set_ylim(-0.02, 1.02)
         if leaks == ("null",):
             ax.axhline(LEVEL, color="grey", ls="--", lw=1)
-        ax.legend(fontsize=6)
+        if ax.get_legend_handles_labels()[0]:  # a panel with no cell yet (a quick run) has nothing to name
+            ax.legend(fontsize=6)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -14,21 +14,16 @@ identity, because a score computed against the wrong private set is silently mea
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 only
-    import tomli as tomllib
 
 from pfd.data.faceset import FaceSet
 from pfd.release.format import MANIFEST, Manifest, read_manifest
-from pfd.release.state_dir import StateDir, check_digest, release_sources
+from pfd.release.state_dir import StateDir, check_digest, read_run_config, release_sources, run_setting
 from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
 
@@ -75,27 +70,14 @@ class ReleaseState:
     @property
     def private_spec(self) -> str | None:
         """The private dataset spec recorded in the state dir's ``config.toml``, if any."""
-        v = _find_key(self.config, "private")
-        return str(v) if isinstance(v, str) and v else None
+        v = run_setting(self.config, "private")
+        return v if isinstance(v, str) and v else None
 
     @property
     def run_size(self) -> Any:
         """The image size the run distilled at (``[distill] size`` of the state dir's config), if recorded."""
-        v = _find_key(self.config, "size")
+        v = run_setting(self.config, "size")
         return canonical_size(v) if v else None
-
-
-def _find_key(tables: Any, key: str) -> Any:
-    """First value of ``key`` in a nested dict, breadth first (``[distill] private = ...``)."""
-    queue = [tables]
-    while queue:
-        t = queue.pop(0)
-        if not isinstance(t, dict):
-            continue
-        if key in t and not isinstance(t[key], dict):
-            return t[key]
-        queue.extend(v for v in t.values() if isinstance(v, dict))
-    return None
 
 
 def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike) -> ReleaseState:
@@ -128,7 +110,7 @@ def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike)
         if model.is_file():
             check_digest(s, model.name)
     return ReleaseState(release=r, state_dir=s, manifest=manifest, files=sorted(sources), sources=sources,
-                        config=_run_config(st), **_models(st))
+                        config=read_run_config(st.root), **_models(st))
 
 
 def unwritten_release_state(state_dir: str | os.PathLike, *, method: str, image_size: tuple[int, int],
@@ -152,17 +134,7 @@ def unwritten_release_state(state_dir: str | os.PathLike, *, method: str, image_
     h, w = (int(v) for v in image_size)
     manifest = {"method": method, "image_size": h if h == w else [h, w], "num_classes": int(num_classes)}
     return ReleaseState(release=None, state_dir=st.root, manifest=manifest, files=[], sources={},  # type: ignore[arg-type]
-                        config=_run_config(st), **_models(st))
-
-
-def _run_config(st: StateDir) -> dict[str, Any]:
-    """The run's parsed ``config.toml`` (empty if absent)."""
-    if not st.config.is_file():
-        return {}
-    try:
-        return tomllib.loads(st.config.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise PfdError(f"{st.config}: invalid TOML ({e}); the state dir is damaged") from None
+                        config=read_run_config(st.root), **_models(st))
 
 
 def _models(st: StateDir) -> dict[str, Path | None]:

@@ -51,11 +51,16 @@ from __future__ import annotations
 
 import json
 import os
-import tomllib
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypedDict
+from typing import Any, Callable, Mapping, TypedDict
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 only (pyproject's tomli)
+    import tomli as tomllib
 
 from pfd.errors import PfdError
 from pfd.io import PidLock, atomic_write_json, check_writable, path_within, sha256_bytes, sha256_file
@@ -63,7 +68,7 @@ from pfd.release.format import MANIFEST, Manifest, read_manifest
 
 __all__ = [
     "MARKER", "MARKER_FORMAT", "MARKER_VERSION", "LOCK", "PROXY_MAP", "STATE_FILE_MODE", "STATE_DIR_MODE",
-    "StateDir", "read_marker", "write_marker", "new_run_id", "check_same_run", "release_sources", "recorded_private_spec", "check_outside_release",
+    "StateDir", "read_marker", "write_marker", "new_run_id", "check_same_run", "release_sources", "recorded_private_spec", "read_run_config", "run_setting", "check_outside_release",
     "check_separate", "check_apart_from_private", "prepare_state_dir", "secure_state_dir", "read_proxy_map", "DIGESTS", "record_digest", "check_digest", "StateLock", "check_outputs",
     "RunClaim", "claim_state_dir", "Marker", "ProxyMap", "ProxyRow",
 ]
@@ -453,20 +458,41 @@ def secure_state_dir(state_dir: str | os.PathLike) -> None:
 
 
 
-def recorded_private_spec(state_dir: str | os.PathLike) -> str | None:
-    """The private set a state dir's run distilled (``[distill] private`` of its ``config.toml``), if recorded.
+def read_run_config(state_dir: str | os.PathLike) -> dict[str, Any]:
+    """The run's parsed ``config.toml`` (empty if absent).
 
     Raises:
         PfdError: If the config is not valid TOML.
     """
     p = StateDir.at(state_dir).config
     if not p.is_file():
-        return None
+        return {}
     try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+        return tomllib.loads(p.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise PfdError(f"{p}: invalid TOML ({e}); the state dir is damaged") from None
-    spec = doc.get("distill", doc).get("private") if isinstance(doc.get("distill", doc), dict) else None
+
+
+def run_setting(config: Mapping[str, Any], key: str) -> Any:
+    """A setting of the run a state dir records: ``[distill] key`` of its config (the top level where the
+    config has no ``[distill]`` table), ``None`` where absent.
+
+    Args:
+        config: The parsed config (:func:`read_run_config`).
+        key: E.g. ``"private"``, ``"size"``.
+    """
+    table = config.get("distill", config)
+    value = table.get(key) if isinstance(table, Mapping) else None
+    return None if isinstance(value, Mapping) else value
+
+
+def recorded_private_spec(state_dir: str | os.PathLike) -> str | None:
+    """The private set a state dir's run distilled (``[distill] private`` of its ``config.toml``), if recorded.
+
+    Raises:
+        PfdError: If the config is not valid TOML.
+    """
+    spec = run_setting(read_run_config(state_dir), "private")
     return spec if isinstance(spec, str) and spec else None
 
 

@@ -51,3 +51,18 @@ def test_interrupted_release_is_cleared_only_in_its_own_layout(tmp_path):
     (out / "notes.txt").write_text("mine")
     clear_interrupted_release(out)  # a foreign file: leave everything alone
     assert (out / "notes.txt").exists() and (out / "0001" / "000.png").exists()
+
+
+def test_the_run_a_state_dir_records_is_read_from_its_distill_table(tmp_path):
+    from pfd.release.state_dir import read_run_config, recorded_private_spec, run_setting
+
+    assert read_run_config(tmp_path) == {} and recorded_private_spec(tmp_path) is None  # no config: nothing recorded
+    (tmp_path / "config.toml").write_text('[distill]\nprivate = "synthetic:private,ids=4"\nsize = [32, 28]\n'
+                                          '[distill.ogp]\nprivate = "not this one"\n')
+    config = read_run_config(tmp_path)
+    assert run_setting(config, "private") == recorded_private_spec(tmp_path) == "synthetic:private,ids=4"
+    assert run_setting(config, "size") == [32, 28] and run_setting(config, "ogp") is None  # a table is no setting
+    assert run_setting({"private": "top"}, "private") == "top"  # a config without a [distill] table
+    (tmp_path / "config.toml").write_text("[distill\n")
+    with pytest.raises(PfdError, match="invalid TOML.*the state dir is damaged"):
+        recorded_private_spec(tmp_path)

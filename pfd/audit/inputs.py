@@ -23,7 +23,7 @@ import numpy as np
 
 from pfd.data.faceset import FaceSet
 from pfd.release.format import MANIFEST, Manifest, read_manifest
-from pfd.release.state_dir import StateDir, check_digest, read_run_config, release_sources, run_setting
+from pfd.release.state_dir import StateDir, check_digest, read_run_config, release_sources, run_private_spec, run_setting
 from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
 
@@ -70,8 +70,7 @@ class ReleaseState:
     @property
     def private_spec(self) -> str | None:
         """The private dataset spec recorded in the state dir's ``config.toml``, if any."""
-        v = run_setting(self.config, "private")
-        return v if isinstance(v, str) and v else None
+        return run_private_spec(self.config)
 
     @property
     def run_size(self) -> Any:

@@ -68,7 +68,7 @@ from pfd.release.format import MANIFEST, Manifest, read_manifest
 
 __all__ = [
     "MARKER", "MARKER_FORMAT", "MARKER_VERSION", "LOCK", "PROXY_MAP", "STATE_FILE_MODE", "STATE_DIR_MODE",
-    "StateDir", "read_marker", "write_marker", "new_run_id", "check_same_run", "release_sources", "recorded_private_spec", "read_run_config", "run_setting", "check_outside_release",
+    "StateDir", "read_marker", "write_marker", "new_run_id", "check_same_run", "release_sources", "recorded_private_spec", "read_run_config", "run_setting", "run_private_spec", "check_outside_release",
     "check_separate", "check_apart_from_private", "prepare_state_dir", "secure_state_dir", "read_proxy_map", "DIGESTS", "record_digest", "check_digest", "StateLock", "check_outputs",
     "RunClaim", "claim_state_dir", "Marker", "ProxyMap", "ProxyRow",
 ]
@@ -492,7 +492,12 @@ def recorded_private_spec(state_dir: str | os.PathLike) -> str | None:
     Raises:
         PfdError: If the config is not valid TOML.
     """
-    spec = run_setting(read_run_config(state_dir), "private")
+    return run_private_spec(read_run_config(state_dir))
+
+
+def run_private_spec(config: Mapping[str, Any]) -> str | None:
+    """The private set's spec in a run's parsed config (:func:`run_setting` ``"private"``), if recorded."""
+    spec = run_setting(config, "private")
     return spec if isinstance(spec, str) and spec else None
 
 

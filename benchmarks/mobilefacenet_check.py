@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 from pfd.data.faces import FaceFolder
 from pfd.data.faceset import TensorFaces
-from pfd.data.pairs import generate_pairs
+from pfd.data.pair_sampling import generate_pairs
 from pfd.embed import Embedder
 from pfd.nn.checkpoints import load_backbone
 from pfd.verify import evaluate_pairs

@@ -28,7 +28,7 @@ fine-tuned on public data + the release). Every row but ``base`` runs for ``seed
 (distillation, noise and downstream training seeded alike; mean ± sd).
 
 * **Utility**: 10-fold verification accuracy and TAR@FAR=1e-2 on the test identities' pairs
-  (:func:`pfd.card.pairs.adaptive_pairs`; Yale B also on its subsets 1-3), each as a difference against
+  (:func:`pfd.data.pair_sampling.adaptive_pairs`; Yale B also on its subsets 1-3), each as a difference against
   ``public-ft`` with a 95 % identity-bootstrap interval (:func:`pfd.card.stats.paired_difference`).
 * **Privacy**: the one audit of each written release (:func:`pfd.audit.engine.run_scorecard`,
   what ``pfd attack`` and ``pfd card`` run, with the benchmark's in-memory private set passed in):

@@ -46,7 +46,7 @@ from pfd.nn.checkpoints import load_backbone
 from pfd.train import train
 from pfd.verify import verification_metrics
 from benchmarks.pu.data import SpecResolver
-from pfd.card.pairs import adaptive_pairs, pair_identities
+from pfd.data.pair_sampling import adaptive_pairs, pair_identities
 from pfd.card.stats import identity_bootstrap_weights, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
 from benchmarks.pu.units import per_identity
 

@@ -36,8 +36,9 @@ _EXPORTS: dict[str, str] = {
     "open_faces": "pfd.data.sources",
     **{n: "pfd.data.recordio" for n in ("RecordIOFaces", "write_recordio", "build_index")},
     **{n: "pfd.data.pairs" for n in (
-        "VerificationPairs", "read_pairs_txt", "read_bin", "write_bin", "generate_pairs",
+        "VerificationPairs", "read_pairs_txt", "read_bin", "write_bin",
     )},
+    **{n: "pfd.data.pair_sampling" for n in ("generate_pairs", "adaptive_pairs", "pair_identities")},
     **{n: "pfd.data.synthetic" for n in ("SyntheticFaces", "open_synthetic", "write_synthetic")},
     **{n: "pfd.release.writer" for n in ("write_release", "write_proxy_map")},
     **{n: "pfd.release.state_dir" for n in ("StateDir", "prepare_state_dir", "read_proxy_map", "secure_state_dir")},
@@ -90,7 +91,6 @@ _EXPORTS: dict[str, str] = {
     **{n: "pfd.card.build" for n in ("Card", "make_card")},
     **{n: "pfd.card.stats" for n in ("identity_bootstrap_weights", "paired_difference")},
     **{n: "pfd.card.downstream" for n in ("utility_gain",)},
-    "adaptive_pairs": "pfd.card.pairs",
 }
 
 __all__ = ["__version__", "PfdError", *sorted(_EXPORTS)]

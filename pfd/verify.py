@@ -31,7 +31,8 @@ from pfd.config import EvalConfig, validate_config
 from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
 from pathlib import Path
-from pfd.data.pairs import generate_pairs, read_bin, read_pairs_txt
+from pfd.data.pair_sampling import generate_pairs
+from pfd.data.pairs import read_bin, read_pairs_txt
 from pfd.data.sources import open_faces
 from pfd.embed import Embedder
 from pfd.io import atomic_write_json

@@ -4,7 +4,7 @@
   :mod:`benchmarks.pu.yale`: the Yale photos; :mod:`benchmarks.pu.augment`: the public model's augmentation;
 * :mod:`benchmarks.pu.settings`: the settings, rows and the naming of units (``row/seedN``);
 * :mod:`benchmarks.pu.units`: one scenario's units: release, downstream model, utility, linkability, membership;
-* :mod:`pfd.card.stats`, :mod:`pfd.card.pairs`, :mod:`pfd.card.downstream` (in the package: ``pfd card`` runs the
+* :mod:`pfd.card.stats`, :mod:`pfd.data.pair_sampling`, :mod:`pfd.card.downstream` (in the package: ``pfd card`` runs the
   same units): identity-bootstrap intervals, verification pairs, the downstream fine-tune and its gain;
 * :mod:`benchmarks.pu.plan`: the cost model of ``--plan``;
 * :mod:`benchmarks.pu.runner`: the public model, (scenario, seed) groups in worker processes, shards, merging;

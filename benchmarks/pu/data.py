@@ -27,8 +27,8 @@ private set and the next ``test`` (72) to the test set; every other identity (th
 eligible ones and all with fewer images) is public. On ``celeba-faces`` (294 people, 247 with >= 10
 images) that is 150 public / 72 private / 72 test.
 
-**Pairs** (:func:`pfd.card.pairs.adaptive_pairs`): ``num_pairs`` genuine + as many impostor pairs
-(:func:`pfd.data.pairs.generate_pairs`), or, when the test set has fewer distinct genuine pairs,
+**Pairs** (:func:`pfd.data.pair_sampling.adaptive_pairs`): ``num_pairs`` genuine + as many impostor pairs
+(:func:`pfd.data.pair_sampling.generate_pairs`), or, when the test set has fewer distinct genuine pairs,
 *all* of them and as many impostors: a publisher's small test set still gets a table.
 """
 

@@ -34,7 +34,7 @@ from pfd.memory import StagePeaks
 from pfd.nn.checkpoints import load_backbone, load_checkpoint
 from pfd.verify import tar_at_far, verification_metrics
 from benchmarks.pu.data import Scenario, SpecResolver
-from pfd.card.pairs import adaptive_pairs, pair_identities
+from pfd.data.pair_sampling import adaptive_pairs, pair_identities
 from benchmarks.pu.settings import (PLAIN_FINETUNE, MIA_STATS, ROW_KEY, code_digest, finished_seeds, load_average,
                                     row_overrides, row_view, unit_key, slug)
 from pfd.card.downstream import downstream_config, finetune, pair_scores, sample_images, utility_gain, verification

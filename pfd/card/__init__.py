@@ -1,7 +1,6 @@
 """``pfd card``: the publisher's privacy-utility card of a release, on their own faces.
 
 * :mod:`pfd.card.config`: :class:`~pfd.card.config.CardConfig` (the ``[card]`` table) and its parts;
-* :mod:`pfd.card.pairs`: verification pairs of a test set of any size;
 * :mod:`pfd.card.stats`: identity-bootstrap intervals of utility and membership differences;
 * :mod:`pfd.card.downstream`: the downstream fine-tunes with and without the release, and the gain;
 * :mod:`pfd.card.inputs`: every input, opened and cross-checked once before any work, then passed down;

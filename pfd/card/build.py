@@ -36,12 +36,12 @@ from pfd.card.downstream import (downstream_config, finetune, pair_scores, roc_c
                                  verification)
 from pfd.card.folder import card_folder, check_out
 from pfd.card.inputs import CardInputs, open_card_inputs
-from pfd.card.pairs import PairsInfo, pair_identities
 from pfd.card.render import write_card
 from pfd.card.stats import identity_bootstrap_weights
 from pfd.config import config_to_dict
 from pfd.config.checks import recipe_keys
 from pfd.data.faceset import ConcatFaces, to_memory
+from pfd.data.pair_sampling import PairsInfo, pair_identities
 from pfd.data.pairs import VerificationPairs
 from pfd.io import atomic_write_bytes
 from pfd.progress import PROGRESS_LOGGER

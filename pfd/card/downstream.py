@@ -8,7 +8,7 @@ The protocol (the privacy-utility benchmark's, one implementation for both):
    the same images plus the release — *with release* —, same seeds and schedule. The release's
    arbitrary labels are new classes beside the public ones (disjoint label spaces).
 2. **Scores** (:func:`pair_scores`): cosine similarity of each verification pair of the held-out
-   test people (:func:`pfd.card.pairs.adaptive_pairs`).
+   test people (:func:`pfd.data.pair_sampling.adaptive_pairs`).
 3. **Gain** (:func:`utility_gain`): accuracy (k-fold) and TAR at each FAR, with-release minus
    public-ft, averaged over seeds, with the 95 % identity-bootstrap interval of
    :func:`pfd.card.stats.paired_difference` (test people resampled, seeds drawn per replicate);

@@ -21,10 +21,10 @@ from pfd.audit.engine import attack_configs, open_audit
 from pfd.audit.inputs import ReleaseState, open_release_state
 from pfd.audit.sets import ReleaseSets
 from pfd.card.config import CardConfig
-from pfd.card.pairs import PairsInfo, adaptive_pairs
 from pfd.config import AttackConfig, build_config
 from pfd.config.checks import recipe_keys
 from pfd.data.faceset import FaceSet, to_memory
+from pfd.data.pair_sampling import PairsInfo, adaptive_pairs
 from pfd.data.pairs import VerificationPairs
 from pfd.errors import PfdError
 from pfd.nn.checkpoints import read_arch

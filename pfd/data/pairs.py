@@ -1,4 +1,6 @@
-"""Verification pairs: LFW-style ``pairs.txt``, insightface ``.bin`` files, and generated pairs.
+"""Verification pairs and their files: LFW-style ``pairs.txt`` and insightface ``.bin``.
+
+Pairs drawn from a face set live in :mod:`pfd.data.pair_sampling`.
 
 A :class:`VerificationPairs` holds a :class:`~pfd.data.faceset.FaceSet` of the images involved
 and, per pair, the indices of its two images and whether they show the same person. Pairs keep
@@ -37,7 +39,6 @@ __all__ = [
     "read_pairs_txt",
     "read_bin",
     "write_bin",
-    "generate_pairs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -318,108 +319,3 @@ def write_bin(path: str | os.PathLike, images: Sequence[Any], issame: Sequence[b
     with atomic_open(path, "wb") as f:
         pickle.dump((bins, flags), f, protocol=protocol)
     return path
-
-
-# -- generated pairs ---------------------------------------------------------------------------
-def _triu_pair(t: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row-major index ``t`` of the strict upper triangle of an ``m x m`` matrix -> ``(i, j)``, i < j."""
-    t = np.asarray(t, dtype=np.int64)
-    start = lambda i: i * (2 * m - i - 1) // 2  # noqa: E731 - first index of row i
-    i = np.floor(((2 * m - 1) - np.sqrt((2.0 * m - 1) ** 2 - 8.0 * t)) / 2).astype(np.int64)
-    i = np.clip(i, 0, m - 2)
-    i -= start(i) > t  # float rounding: step back or forward one row where needed
-    i += start(i + 1) <= t
-    return i, t - start(i) + i + 1
-
-
-def _allocate(caps: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Spread ``n`` draws over groups as evenly as their capacities allow (water filling)."""
-    lo, hi = 0, int(caps.max(initial=0))  # smallest level with sum(min(caps, level)) >= n
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (mid + 1, hi) if np.minimum(caps, mid).sum() < n else (lo, mid)
-    alloc = np.minimum(caps, max(lo - 1, 0))
-    extra = n - int(alloc.sum())
-    if extra:  # the groups that can take one more at this level; pick which ones at random
-        alloc[rng.choice(np.flatnonzero(caps >= lo), size=extra, replace=False)] += 1
-    return alloc
-
-
-def generate_pairs(faces: FaceSet, *, num_pairs: int, seed: int = 0) -> VerificationPairs:
-    """Draw ``num_pairs`` genuine and ``num_pairs`` impostor pairs (``2 * num_pairs`` in all), seeded.
-
-    Genuine pairs are spread as evenly over identities as their image counts allow; impostor pairs
-    take two distinct identities uniformly, then one image of each. No pair (unordered) repeats.
-    The result alternates genuine and impostor pairs, so every consecutive fold is balanced.
-
-    Args:
-        faces: The dataset.
-        num_pairs: Genuine pairs to draw; the same number of impostors is added
-            (``EvalConfig.num_pairs``).
-        seed: Sampling seed.
-
-    Raises:
-        PfdError: Not enough distinct genuine or impostor pairs exist (says how many do).
-    """
-    if num_pairs < 1:
-        raise ValueError("num_pairs must be >= 1")
-    rng = np.random.default_rng(seed)
-    groups = [faces.indices_of(k) for k in range(faces.num_classes)]
-    sizes = np.array([len(g) for g in groups], dtype=np.int64)
-    caps = sizes * (sizes - 1) // 2
-    if caps.sum() < num_pairs:
-        raise PfdError(f"{faces.describe()}: only {int(caps.sum())} distinct genuine pairs exist "
-                       f"({int((sizes >= 2).sum())} identities with 2+ images) but {num_pairs} were asked for; "
-                       "lower the number of pairs or add images")
-    total = len(faces) * (len(faces) - 1) // 2 - int(caps.sum())
-    if total < num_pairs:
-        raise PfdError(f"{faces.describe()}: only {total} distinct impostor pairs exist but {num_pairs} were asked "
-                       "for; impostors need several identities: lower the number of pairs or add identities")
-
-    gl, gr = [], []
-    for k, take in enumerate(_allocate(caps, num_pairs, rng)):
-        if take:
-            i, j = _triu_pair(rng.choice(int(caps[k]), size=int(take), replace=False), int(sizes[k]))
-            gl.append(groups[k][i])
-            gr.append(groups[k][j])
-    genuine = np.stack([np.concatenate(gl), np.concatenate(gr)], axis=1)[rng.permutation(num_pairs)]
-    impostor = _impostors(faces, groups, sizes, num_pairs, total, rng)
-
-    pairs = np.empty((2 * num_pairs, 2), dtype=np.int64)
-    pairs[0::2], pairs[1::2] = genuine, impostor
-    issame = np.zeros(2 * num_pairs, dtype=bool)
-    issame[0::2] = True
-    return VerificationPairs(faces, pairs[:, 0], pairs[:, 1], issame)
-
-
-def _impostors(faces: FaceSet, groups: list[np.ndarray], sizes: np.ndarray, n: int, total: int,
-               rng: np.random.Generator) -> np.ndarray:
-    """``n`` distinct cross-identity pairs ``(n, 2)``, smaller index first."""
-    order = np.concatenate(groups)  # sample indices grouped by identity
-    offset = np.concatenate([[0], np.cumsum(sizes)])
-    if 2 * n > total:  # dense request: enumerate every impostor pair (there are < 2n) and pick
-        parts = []
-        for k in range(len(groups) - 1):
-            a, b = np.meshgrid(groups[k], order[offset[k + 1]:], indexing="ij")
-            parts.append(np.stack([a.ravel(), b.ravel()], axis=1))
-        cross = np.concatenate(parts)
-        out = cross[rng.choice(len(cross), size=n, replace=False)]
-        return np.sort(out, axis=1)
-    active = np.flatnonzero(sizes > 0)
-    seen: set[tuple[int, int]] = set()
-    out_list: list[tuple[int, int]] = []
-    while len(out_list) < n:  # rejection; at most half the pairs are wanted, so acceptance >= 1/2
-        m = 2 * (n - len(out_list)) + 16
-        ka = rng.integers(len(active), size=m)
-        kb = rng.integers(len(active) - 1, size=m)
-        kb += kb >= ka  # a second identity, distinct from the first, uniformly
-        ka, kb = active[ka], active[kb]
-        a = order[offset[ka] + (rng.random(m) * sizes[ka]).astype(np.int64)]
-        b = order[offset[kb] + (rng.random(m) * sizes[kb]).astype(np.int64)]
-        for x, y in zip(np.minimum(a, b).tolist(), np.maximum(a, b).tolist()):
-            if (x, y) not in seen:
-                seen.add((x, y))
-                out_list.append((x, y))
-                if len(out_list) == n:
-                    break
-    return np.asarray(out_list, dtype=np.int64)

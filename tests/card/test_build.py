@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from pfd.card.build import make_card, verdict
-from pfd.card.pairs import adaptive_pairs
+from pfd.data.pair_sampling import adaptive_pairs
 from pfd.card.stats import weighted_kfold_accuracy
 from pfd.cli import main
 from pfd.data.sources import open_faces

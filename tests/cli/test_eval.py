@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from pfd.cli import main
 from pfd.config import TrainConfig
-from pfd.data.pairs import generate_pairs, write_bin
+from pfd.data.pair_sampling import generate_pairs
+from pfd.data.pairs import write_bin
 from pfd.data.synthetic import SyntheticFaces, write_synthetic
 from pfd.embed import Embedder
 from pfd.nn.checkpoints import load_backbone

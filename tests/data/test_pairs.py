@@ -14,8 +14,6 @@ from PIL import Image
 from pfd.data.faceset import TensorFaces
 from pfd.data.pairs import (
     VerificationPairs,
-    _triu_pair,
-    generate_pairs,
     read_bin,
     read_pairs_txt,
     write_bin,
@@ -161,54 +159,10 @@ def test_bin_missing_file_and_bad_image(tmp_path):
         p.faces[1]
 
 
-# -- generated -------------------------------------------------------------------------------------
+# -- the pair type ---------------------------------------------------------------------------------
 def faces_of(sizes: list[int]) -> TensorFaces:
     labels = np.repeat(np.arange(len(sizes)), sizes)
     return TensorFaces(torch.zeros(len(labels), 3, 2, 2), labels)
-
-
-def test_generate_pairs_balanced_distinct_and_seeded():
-    faces = faces_of([4, 4, 4, 4, 4])  # 6 genuine pairs per identity
-    p = generate_pairs(faces, num_pairs=10, seed=3)
-    assert len(p) == 20 and p.issame.sum() == 10
-    np.testing.assert_array_equal(p.issame, np.tile([True, False], 10))  # alternating: balanced folds
-    lab = faces.labels
-    np.testing.assert_array_equal(lab[p.left] == lab[p.right], p.issame)
-    keys = {(min(a, b), max(a, b)) for a, b in zip(p.left, p.right)}
-    assert len(keys) == 20 and all(a != b for a, b in keys)
-    np.testing.assert_array_equal(np.bincount(lab[p.left[p.issame]], minlength=5), [2] * 5)  # spread evenly
-    q = generate_pairs(faces, num_pairs=10, seed=3)
-    assert np.array_equal(q.left, p.left) and np.array_equal(q.right, p.right)
-    r = generate_pairs(faces, num_pairs=10, seed=4)
-    assert not (np.array_equal(r.left, p.left) and np.array_equal(r.right, p.right))
-
-
-def test_generate_pairs_can_take_every_pair():
-    faces = faces_of([3, 2])  # genuine: 3 + 1; impostor: 6
-    p = generate_pairs(faces, num_pairs=4, seed=0)
-    keys = {(int(a), int(b)) for a, b in zip(p.left, p.right)}
-    assert len(keys) == 8
-    genuine = set(zip(p.left[p.issame].tolist(), p.right[p.issame].tolist()))
-    assert genuine == {(0, 1), (0, 2), (1, 2), (3, 4)}
-
-
-@pytest.mark.parametrize("sizes,n,match", [
-    ([1, 1, 1], 1, r"only 0 distinct genuine pairs exist \(0 identities with 2\+ images\)"),
-    ([5], 2, "only 0 distinct impostor pairs"),
-    ([2, 2], 3, "only 2 distinct genuine pairs"),
-])
-def test_generate_pairs_impossible_requests(sizes, n, match):
-    with pytest.raises(PfdError, match=match):
-        generate_pairs(faces_of(sizes), num_pairs=n, seed=0)
-
-
-@pytest.mark.parametrize("m", [2, 3, 17, 3001])
-def test_triu_pair_matches_numpy(m):
-    i, j = np.triu_indices(m, 1)
-    t = np.arange(len(i)) if m < 100 else np.random.default_rng(0).choice(len(i), 5000, replace=False)
-    a, b = _triu_pair(t, m)
-    np.testing.assert_array_equal(a, i[t])
-    np.testing.assert_array_equal(b, j[t])
 
 
 def test_verification_pairs_validates():

@@ -71,12 +71,14 @@ def _check(folder: Path, option: str, entries: frozenset[str] = REPORT_ENTRIES, 
 def check_apart(folder: str | os.PathLike, places: list[tuple[str, str]], *, option: str = "--report",
                 what: str = "report") -> None:
     """Refuse a report folder inside or around an input folder (issue 34): the report shows private
-    photos and the proxy -> source links, so it may not land in a data set another model trains or
-    tests on, nor inside the private state dir (whose lint then fails on the report's file modes).
+    photos and the proxy -> source links, so it may not land in the release, in a data set another
+    model trains or tests on, nor inside the private state dir (whose lint then fails on the
+    report's file modes).
 
     Args:
         folder: The report folder.
-        places: ``(flag, path)`` of every input; paths that are not existing folders are skipped.
+        places: ``(how messages name it, path)`` of every input (``("the release", path)``,
+            ``("--state-dir", path)``, ...); paths that are not existing folders are skipped.
         option: How messages name ``folder``.
         what: What the folder holds, for the message.
 
@@ -94,25 +96,22 @@ def check_apart(folder: str | os.PathLike, places: list[tuple[str, str]], *, opt
 
 
 @contextlib.contextmanager
-def report_folder(path: str | os.PathLike, *, option: str = "--report", release: str | os.PathLike | None = None,
-                  entries: frozenset[str] = REPORT_ENTRIES, what: str = "pfd attack") -> Iterator[Path]:
+def report_folder(path: str | os.PathLike, *, option: str = "--report", entries: frozenset[str] = REPORT_ENTRIES,
+                  what: str = "pfd attack") -> Iterator[Path]:
     """Claim a report folder for one audit (see the module docstring); yields it, created.
 
     Args:
         path: The report folder.
         option: How messages name it.
-        release: The audited release: the report (its match grid shows private photos, its
-            figures the proxy -> source links) may lie neither inside it nor around it.
+        entries: Everything the audit writes into it (anything else makes it foreign).
+        what: The command, for messages.
 
     Raises:
-        PfdError: An existing file, a folder holding files pfd did not write, a folder inside or
-            around the release, or another audit writing into it (its pid is named).
+        PfdError: An existing file, a folder holding files pfd did not write, or another audit
+            writing into it (its pid is named). Where it lies apart from the inputs is
+            :func:`check_apart`'s, called first, before any input is read.
     """
     folder = Path(path).expanduser()
-    if release is not None and (path_within(folder, release) or path_within(release, folder)):
-        where = "inside" if path_within(folder, release) else "around"
-        raise PfdError(f"{folder}: the report would lie {where} the release {release}; it shows private photos and "
-                       f"the proxy -> source links: choose a {option} outside the release")
     _check(folder, option, entries, what)
     created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)

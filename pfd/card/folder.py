@@ -137,12 +137,13 @@ def _check_inputs(out: Path, hashes: InputHashes, resume: bool) -> set[str]:
 
 
 def check_out(cfg: CardConfig, out: Path) -> None:
-    """``--out`` apart from every input folder (``--out`` inside the release is refused by its report folder).
+    """``--out`` apart from every input folder, checked before any input is read.
 
     Raises:
-        PfdError: ``--out`` inside or around ``--state-dir``, ``--public``, ``--test``, ``--holdout`` or ``--private``.
+        PfdError: ``--out`` inside or around the release, ``--state-dir``, ``--public``, ``--test``, ``--holdout``
+            or ``--private``.
     """
-    check_apart(out, [("--state-dir", cfg.state_dir), *[("--public", p) for p in cfg.public], ("--test", cfg.test),
+    check_apart(out, [("the release", cfg.release), ("--state-dir", cfg.state_dir), *[("--public", p) for p in cfg.public], ("--test", cfg.test),
                       ("--holdout", cfg.holdout), ("--private", cfg.private)], option="--out", what="card")
 
 
@@ -206,6 +207,6 @@ def card_folder(cfg: CardConfig, out: Path, inputs: CardInputs) -> Iterator[Inpu
         PfdError: A foreign or busy folder, a card there already without ``--resume``, or a ``--resume``
             with other settings or inputs.
     """
-    with report_folder(out, option="--out", release=cfg.release, entries=CARD_ENTRIES, what="pfd card"), \
+    with report_folder(out, option="--out", entries=CARD_ENTRIES, what="pfd card"), \
             _forget_if_refused(out):
         yield _begin(cfg, out, inputs)

@@ -136,9 +136,9 @@ def attack_group(ctx: click.Context, recipe: str | None, reconstructor: str | No
     # A bad --reconstructor is an input error: refused before the report folder is made or claimed.
     recon = _load_reconstructor(reconstructor)
     mia = cfg.attacks.get("membership", {})
-    check_apart(cfg.report, [("--state-dir", cfg.state_dir), ("--private", cfg.private),
+    check_apart(cfg.report, [("the release", cfg.release), ("--state-dir", cfg.state_dir), ("--private", cfg.private),
                              ("--public", mia.get("public", "")), ("--holdout", mia.get("holdout", ""))])
-    with report_folder(cfg.report, release=cfg.release):  # pfd's own or new, one audit at a time, before any work
+    with report_folder(cfg.report):  # pfd's own or new, one audit at a time, before any work
         card = run_scorecard(cfg, reconstructor=recon, progress=progress)
         paths = write_report(card, cfg.report)
     click.echo("\n".join(summary_table(card.rows)))

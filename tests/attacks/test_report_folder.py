@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pfd.attacks.report_folder import LOCK_NAME, report_folder
+from pfd.attacks.report_folder import LOCK_NAME, check_apart, report_folder
 from pfd.errors import PfdError
 
 
@@ -93,3 +93,16 @@ def test_a_bad_attack_setting_leaves_no_report_folder(tmp_path):
                                     "--report", str(tmp_path / "rep"), "--csls-k", "0"])
     assert res.exit_code == 2 and "--csls-k (attack.hubness.k) = 0: must be at least 1" in res.output
     assert not (tmp_path / "rep").exists()
+
+
+def test_check_apart_refuses_inside_and_around_every_input_and_skips_absent_ones(tmp_path):
+    rel, data = tmp_path / "rel", tmp_path / "pub" / "data"
+    rel.mkdir()
+    data.mkdir(parents=True)
+    places = [("the release", str(rel)), ("--public", str(data)), ("--holdout", str(tmp_path / "absent")), ("--test", "")]
+    with pytest.raises(PfdError, match=r"--out .*card: the card would lie inside the release"):
+        check_apart(rel / "card", places, option="--out", what="card")
+    with pytest.raises(PfdError, match=r"the report would lie around --public"):
+        check_apart(tmp_path / "pub", places)
+    check_apart(tmp_path / "elsewhere", places)  # apart from both; the absent folder and the empty spec are skipped
+    check_apart(tmp_path / "absent" / "r", places)  # not a folder yet: nothing to lie inside

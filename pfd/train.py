@@ -17,6 +17,7 @@ One code path runs as a single CPU process, on one GPU, or data-parallel under
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import math
@@ -45,6 +46,7 @@ from pfd.nn.checkpoints import load_checkpoint
 from pfd.nn.checkpoints import save_checkpoint
 from pfd.nn.heads import create_head
 from pfd.progress import progress_bar
+from pfd.release.disjoint import content_digest
 from pfd.release.reader import check_complete_release, looks_like_release
 from pfd.nn.checkpoints import load_backbone
 
@@ -102,8 +104,13 @@ def open_training_data(specs: Sequence[str], *, size: Any, min_images: int, skip
     only when its manifest is there and verifies: a release whose writer was killed would
     otherwise train on a fraction of its images without a word.
 
+    One set given twice, however its path is spelt or wherever it was copied, is refused: its people
+    would train under two contradictory labels. Sets are told apart by content
+    (:func:`~pfd.release.disjoint.content_digest`); only sets of equal length are hashed, since sets of
+    different lengths cannot hold the same images.
+
     Raises:
-        PfdError: No data, an incomplete release, or a size mismatch.
+        PfdError: No data, an incomplete release, one set given twice, or a size mismatch.
     """
     if not specs:
         raise PfdError("no training data given; pass --data SPEC (e.g. --data synthetic:public)")
@@ -111,7 +118,7 @@ def open_training_data(specs: Sequence[str], *, size: Any, min_images: int, skip
         path = Path(spec).expanduser()
         if not str(spec).startswith("synthetic") and path.is_dir() and looks_like_release(path):
             check_complete_release(path)
-    for i, spec in enumerate(specs):  # one set twice would train its people under two contradictory labels
+    for i, spec in enumerate(specs):  # the same file needs no hashing: refused before anything is opened
         twin = next((s for s in specs[:i] if same_path(s, spec)), None)
         if twin is not None:
             raise PfdError(f"{spec}: given twice as training data (also as {twin}); its identities would get "
@@ -121,6 +128,10 @@ def open_training_data(specs: Sequence[str], *, size: Any, min_images: int, skip
         if not same_size(src.size, size):
             raise PfdError(f"{spec}: images are {size_text(src.size)} but the model expects {size_text(size)}; "
                            "set size consistently")
+    for (i, a), (j, b) in itertools.combinations(enumerate(sources), 2):  # a copy, under another path
+        if len(a) == len(b) and content_digest(a) == content_digest(b):
+            raise PfdError(f"{specs[j]}: holds the same images as {specs[i]} (given twice as training data); its "
+                           "identities would get two labels each: pass each dataset once")
     return sources[0] if len(sources) == 1 else ConcatFaces(sources)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 
 import numpy as np
 import pytest
@@ -103,6 +104,21 @@ def test_skip_bad_skips_and_lists_unreadable_images(tmp_path, caplog):
         faces = open_training_data([str(tmp_path / "faces")], size=32, min_images=1, skip_bad=True)
     assert len(faces) == 6 and "b/9.png" in faces.skipped
     assert any("b/9.png" in r.getMessage() for r in caplog.records)
+
+
+def test_one_set_given_twice_is_refused_by_content_however_spelt_or_copied(tmp_path):
+    from pfd.data.sources import open_faces
+    from pfd.data.synthetic import write_synthetic
+
+    a = write_synthetic(tmp_path / "a", open_faces("synthetic:public,ids=3,imgs=2,size=32"))
+    b = tmp_path / "copy"
+    shutil.copytree(a, b)
+    c = write_synthetic(tmp_path / "c", open_faces("synthetic:public,ids=3,imgs=2,size=32,seed=5"))
+    for twice in ([str(a), str(a) + "/"], [str(a), str(b)]):
+        with pytest.raises(PfdError, match="training data.*pass each dataset once"):
+            open_training_data(twice, size=32, min_images=1)
+    faces = open_training_data([str(a), str(c)], size=32, min_images=1)  # as many images, other pixels
+    assert len(faces) == 12 and faces.num_classes == 6
 
 
 # -- half-written releases are never used (item 7) ---------------------------------------------

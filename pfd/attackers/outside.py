@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pfd.attackers.torchscript import META_FILE, is_torchscript, jit_load, torchscript_size
+from pfd.attackers.torchscript import first_line, is_torchscript, read_torchscript
 from pfd.errors import PfdError
 
 if sys.version_info >= (3, 11):
@@ -186,7 +186,7 @@ class OnnxModel(nn.Module):
         try:
             self.session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
         except Exception as e:  # noqa: BLE001 - any load failure is a bad file
-            raise PfdError(f"{path}: cannot load as ONNX ({_first_line(e)}); re-export it") from None
+            raise PfdError(f"{path}: cannot load as ONNX ({first_line(e)}); re-export it") from None
         inputs = self.session.get_inputs()
         if len(inputs) != 1:
             names = ", ".join(f"{i.name} {list(i.shape)}" for i in inputs)
@@ -260,11 +260,6 @@ class ConventionAdapter(nn.Module):
         return self.inner(y)
 
 
-def _first_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
 def _import_entry_point(spec: str) -> Any:
     module, _, attr = spec.partition(":")
     try:
@@ -272,7 +267,7 @@ def _import_entry_point(spec: str) -> Any:
         for part in attr.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as e:
-        raise PfdError(f"{spec}: cannot import it ({_first_line(e)}); give module:callable on PYTHONPATH") from None
+        raise PfdError(f"{spec}: cannot import it ({first_line(e)}); give module:callable on PYTHONPATH") from None
     if isinstance(obj, nn.Module):
         return obj
     if not callable(obj):
@@ -280,19 +275,18 @@ def _import_entry_point(spec: str) -> Any:
     try:
         made = obj()
     except Exception as e:  # noqa: BLE001 - user code failed; say where
-        raise PfdError(f"{spec}: calling it failed ({_first_line(e)}); it must take no arguments and return "
+        raise PfdError(f"{spec}: calling it failed ({first_line(e)}); it must take no arguments and return "
                        "an nn.Module or a function images -> embeddings") from None
     if not (isinstance(made, nn.Module) or callable(made)):
         raise PfdError(f"{spec}: returned {type(made).__name__}, not an nn.Module or a function")
     return made
 
 
-def load_outside_model(model: Any, size: int | None = None) -> tuple[nn.Module, str, tuple[int, int] | None, str]:
+def load_outside_model(model: Any) -> tuple[nn.Module, str, tuple[int, int] | None, str]:
     """Load the raw model of an outside attacker (no convention applied yet).
 
     Args:
         model: ``*.onnx``, a TorchScript file, ``"module:callable"``, an ``nn.Module`` or a function.
-        size: Unused here; kept for symmetry with the declared-size lookup.
 
     Returns:
         ``(module, kind, declared (H, W) or None, description)`` with kind in ``{"onnx",
@@ -317,14 +311,8 @@ def load_outside_model(model: Any, size: int | None = None) -> tuple[nn.Module, 
         onnx = OnnxModel(p)
         return onnx, "onnx", onnx.declared, str(p)
     if is_torchscript(p):
-        extra = {META_FILE: ""}
-        try:
-            ts = jit_load(p, extra)
-        except Exception as e:  # noqa: BLE001
-            raise PfdError(f"{p}: cannot load as TorchScript ({_first_line(e)}); re-export it") from None
-        meta = extra[META_FILE]
-        side = torchscript_size(ts, p, meta.decode("utf-8", "replace") if isinstance(meta, bytes) else str(meta))
-        return ts.eval(), "torchscript", (side, side) if side else None, str(p)
+        ts, side = read_torchscript(p)
+        return ts, "torchscript", (side, side) if side else None, str(p)
     raise PfdError(f"{p}: not an ONNX file (.onnx), a TorchScript archive or a .toml attacker spec; "
                    "export the model to one of them or pass module:callable")
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from pfd.errors import PfdError
 
-__all__ = ["META_FILE", "is_torchscript", "jit_load", "torchscript_size", "load_torchscript", "first_line"]
+__all__ = ["META_FILE", "is_torchscript", "jit_load", "torchscript_size", "read_torchscript", "load_torchscript", "first_line"]
 
 #: Extra file of a TorchScript archive that may carry ``{"size": S}``.
 META_FILE = "pfd.json"
@@ -64,16 +64,37 @@ def torchscript_size(model: Any, path: Path, meta: str) -> int | None:
     return None
 
 
-def load_torchscript(path: Path, size: int | None) -> tuple[nn.Module, int]:
+def read_torchscript(path: Path) -> tuple[nn.Module, int | None]:
+    """Load a TorchScript archive and the input side it declares.
+
+    Args:
+        path: The archive.
+
+    Returns:
+        ``(model in eval mode, declared side or None)``: the side from its ``pfd.json`` extra file,
+        else from an integer ``size`` / ``input_size`` attribute.
+
+    Raises:
+        PfdError: The file does not load as TorchScript, or its ``pfd.json`` is malformed.
+    """
     extra = {META_FILE: ""}
     try:
         model = jit_load(path, extra)
     except Exception as e:  # noqa: BLE001 - any failure to deserialise is a bad file
         raise PfdError(f"{path}: cannot load as TorchScript ({first_line(e)}); re-export it with torch.jit.save") from None
     meta = extra[META_FILE]
-    declared = torchscript_size(model, path, meta.decode("utf-8", "replace") if isinstance(meta, bytes) else str(meta))
+    return model.eval(), torchscript_size(model, path, meta.decode("utf-8", "replace") if isinstance(meta, bytes) else str(meta))
+
+
+def load_torchscript(path: Path, size: int | None) -> tuple[nn.Module, int]:
+    """A pfd-convention TorchScript attacker and its input side: ``size`` if given, else the declared one.
+
+    Raises:
+        PfdError: An unreadable archive, or no ``size`` and none declared.
+    """
+    model, declared = read_torchscript(path)
     side = size if size is not None else declared
     if side is None:
         raise PfdError(f"{path}: TorchScript model with no declared input size; pass --public-model-size S "
                        f"(or save it with _extra_files={{'{META_FILE}': '{{\"size\": S}}'}})")
-    return model.eval(), int(side)
+    return model, int(side)

@@ -125,8 +125,8 @@ def open_audit(
 ) -> AuditInputs:
     """Open and cross-check a written release's audit once: its state, the private set, the attackers.
 
-    ``pfd card`` opens the release's state and its data sets itself (it checks them against its own
-    inputs first) and hands them over, so nothing is opened twice.
+    ``pfd card`` opens the release's state and its data sets through the same :class:`ReleaseSets`
+    (it checks them against its own inputs first) and hands both over, so nothing is opened twice.
 
     Args:
         cfg: The audit's settings (:func:`run_scorecard`).
@@ -169,7 +169,7 @@ def open_audit(
                        private_spec=private_spec, progress=progress, clock=clock, reconstructor=reconstructor)
 
 
-def _check_recorded_private(state: ReleaseState, sets: Any, spec: str) -> None:
+def _check_recorded_private(state: ReleaseState, sets: ReleaseSets, spec: str) -> None:
     """The private set by content: the pixel digests the state dir recorded, at the run's size."""
     size = state.run_size
     if size is not None:

@@ -111,11 +111,16 @@ def pair_scores(embeddings: Any, pairs: VerificationPairs) -> np.ndarray:
 
 
 def verification(scores: np.ndarray, issame: np.ndarray, *, folds: int, fars: Sequence[float]) -> dict[str, Any]:
-    """Accuracy, AUC, EER and TAR at each FAR of one model's pair scores (no interval)."""
-    m = verification_metrics(scores, issame, folds=folds)
+    """Accuracy, AUC, EER and TAR at each of the card's FARs of one model's pair scores (no interval).
+
+    The TARs are the card's (``tar@far=0.01`` for ``fars=[0.01]``; ``None`` where the pairs cannot resolve the
+    FAR), in place of :func:`~pfd.verify.verification_metrics`' fixed ``tar@far=1e-3`` / ``1e-4``: one figure
+    per FAR, under one name.
+    """
+    m = {k: v for k, v in verification_metrics(scores, issame, folds=folds).items() if not k.startswith("tar@far=")}
     for far in fars:
-        m[f"tar@far={far:g}"] = tar_at_far(scores, issame, far)[0]
-    m.pop("roc", None)
+        tar = tar_at_far(scores, issame, far)[0]
+        m[f"tar@far={far:g}"] = None if np.isnan(tar) else tar
     return m
 
 

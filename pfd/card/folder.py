@@ -143,8 +143,8 @@ def check_out(cfg: CardConfig, out: Path) -> None:
         PfdError: ``--out`` inside or around the release, ``--state-dir``, ``--public``, ``--test``, ``--holdout``
             or ``--private``.
     """
-    check_apart(out, [("the release", cfg.release), ("--state-dir", cfg.state_dir), *[("--public", p) for p in cfg.public], ("--test", cfg.test),
-                      ("--holdout", cfg.holdout), ("--private", cfg.private)], option="--out", what="card")
+    check_apart(out, [("the release", cfg.release), ("--state-dir", cfg.state_dir), *[("--public", p) for p in cfg.public],
+                      ("--test", cfg.test), ("--holdout", cfg.holdout), ("--private", cfg.private)], option="--out", what="card")
 
 
 def _begin(cfg: CardConfig, out: Path, inputs: CardInputs) -> InputHashes:

@@ -26,6 +26,7 @@ from pfd.release.format import MANIFEST, Manifest, read_manifest
 from pfd.release.state_dir import StateDir, check_digest, read_run_config, release_sources, run_private_spec, run_setting
 from pfd.data.shape import canonical_size
 from pfd.errors import PfdError
+from pfd.io import sha256_file
 
 __all__ = ["ReleaseState", "open_release_state", "proxy_sources", "unwritten_release_state"]
 
@@ -44,6 +45,10 @@ class ReleaseState:
         adapted_model: ``state_dir/adapted.pt`` if present.
         config: The parsed ``config.toml`` (empty if absent).
         judge_model: ``state_dir/judge_model.pt`` if present (the gate's judge, ``release.judge``).
+        digests: SHA-256 of each file read, as it was read: the release's ``manifest.json`` (which holds
+            every released file's) and the state dir's proxy map, models and private-set record, each
+            checked against the run's record (:func:`~pfd.release.state_dir.check_digest`). What
+            ``pfd card --resume`` compares, so nothing is hashed twice.
     """
 
     release: Path
@@ -55,6 +60,7 @@ class ReleaseState:
     adapted_model: Path | None
     config: dict[str, Any] = field(default_factory=dict, repr=False)
     judge_model: Path | None = None
+    digests: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def image_size(self) -> int | tuple[int, int]:
@@ -105,11 +111,13 @@ def open_release_state(release: str | os.PathLike, state_dir: str | os.PathLike)
     if not s.is_dir():
         raise PfdError(f"{s}: no such state dir; pass the --state-dir that pfd distill wrote")
     sources = release_sources(r, s, manifest=manifest)  # the one check: same run, same files (lint's too)
-    for model in (st.public_model, st.adapted, st.judge_model):  # the attackers the run recorded, none replaced
-        if model.is_file():
-            check_digest(s, model.name)
+    digests = {MANIFEST: sha256_file(r / MANIFEST)}
+    # The map, the attackers and the private-set record, each against the run's record where it has one.
+    for p in (st.proxy_map, st.public_model, st.adapted, st.judge_model, st.private_set):
+        if p.is_file():
+            digests[p.name] = check_digest(s, p.name)
     return ReleaseState(release=r, state_dir=s, manifest=manifest, files=sorted(sources), sources=sources,
-                        config=read_run_config(st.root), **_models(st))
+                        config=read_run_config(st.root), digests=digests, **_models(st))
 
 
 def unwritten_release_state(state_dir: str | os.PathLike, *, method: str, image_size: tuple[int, int],

@@ -24,10 +24,9 @@ from pfd.card.config import CardConfig
 from pfd.card.inputs import CardInputs, DataDigests
 from pfd.config import config_to_dict, dump_toml, load_recipe
 from pfd.errors import PfdError
-from pfd.io import atomic_write_text, sha256_file
+from pfd.io import atomic_write_text
 from pfd.progress import PROGRESS_LOGGER
 from pfd.release.format import MANIFEST
-from pfd.release.state_dir import StateDir
 
 __all__ = ["CARD_ENTRIES", "InputHashes", "card_folder", "check_out"]
 
@@ -92,11 +91,13 @@ def _hashes(cfg: CardConfig, inputs: CardInputs) -> InputHashes:
     distilled again into the same folder kept the old figures under the new release's hash)."""
     settings = dump_toml({"card": {k: v for k, v in _settings(cfg).items() if k not in _CONTENT and k != "attack"}}).encode()
     attack = dump_toml({"attack": dict(cfg.attack)}).encode()
-    st = StateDir.at(cfg.state_dir)
-    state = {p.name: sha256_file(p) for p in (st.proxy_map, st.adapted, st.judge_model, st.private_set) if p.is_file()}
-    return InputHashes(release_manifest=sha256_file(Path(cfg.release) / MANIFEST),
-                       public_model=sha256_file(inputs.public_model), state_dir=state, data=inputs.digests,
-                       settings=hashlib.sha256(settings).hexdigest(), attack_settings=hashlib.sha256(attack).hexdigest())
+    read, own = inputs.state.digests, inputs.state.public_model  # hashed as they were opened, not again
+    state = {name: d for name, d in read.items() if name != MANIFEST and (own is None or name != own.name)}
+    return InputHashes(release_manifest=read[MANIFEST], public_model=inputs.public_model_digest, state_dir=state,
+                       data=inputs.digests, settings=hashlib.sha256(settings).hexdigest(),
+                       attack_settings=hashlib.sha256(attack).hexdigest())
+
+
 #: What each entry of :func:`_hashes` is, for the message that refuses a --resume after it changed.
 _INPUT_NAMES = {"release_manifest": "the release (--release: its manifest)", "public_model": "the public model",
                 "state_dir": "the state dir's files (--state-dir)", "settings": "the settings"}

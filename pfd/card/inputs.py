@@ -27,6 +27,7 @@ from pfd.data.faceset import FaceSet, to_memory
 from pfd.data.pair_sampling import PairsInfo, adaptive_pairs
 from pfd.data.pairs import VerificationPairs
 from pfd.errors import PfdError
+from pfd.io import sha256_file
 from pfd.nn.checkpoints import read_arch
 from pfd.release.disjoint import check_disjoint_sets, check_other_people, content_digest
 
@@ -52,7 +53,7 @@ class CardInputs:
 
     Attributes:
         state: The release and its state dir (:func:`~pfd.audit.inputs.open_release_state`).
-        public_model: The checkpoint the release's users fine-tune.
+        public_model: The checkpoint the release's users fine-tune; ``public_model_digest`` its SHA-256.
         private: The private set's spec.
         size: The image size the downstream models take.
         public: Each ``--public`` set.
@@ -66,6 +67,7 @@ class CardInputs:
 
     state: ReleaseState
     public_model: Path
+    public_model_digest: str
     private: str
     size: Any
     public: list[FaceSet]
@@ -108,6 +110,8 @@ def open_card_inputs(cfg: CardConfig, *, progress: bool = True) -> CardInputs:
     if public_model is None or not Path(public_model).is_file():
         raise PfdError(f"{cfg.state_dir}: no public_model.pt; pass --public-model (the checkpoint the release's users "
                        "fine-tune)")
+    # The state dir's own was hashed (and checked against the run's record) as it was opened.
+    model_digest = sha256_file(public_model) if cfg.public_model else state.digests[Path(public_model).name]
     private = cfg.private or state.private_spec
     if not private:
         raise PfdError(f"no private set: pass --private (the state dir {cfg.state_dir} records none)")
@@ -130,9 +134,9 @@ def open_card_inputs(cfg: CardConfig, *, progress: bool = True) -> CardInputs:
     attack = replace(attack, private=private, public_model=str(public_model))
     with recipe_keys("card."):
         audit = open_audit(attack, state=state, sets=sets, progress=progress)
-    return CardInputs(state=state, public_model=Path(public_model), private=private, size=size, public=public,
-                      test=test, release=release, pairs=pairs, pairs_info=info, digests=digests, attack=attack,
-                      configs=configs, audit=audit)
+    return CardInputs(state=state, public_model=Path(public_model), public_model_digest=model_digest, private=private,
+                      size=size, public=public, test=test, release=release, pairs=pairs, pairs_info=info,
+                      digests=digests, attack=attack, configs=configs, audit=audit)
 
 
 def _attack_config(cfg: CardConfig) -> tuple[AttackConfig, dict[str, Any]]:

@@ -279,13 +279,16 @@ def record_digest(state_dir: str | os.PathLike, name: str) -> None:
     os.chmod(p, STATE_FILE_MODE)
 
 
-def check_digest(state_dir: str | os.PathLike, name: str, *, data: bytes | None = None) -> None:
+def check_digest(state_dir: str | os.PathLike, name: str, *, data: bytes | None = None) -> str | None:
     """Refuse a state file that differs from the one the run recorded (:func:`record_digest`).
 
     Args:
         state_dir: The state dir.
         name: The file's name in it.
         data: Its bytes, if already read (else the file is hashed).
+
+    Returns:
+        The file's SHA-256 as read now (``None``: no such file), for callers that record what they read.
 
     Raises:
         PfdError: Naming the file, when the marker records a digest the file no longer has.
@@ -295,15 +298,14 @@ def check_digest(state_dir: str | os.PathLike, name: str, *, data: bytes | None 
     if not isinstance(digests, dict):
         raise PfdError(f"{Path(state_dir) / MARKER}: its {DIGESTS!r} is not a table of file digests; the state dir "
                        "is damaged: publish again with pfd distill")
-    want = digests.get(name)
-    if not want:
-        return  # recorded by no run (a state dir from before digests, or written by hand): nothing to compare
     path = Path(state_dir) / name
     got = sha256_bytes(data) if data is not None else (sha256_file(path) if path.is_file() else None)
-    if got != want:
+    want = digests.get(name)
+    if want and got != want:  # recorded by no run (a state dir from before digests, or by hand): nothing to compare
         raise PfdError(f"{path}: {'missing' if got is None else 'edited or replaced'} after the run wrote it (its "
                        f"SHA-256 differs from the one {MARKER} recorded); restore the file pfd distill wrote, or "
                        "publish again with pfd distill")
+    return got
 
 
 def check_same_run(release: str | os.PathLike, state_dir: str | os.PathLike, *, manifest: Manifest | None = None) -> None:

@@ -14,7 +14,7 @@ from pfd.data.faceset import TensorFaces
 from pfd.release.reader import read_release
 from pfd.errors import PfdError
 from tests.attack_world import make_release
-from pfd.release.state_dir import write_marker
+from pfd.release.state_dir import record_digest, write_marker
 
 #: The run id of every release these tests write with a state dir (pfd distill records one on both sides).
 RUN_ID = "5eed" * 8
@@ -44,6 +44,21 @@ def test_sources_follow_names_even_when_the_private_set_is_reordered(layout):
     reordered = TensorFaces(torch.rand(8, 3, 16, 16), np.repeat(np.arange(4), 2), identities=IDS[::-1])
     got2 = proxy_sources(st, names, reordered)
     assert [IDS[::-1][i] for i in got2] == [rows[n] for n in names]
+
+
+def test_the_state_holds_the_sha256_of_every_file_it_read_and_checks_recorded_ones(layout):
+    import hashlib
+
+    release, state_dir, _ = layout
+    (state_dir / "adapted.pt").write_bytes(b"weights")  # not recorded by any run: hashed, nothing to compare
+    sha = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
+    st = open_release_state(release, state_dir)
+    assert st.digests == {"manifest.json": sha(release / "manifest.json"), "proxy_map.json": sha(state_dir / "proxy_map.json"),
+                          "adapted.pt": sha(state_dir / "adapted.pt")}
+    record_digest(state_dir, "adapted.pt")  # as pfd distill does after OGP: now a replaced file is refused
+    (state_dir / "adapted.pt").write_bytes(b"other weights")
+    with pytest.raises(PfdError, match="adapted.pt: edited or replaced after the run wrote it"):
+        open_release_state(release, state_dir)
 
 
 def test_private_spec_is_read_from_the_state_config(layout):
@@ -108,7 +123,7 @@ def test_maps_without_names_fall_back_to_labels(tmp_path):
 
 def test_a_state_dir_of_another_run_is_refused(layout):
     """Issue 20: attacking a release with another run's state dir printed a meaningless scorecard."""
-    from pfd.release.state_dir import write_marker
+    from pfd.release.state_dir import record_digest, write_marker
 
     release, state_dir, _ = layout
     manifest = json.loads((release / "manifest.json").read_text())

@@ -35,6 +35,20 @@ def test_a_leaky_release_is_not_publishable_and_the_card_says_why(card_world):
     assert (out / "privacy" / "report.html").is_file()
 
 
+def test_the_card_records_each_input_file_by_the_sha256_it_has(card_world):
+    """The release and state dir are hashed once, as they are opened (ReleaseState.digests), and the card
+    records those digests: each must be the file's SHA-256, computed here from its bytes."""
+    import hashlib
+
+    sha = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
+    h, release, state = card_world["card"].data["hashes"], card_world["release"], card_world["state"]
+    assert h["release_manifest"] == sha(release / "manifest.json")
+    assert h["public_model"] == sha(state / "public_model.pt")
+    want = {p.name: sha(p) for p in sorted(state.iterdir())
+            if p.name in ("proxy_map.json", "adapted.pt", "judge_model.pt", "private_set.json")}
+    assert h["state_dir"] == want and "adapted.pt" in want and "proxy_map.json" in want
+
+
 def test_the_gain_is_the_difference_of_the_two_sides_accuracies(card_world):
     """Gain = accuracy(with release) - accuracy(public-ft) on the stored pair scores, and each side's
     accuracy is the k-fold accuracy of its own scores (all weights 1)."""

@@ -59,7 +59,7 @@ _EXPORTS: dict[str, str] = {
     # a top-level name would shadow the subpackage of the same name)
     "Trainer": "pfd.train",
     **{n: "pfd.verify" for n in (
-        "verification_metrics", "evaluate_pairs", "evaluate", "kfold_accuracy", "tar_at_far", "eer", "roc_auc",
+        "verification_metrics", "evaluate_pairs", "evaluate", "kfold_accuracy", "tar_at_far", "tar_key", "eer", "roc_auc",
     )},
     # distillation building blocks
     **{n: "pfd.distill.ogp" for n in ("Rotation", "OGPStep", "ogp_loss", "rotate")},

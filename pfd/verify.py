@@ -22,7 +22,7 @@ insightface's ascending distance grid does.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -43,6 +43,7 @@ __all__ = [
     "kfold_accuracy",
     "roc_curve_points",
     "tar_at_far",
+    "tar_key",
     "eer",
     "roc_auc",
     "verification_metrics",
@@ -51,8 +52,13 @@ __all__ = [
     "evaluate",
 ]
 
-#: FAR targets reported by :func:`verification_metrics`.
+#: FAR targets reported by :func:`verification_metrics` by default.
 FAR_TARGETS = (1e-3, 1e-4)
+
+
+def tar_key(far: float) -> str:
+    """The one name of a TAR at a false-accept rate, in every figure pfd writes: ``tar@far=0.001``."""
+    return f"tar@far={float(far):g}"
 
 
 def _check(scores: Any, issame: Any, *, need_both: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -272,19 +278,22 @@ def roc_auc(scores: Any, issame: Any) -> float:
     return float(u / (n_gen * n_imp))
 
 
-def verification_metrics(scores: Any, issame: Any, *, folds: int = 10) -> dict[str, Any]:
+def verification_metrics(scores: Any, issame: Any, *, folds: int = 10,
+                         fars: Sequence[float] = FAR_TARGETS) -> dict[str, Any]:
     """All verification figures for one set of pairs.
 
     Args:
         scores: Cosine similarity per pair, shape ``(n,)``, in file order (folds are contiguous).
         issame: Genuine / impostor per pair, shape ``(n,)``.
         folds: Folds for :func:`kfold_accuracy`.
+        fars: The false-accept rates whose TAR is reported (default :data:`FAR_TARGETS`).
 
     Returns:
         JSON-ready dict: ``accuracy``, ``accuracy_std``, ``threshold`` (mean k-fold cosine
-        threshold), ``tar@far=1e-3``, ``tar@far=1e-4`` (``None`` when the pairs hold fewer than
-        ``1/far`` impostors, see :func:`tar_at_far`), ``eer``, ``auc``, ``num_pairs``,
-        ``num_genuine``, ``num_impostor``, ``min_resolvable_far`` (``1 / num_impostor``).
+        threshold), a TAR per FAR named by :func:`tar_key` (``tar@far=0.001``, ``tar@far=0.0001``;
+        ``None`` when the pairs hold fewer than ``1/far`` impostors, see :func:`tar_at_far`), ``eer``,
+        ``auc``, ``num_pairs``, ``num_genuine``, ``num_impostor``, ``min_resolvable_far``
+        (``1 / num_impostor``).
 
     Raises:
         PfdError: As :func:`kfold_accuracy`.
@@ -292,9 +301,9 @@ def verification_metrics(scores: Any, issame: Any, *, folds: int = 10) -> dict[s
     s, y = _check(scores, issame)
     acc, std, thr = kfold_accuracy(s, y, folds=folds)
     out: dict[str, Any] = {"accuracy": acc, "accuracy_std": std, "threshold": thr}
-    for far in FAR_TARGETS:
+    for far in fars:
         tar, _ = tar_at_far(s, y, far)
-        out[f"tar@far={far:.0e}".replace("e-0", "e-")] = None if math.isnan(tar) else tar
+        out[tar_key(far)] = None if math.isnan(tar) else tar
     n_imp = int((~y).sum())
     out.update(
         eer=eer(s, y),

@@ -128,7 +128,7 @@ def test_tar_at_far_unresolvable_is_nan():
     assert math.isnan(tar) and math.isnan(thr)
     assert not math.isnan(tar_at_far(scores, issame, 1.0 / n_imp)[0])
     m = verification_metrics(scores, issame)
-    assert m["tar@far=1e-3"] is None and m["tar@far=1e-4"] is None
+    assert m["tar@far=0.001"] is None and m["tar@far=0.0001"] is None
     assert "n/a" in format_metrics_table(m)
     json.dumps(m, allow_nan=False)  # JSON-ready: no NaN
 
@@ -192,10 +192,14 @@ def test_verification_metrics_keys_and_values():
     m = verification_metrics(scores, issame)
     assert m["num_pairs"] == 30_000 and m["num_genuine"] + m["num_impostor"] == 30_000
     assert m["auc"] == pytest.approx(roc_auc_score(issame, scores))
-    assert m["tar@far=1e-3"] == tar_at_far(scores, issame, 1e-3)[0]
-    assert m["tar@far=1e-4"] == tar_at_far(scores, issame, 1e-4)[0] < m["tar@far=1e-3"]
+    assert m["tar@far=0.001"] == tar_at_far(scores, issame, 1e-3)[0]
+    assert m["tar@far=0.0001"] == tar_at_far(scores, issame, 1e-4)[0] < m["tar@far=0.001"]
     assert m["eer"] == eer(scores, issame)
     assert m["min_resolvable_far"] == 1 / m["num_impostor"]
+    # Other FARs (the card's): one TAR each, under the one name every pfd figure uses.
+    card = verification_metrics(scores, issame, fars=[0.01, 2e-5])
+    assert sorted(k for k in card if k.startswith("tar@")) == ["tar@far=0.01", "tar@far=2e-05"]
+    assert card["tar@far=0.01"] == tar_at_far(scores, issame, 0.01)[0] and card["tar@far=2e-05"] is None
     # balanced Gaussians at distance 3: Bayes accuracy Phi(1.5) ~ 0.933
     assert m["accuracy"] == pytest.approx(0.5 * math.erfc(-1.5 / math.sqrt(2)), abs=0.01)
     table = format_metrics_table(m)

@@ -27,7 +27,7 @@ from pfd.card.stats import paired_difference, weighted_kfold_accuracy, weighted_
 from pfd.config import TrainConfig, build_config
 from pfd.data.faceset import ConcatFaces, FaceSet
 from pfd.data.pairs import VerificationPairs
-from pfd.verify import roc_curve_points, tar_at_far, verification_metrics
+from pfd.verify import roc_curve_points, tar_key, verification_metrics
 from pfd.train import train
 import torch
 
@@ -113,15 +113,11 @@ def pair_scores(embeddings: Any, pairs: VerificationPairs) -> np.ndarray:
 def verification(scores: np.ndarray, issame: np.ndarray, *, folds: int, fars: Sequence[float]) -> dict[str, Any]:
     """Accuracy, AUC, EER and TAR at each of the card's FARs of one model's pair scores (no interval).
 
-    The TARs are the card's (``tar@far=0.01`` for ``fars=[0.01]``; ``None`` where the pairs cannot resolve the
-    FAR), in place of :func:`~pfd.verify.verification_metrics`' fixed ``tar@far=1e-3`` / ``1e-4``: one figure
-    per FAR, under one name.
+    :func:`~pfd.verify.verification_metrics` at the card's FARs (``tar@far=0.01`` for ``fars=[0.01]``;
+    ``None`` where the pairs cannot resolve the FAR): one figure per FAR, under the name
+    :func:`~pfd.verify.tar_key` gives it everywhere.
     """
-    m = {k: v for k, v in verification_metrics(scores, issame, folds=folds).items() if not k.startswith("tar@far=")}
-    for far in fars:
-        tar = tar_at_far(scores, issame, far)[0]
-        m[f"tar@far={far:g}"] = None if np.isnan(tar) else tar
-    return m
+    return verification_metrics(scores, issame, folds=folds, fars=fars)
 
 
 def utility_gain(row_scores: Sequence[np.ndarray], ref_scores: Sequence[np.ndarray], issame: np.ndarray,
@@ -144,7 +140,7 @@ def utility_gain(row_scores: Sequence[np.ndarray], ref_scores: Sequence[np.ndarr
     out = {"accuracy": paired_difference(lambda s, w: weighted_kfold_accuracy(s, y, w, folds=folds),
                                          row_scores, ref_scores, weights, seed=seed)}
     for far in fars:
-        out[f"tar@far={far:g}"] = paired_difference(lambda s, w, far=far: weighted_tar_at_far(s, y, w, far),
+        out[tar_key(far)] = paired_difference(lambda s, w, far=far: weighted_tar_at_far(s, y, w, far),
                                                     row_scores, ref_scores, weights, seed=seed)
     return out
 

@@ -141,7 +141,7 @@ def utility_gain(row_scores: Sequence[np.ndarray], ref_scores: Sequence[np.ndarr
                                          row_scores, ref_scores, weights, seed=seed)}
     for far in fars:
         out[tar_key(far)] = paired_difference(lambda s, w, far=far: weighted_tar_at_far(s, y, w, far),
-                                                    row_scores, ref_scores, weights, seed=seed)
+                                              row_scores, ref_scores, weights, seed=seed)
     return out
 
 

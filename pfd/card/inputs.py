@@ -1,13 +1,13 @@
 """Every input of a card, opened and cross-checked once before any work, then passed down.
 
 :func:`open_card_inputs` checks the settings first (each audit check's config, naming the card's
-recipe keys), then opens the release and its state dir, the public model's image size, and every
-data set (the private set, the release, each ``--public`` set, the test people and ``--holdout``)
-through the audit's own set cache (:class:`~pfd.audit.sets.ReleaseSets`), so the audit reads the
-same sets and their pixel digests are computed once. The sets are told apart by content
-(:mod:`pfd.release.disjoint`), the test pairs drawn, and the audit opened (its attackers loaded):
-a missing folder or a test set too small for the folds is a one-line error before anything is
-written.
+recipe keys), then opens the release and its state dir (each file hashed once, as it is read), the
+audit (its attackers loaded, the public model among them, whose image size every set is opened at),
+and every data set (the private set, the release, each ``--public`` set, the test people and
+``--holdout``) through the audit's own set cache (:class:`~pfd.audit.sets.ReleaseSets`), so the
+audit reads the same sets and their pixel digests are computed once. The sets are told apart by
+content (:mod:`pfd.release.disjoint`) and the test pairs drawn: a missing folder or a test set too
+small for the folds is a one-line error before anything is written.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from pfd.config.checks import recipe_keys
 from pfd.data.faceset import FaceSet, to_memory
 from pfd.data.pair_sampling import PairsInfo, adaptive_pairs
 from pfd.data.pairs import VerificationPairs
+from pfd.data.shape import plain_size
 from pfd.errors import PfdError
 from pfd.io import sha256_file
-from pfd.nn.checkpoints import read_arch
 from pfd.release.disjoint import check_disjoint_sets, check_other_people, content_digest
 
 __all__ = ["CardInputs", "DataDigests", "open_card_inputs"]
@@ -115,11 +115,19 @@ def open_card_inputs(cfg: CardConfig, *, progress: bool = True) -> CardInputs:
     private = cfg.private or state.private_spec
     if not private:
         raise PfdError(f"no private set: pass --private (the state dir {cfg.state_dir} records none)")
-    size = read_arch(str(public_model)).get("size")
+    # The audit first (its attackers loaded, the private set and the release opened through the one set
+    # cache): the card's sets are opened at the size its public attacker reads, the model read once.
+    attack = replace(attack, private=private, public_model=str(public_model))
+    sets = ReleaseSets(private, state.release, skip_bad=cfg.skip_bad, recorded_in=None if cfg.private else cfg.state_dir)
+    with recipe_keys("card."):
+        audit = open_audit(attack, state=state, sets=sets, progress=progress)
+    public_attacker = next(a for a in audit.attackers if a.role == "public")
+    if public_attacker.kind != "checkpoint":  # the card fine-tunes it: TorchScript or ONNX cannot be trained on
+        raise PfdError(f"{public_model}: a {public_attacker.kind} model; the card fine-tunes the public model: pass a pfd, "
+                       "insightface or AdaFace checkpoint (--public-model)")
+    size = plain_size(public_attacker.size)
     # Every data set is opened, and the pairs drawn, before anything is written: a missing public
     # folder or a test set too small for the folds is a one-line error with no card folder left behind.
-    # They are opened once, through the audit's own sets, which the audit then reads.
-    sets = ReleaseSets(private, state.release, skip_bad=cfg.skip_bad, recorded_in=None if cfg.private else cfg.state_dir)
     opened = {spec: sets.dataset(spec, size) for spec in [*cfg.public, cfg.test, *([cfg.holdout] if cfg.holdout else [])]}
     public, test, holdout = [opened[spec] for spec in cfg.public], to_memory(opened[cfg.test]), opened.get(cfg.holdout)
     private_set, release = sets.private(size), sets.proxies(size)
@@ -131,9 +139,6 @@ def open_card_inputs(cfg: CardConfig, *, progress: bool = True) -> CardInputs:
     if cfg.downstream.batch_size > n_public:
         raise PfdError(f"--batch-size {cfg.downstream.batch_size} is larger than the {n_public} public images the "
                        f"public-ft side trains on; pass --batch-size {n_public} or fewer")
-    attack = replace(attack, private=private, public_model=str(public_model))
-    with recipe_keys("card."):
-        audit = open_audit(attack, state=state, sets=sets, progress=progress)
     return CardInputs(state=state, public_model=Path(public_model), public_model_digest=model_digest, private=private,
                       size=size, public=public, test=test, release=release, pairs=pairs, pairs_info=info,
                       digests=digests, attack=attack, configs=configs, audit=audit)

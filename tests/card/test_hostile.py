@@ -73,6 +73,17 @@ def test_a_model_that_is_not_a_checkpoint_and_a_state_dir_of_another_run(card_wo
     fake.write_text("not a model")
     r = _card(card_world, "--public", PUBLIC, "--test", TEST, "--out", str(tmp_path / "a"), "--public-model", str(fake))
     assert r.exit_code == 2 and "model.pt: cannot read" in r.output and "re-save it" in r.output
+    # A model the audit can read but nobody can fine-tune (TorchScript): refused before any card folder is made.
+    import torch
+
+    from pfd.nn.checkpoints import load_backbone
+
+    net = load_backbone(card_world["state"] / "public_model.pt")
+    scripted = tmp_path / "public.ts"
+    torch.jit.save(torch.jit.trace(net.eval(), torch.rand(2, 3, 32, 32)), str(scripted), _extra_files={"pfd.json": '{"size": 32}'})
+    r = _card(card_world, "--public", PUBLIC, "--test", TEST, "--out", str(tmp_path / "ts"), "--public-model", str(scripted))
+    assert r.exit_code == 2 and "public.ts: a torchscript model; the card fine-tunes the public model" in r.output
+    assert not (tmp_path / "ts").exists()
     other = CliRunner().invoke(main, ["card", "--release", str(card_world["release"]), "--state-dir", str(tmp_path),
                                       "--public", PUBLIC, "--test", TEST, "--out", str(tmp_path / "b")])
     assert other.exit_code == 2 and "Error:" in other.output and "Traceback" not in other.output

@@ -68,6 +68,7 @@ def test_places_the_card_may_not_go(card_world, tmp_path):
     assert [p.name for p in mine.iterdir()] == ["card.html"] and (mine / "card.html").read_text() == "my own page"
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning", "ignore::torch.jit.TracerWarning")
 def test_a_model_that_is_not_a_checkpoint_and_a_state_dir_of_another_run(card_world, tmp_path):
     fake = tmp_path / "model.pt"
     fake.write_text("not a model")

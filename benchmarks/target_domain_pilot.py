@@ -44,7 +44,7 @@ from pfd.embed import Embedder
 from pfd.io import atomic_write_json
 from pfd.nn.checkpoints import load_backbone
 from pfd.train import train
-from pfd.verify import verification_metrics
+from pfd.verify import tar_key, verification_metrics
 from benchmarks.pu.data import SpecResolver
 from pfd.data.pair_sampling import adaptive_pairs, pair_identities
 from pfd.card.stats import identity_bootstrap_weights, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         if name != "public-ft":
             doc["rows"][name]["vs_public_ft"] = {
                 "accuracy": paired_difference(acc, [s], [rows["public-ft"]], w),
-                "tar@far=0.01": paired_difference(tar, [s], [rows["public-ft"]], w)}
+                tar_key(1e-2): paired_difference(tar, [s], [rows["public-ft"]], w)}
     for name, r in doc["rows"].items():
         d = r.get("vs_public_ft", {}).get("accuracy")
         diff = f"  diff vs public-ft {100 * d['diff']:+.1f} ({100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f})" if d else ""

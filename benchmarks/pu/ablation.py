@@ -36,7 +36,7 @@ import torch
 from pfd.io import atomic_write_json, atomic_write_text, jsonable
 from benchmarks.pu.data import SCENARIOS, TARGET_SCENARIOS, Scenario
 from benchmarks.pu.runner import make_resolver, read_shards, scores_root, train_judge, train_public, units_dir
-from benchmarks.pu.settings import (MIA_STATS, RESULTS, ROWS, merge_settings, protocol_settings, row_view, settings_hash,
+from benchmarks.pu.settings import (TAR, MIA_STATS, RESULTS, ROWS, merge_settings, protocol_settings, row_view, settings_hash,
                                     shared_root, unit_current, unit_hash)
 from pfd.card.stats import auc_difference, paired_difference, weighted_kfold_accuracy, weighted_tar_at_far
 from benchmarks.pu.units import Bench
@@ -180,7 +180,7 @@ def summarise(bench: Bench, unit: dict[str, Any], ref: dict[str, Any], scores: n
     tar = lambda sc, ww: weighted_tar_at_far(sc, y, ww, 1e-2)  # noqa: E731
     out: dict[str, Any] = {
         "accuracy": paired_difference(acc, [scores], [ref["public_ft_scores"]], w),
-        "tar@far=0.01": paired_difference(tar, [scores], [ref["public_ft_scores"]], w),
+        TAR: paired_difference(tar, [scores], [ref["public_ft_scores"]], w),
         "links": {}, "membership": {},
     }
     for target, roles in unit.get("linkability", {}).items():
@@ -196,7 +196,7 @@ def summarise(bench: Bench, unit: dict[str, Any], ref: dict[str, Any], scores: n
                                                                       "uniform": r["uniform"]}
     if ref.get("default_scores") is not None:  # a screen: paired against pfd's default on the same pairs and seed
         out["vs_default"] = {"accuracy": paired_difference(acc, [scores], [ref["default_scores"]], w),
-                             "tar@far=0.01": paired_difference(tar, [scores], [ref["default_scores"]], w)}
+                             TAR: paired_difference(tar, [scores], [ref["default_scores"]], w)}
     for st in (MIA_STATS if "membership" in unit else ()):
         base = ref["base"]["membership"]["scores"]
         sc = unit["membership"]["scores"][st]
@@ -289,7 +289,7 @@ def markdown(doc: dict[str, Any]) -> str:
         if not v:
             continue
         s = v["summary"]
-        a, t = s["accuracy"], s["tar@far=0.01"]
+        a, t = s["accuracy"], s[TAR]
         links = s["links"]
         above = str(sum(x["above_chance"] for x in links.values())) if links else "– (same release)"
         top = max(links.items(), key=lambda kv: kv[1]["rate"] - kv[1]["chance"]) if links else None

@@ -29,6 +29,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from benchmarks.pu.settings import TAR
+
 
 def _pct(x: Any, digits: int = 1) -> str:
     return "–" if x is None else f"{100 * float(x):.{digits}f}"
@@ -201,8 +203,8 @@ def markdown(doc: Mapping[str, Any]) -> str:
         stats = r.get("membership", {}).get("statistics", {})
         pair = stats.get("pair_cos", {}).get("auc_a_priori")
         lines.append(
-            f"| {r['row']} | {_pct(mod.get('accuracy'))} | {_pct(mod.get('tar@far=0.01'))} | {_pct(u['accuracy'])} | "
-            f"{_pct(u.get('tar@far=0.01'))} | "
+            f"| {r['row']} | {_pct(mod.get('accuracy'))} | {_pct(mod.get(TAR))} | {_pct(u['accuracy'])} | "
+            f"{_pct(u.get(TAR))} | "
             f"{_link(r, 'public', 'vismatch')} | {_link(r, 'public', 'reid')} | {_link(r, 'insider', 'vismatch')} | "
             f"{_link(r, 'insider', 'reid')} | {_auc(pair)} | {_auc(_fused(r))} | {r['times_s']['total']:.0f} |"
         )

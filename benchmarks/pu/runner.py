@@ -25,7 +25,7 @@ from benchmarks.pu.augment import AugmentedFaces
 from benchmarks.pu.data import Scenario, SpecResolver
 from benchmarks.pu.goals import PAIRED
 from benchmarks.pu.report import markdown
-from benchmarks.pu.settings import (ROWS, PLAIN_FINETUNE, ROW_BY_NAME, finished_seeds, load_average, model_size,
+from benchmarks.pu.settings import (TAR, ROWS, PLAIN_FINETUNE, ROW_BY_NAME, finished_seeds, load_average, model_size,
                                     settings_hash, slug, unit_key)
 from benchmarks.pu.units import Bench, group_check
 
@@ -223,7 +223,7 @@ def run_group(job: dict[str, Any]) -> tuple[str, int]:
         shard["units"][k] = res = jsonable(bench.unit(name, method, baseline, seed, plain))
         atomic_write_json(path, jsonable(shard), shared=True)
         u = res["utility"]["all"]
-        tar = u.get("tar@far=0.01")
+        tar = u.get(TAR)
         tar_text = "n/a (too few impostor pairs)" if tar is None else f"{tar:.3f}"
         print(f"[{sc.name} {k}] done in {res['times_s']['total']:.0f}s: acc {u['accuracy']:.3f}, "
               f"TAR@1e-2 {tar_text}, load {res['load_end']}", flush=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from benchmarks.pu.data import TARGET_CONTROLS, TARGET_SCENARIOS
-from benchmarks.pu.settings import MIA_STATS, ROW_KEY
+from benchmarks.pu.settings import TAR, MIA_STATS, ROW_KEY
 
 __all__ = ["markdown_v2"]
 
@@ -75,8 +75,8 @@ def _scenario(name: str, sdoc: Mapping[str, Any], order: list[str], settings: Ma
         for k in kinds:
             u = r["utility"][k]
             ref = r["row"] == "public-ft"  # the reference itself: no difference to show
-            cells += [_mean_sd(u["accuracy"]), "ref" if ref else _pts(u["accuracy"]), _mean_sd(u.get("tar@far=0.01")),
-                      "ref" if ref else _pts(u.get("tar@far=0.01"))]
+            cells += [_mean_sd(u["accuracy"]), "ref" if ref else _pts(u["accuracy"]), _mean_sd(u.get(TAR)),
+                      "ref" if ref else _pts(u.get(TAR))]
         lines.append(f"| {r['row']} | " + " | ".join(cells) + " |")
     linked = [r for r in rows if r.get("linkability")]
     if linked:
@@ -214,7 +214,7 @@ def markdown_v2(doc: Mapping[str, Any]) -> str:
         lines += [f"Public model: {p.get('seconds', 0):.0f} s to train (0: cached); loss by step: {curve or '–'}."]
     for sc, pts in (p.get("verification_curve") or {}).items():
         lines.append(f"Public model on the {sc} test pairs by step (accuracy / TAR@1e-2, %): "
-                     + ", ".join(f"{c['step']}: {_pct(c['accuracy'])} / {_pct(c.get('tar@far=0.01'))}" for c in pts) + ".")
+                     + ", ".join(f"{c['step']}: {_pct(c['accuracy'])} / {_pct(c.get(TAR))}" for c in pts) + ".")
     lines += [
               f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')} with "
               f"{m.get('torch_threads', '?')} thread(s); date {doc.get('date', '?')}; last run {doc.get('last_run_s', 0):.0f} s."]

@@ -35,7 +35,7 @@ from pfd.nn.checkpoints import load_backbone, load_checkpoint
 from pfd.verify import tar_at_far, verification_metrics
 from benchmarks.pu.data import Scenario, SpecResolver
 from pfd.data.pair_sampling import adaptive_pairs, pair_identities
-from benchmarks.pu.settings import (PLAIN_FINETUNE, MIA_STATS, ROW_KEY, code_digest, finished_seeds, load_average,
+from benchmarks.pu.settings import (TAR, PLAIN_FINETUNE, MIA_STATS, ROW_KEY, code_digest, finished_seeds, load_average,
                                     row_overrides, row_view, unit_key, slug)
 from pfd.card.downstream import downstream_config, finetune, pair_scores, sample_images, utility_gain, verification
 from pfd.card.stats import auc_difference, identity_bootstrap_weights
@@ -231,7 +231,7 @@ class Bench:
             m = verification_metrics(scores, pairs.issame, folds=e["folds"])
             step = load_checkpoint(path).get("step") if path.name == "model.pt" else int(path.stem.split("_")[1])
             curve.append({"step": step, "accuracy": m["accuracy"], "auc": m.get("auc"),
-                          "tar@far=0.01": tar_at_far(scores, pairs.issame, 1e-2)[0]})
+                          TAR: tar_at_far(scores, pairs.issame, 1e-2)[0]})
         return curve
 
     def audit(self, root: Path, *, reconstruct: bool) -> dict[str, Any]:

@@ -123,8 +123,6 @@ def test_maps_without_names_fall_back_to_labels(tmp_path):
 
 def test_a_state_dir_of_another_run_is_refused(layout):
     """Issue 20: attacking a release with another run's state dir printed a meaningless scorecard."""
-    from pfd.release.state_dir import record_digest, write_marker
-
     release, state_dir, _ = layout
     manifest = json.loads((release / "manifest.json").read_text())
     manifest["run_id"] = "a" * 32
